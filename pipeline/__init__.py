@@ -1,0 +1,1 @@
+"""vkgraph engine: cfg files -> graph of modules -> nodes -> recorded Vulkan commands -> frames."""

@@ -1,0 +1,44 @@
+"""Errors a user can see. Each carries one line of text; the CLI maps them to exit codes.
+
+`GraphError` is bad input (cfg, module declarations, image/lut files, params): exit status 2.
+`RuntimeFailure` is the machine failing us (device, driver, I/O): exit status 1.
+Neither is ever shown with a Python traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+
+class VkgraphError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        self.message = message
+        self.where = where
+        self.hint = hint
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class GraphError(VkgraphError):
+    """Bad input: cfg line, module declaration, param value, input file. Exit status 2."""
+
+    exit_code = 2
+
+
+class RuntimeFailure(VkgraphError):
+    """Device, driver or I/O failure. Exit status 1."""
+
+    exit_code = 1
+
+
+def closest(name: str, candidates) -> str | None:
+    """A 'did you mean' hint for an unknown name, or None."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
+    return f"did you mean '{match[0]}'?" if match else None
