@@ -1,0 +1,16 @@
+"""The Vulkan layer: the only package that imports `vulkan`.
+
+device.py   instance, device choice, capability report, logical device (owns children)
+memory.py   storage buffers: upload(array) / download() -> array
+kernel.py   compute pipelines with descriptor layouts by connector index
+commands.py command lists recorded once and submitted many times, GPU timestamps
+compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
+errors.py   VkResult failures as one-line errors
+"""
+
+from .compile import ShaderCompileError, compile_glsl
+from .device import Device, DeviceInfo, choose, list_devices, validation_messages
+from .errors import VulkanError
+
+__all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
+           "compile_glsl", "list_devices", "validation_messages"]

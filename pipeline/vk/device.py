@@ -1,0 +1,318 @@
+"""Instance, physical-device choice, capability report, logical device and queue.
+
+The `Device` owns everything created through it (buffers, kernels, command lists) and
+destroys them in reverse order in `close()`; nothing relies on `__del__` at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import vulkan as vk
+
+from ..errors import GraphError, RuntimeFailure
+from .errors import VulkanError, call
+
+log = logging.getLogger("vkgraph.vk")
+
+TYPE_NAMES = {
+    vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: "discrete GPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: "integrated GPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: "virtual GPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_CPU: "CPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_OTHER: "other",
+}
+PREFERENCE = [vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
+              vk.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, vk.VK_PHYSICAL_DEVICE_TYPE_OTHER,
+              vk.VK_PHYSICAL_DEVICE_TYPE_CPU]
+COMPONENT = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64", 7: "u8",
+             8: "u16", 9: "u32", 10: "u64"}
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+
+
+@dataclass
+class DeviceInfo:
+    index: int
+    name: str
+    type: str
+    api: str
+    driver: str
+    fp16: bool
+    storage16: bool
+    float_atomics: bool
+    subgroup_size: int
+    shared_memory: int
+    memory_mib: int
+    timestamp_period: float
+    coopmat: list[str] = field(default_factory=list)  # "16x16x16 f16*f16+f16->f16"
+    extensions: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def has_coopmat_f16(self) -> bool:
+        return any(s.startswith("16x16x16 f16*f16") for s in self.coopmat)
+
+    def summary(self) -> str:
+        return f"{self.name} ({self.type}, Vulkan {self.api})"
+
+
+_instance = None
+_validation_messages: list[str] = []
+
+
+def validation_requested() -> bool:
+    return os.environ.get("VKGRAPH_VALIDATION", "") not in ("", "0")
+
+
+def validation_messages() -> list[str]:
+    return _validation_messages
+
+
+def _debug_callback(severity, types, data, user):
+    msg = vk.ffi.string(data.pMessage).decode(errors="replace")
+    _validation_messages.append(msg)
+    log.error("validation: %s", msg)
+    return 0
+
+
+def instance():
+    """The process-wide Vulkan instance (validation layers when VKGRAPH_VALIDATION=1)."""
+    global _instance
+    if _instance is not None:
+        return _instance
+    app = vk.VkApplicationInfo(pApplicationName="vkgraph", applicationVersion=1,
+                               pEngineName="vkgraph", engineVersion=1,
+                               apiVersion=vk.VK_MAKE_VERSION(1, 3, 0))
+    layers, exts = [], []
+    if validation_requested():
+        have = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+        if VALIDATION_LAYER not in have:
+            raise RuntimeFailure("VKGRAPH_VALIDATION is set but the Vulkan validation layers "
+                                 "are not installed (Debian: vulkan-validationlayers)")
+        layers, exts = [VALIDATION_LAYER], [vk.VK_EXT_DEBUG_UTILS_EXTENSION_NAME]
+    try:
+        inst = vk.vkCreateInstance(vk.VkInstanceCreateInfo(
+            pApplicationInfo=app, enabledLayerCount=len(layers), ppEnabledLayerNames=layers,
+            enabledExtensionCount=len(exts), ppEnabledExtensionNames=exts), None)
+    except (vk.VkError, OSError) as e:
+        raise RuntimeFailure(f"cannot create a Vulkan instance ({type(e).__name__}); is a "
+                             "Vulkan driver installed? (Debian: libvulkan1 "
+                             "mesa-vulkan-drivers)") from None
+    if layers:
+        create = vk.vkGetInstanceProcAddr(inst, "vkCreateDebugUtilsMessengerEXT")
+        sev = (vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+               | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)
+        kinds = (vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+                 | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+                 | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT)
+        info = vk.VkDebugUtilsMessengerCreateInfoEXT(
+            messageSeverity=sev, messageType=kinds, pfnUserCallback=_debug_callback)
+        instance.messenger = create(inst, info, None)
+    _instance = inst
+    return inst
+
+
+def _coopmat_shapes(pd, exts: set[str]) -> list[str]:
+    if "VK_KHR_cooperative_matrix" not in exts:
+        return []
+    try:
+        fn = vk.vkGetInstanceProcAddr(instance(),
+                                      "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+        props = fn(pd)
+    except Exception:  # noqa: BLE001 - the report must not fail on an odd driver
+        return ["(present; shapes not readable)"]
+    shapes = []
+    for p in props:
+        if p.scope != vk.VK_SCOPE_SUBGROUP_KHR:
+            continue
+        shapes.append(f"{p.MSize}x{p.NSize}x{p.KSize} {COMPONENT.get(p.AType, '?')}*"
+                      f"{COMPONENT.get(p.BType, '?')}+{COMPONENT.get(p.CType, '?')}->"
+                      f"{COMPONENT.get(p.ResultType, '?')}")
+    return sorted(set(shapes))
+
+
+def _features(pd):
+    f11 = vk.VkPhysicalDeviceVulkan11Features()
+    f12 = vk.VkPhysicalDeviceVulkan12Features(pNext=f11)
+    f13 = vk.VkPhysicalDeviceVulkan13Features(pNext=f12)
+    f2 = vk.VkPhysicalDeviceFeatures2(pNext=f13)
+    vk.vkGetPhysicalDeviceFeatures2(pd, f2)
+    return f2, f11, f12, f13
+
+
+def _describe(index: int, pd) -> DeviceInfo:
+    props = vk.vkGetPhysicalDeviceProperties(pd)
+    exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
+    _, f11, f12, _ = _features(pd)
+    sg = vk.VkPhysicalDeviceSubgroupProperties()
+    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=sg))
+    mem = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    heap = max((mem.memoryHeaps[i].size for i in range(mem.memoryHeapCount)
+                if mem.memoryHeaps[i].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT), default=0)
+    v = props.apiVersion
+    return DeviceInfo(
+        index=index, name=props.deviceName, type=TYPE_NAMES.get(props.deviceType, "other"),
+        api=f"{vk.VK_VERSION_MAJOR(v)}.{vk.VK_VERSION_MINOR(v)}.{vk.VK_VERSION_PATCH(v)}",
+        driver=str(props.driverVersion), fp16=bool(f12.shaderFloat16),
+        storage16=bool(f11.storageBuffer16BitAccess),
+        float_atomics="VK_EXT_shader_atomic_float" in exts, subgroup_size=sg.subgroupSize,
+        shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
+        timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
+        extensions=exts)
+
+
+def physical_devices():
+    return call("vkEnumeratePhysicalDevices", vk.vkEnumeratePhysicalDevices, instance())
+
+
+def list_devices() -> list[DeviceInfo]:
+    return [_describe(i, pd) for i, pd in enumerate(physical_devices())]
+
+
+def choose(infos: list[DeviceInfo], name: str | None = None,
+           index: int | None = None) -> DeviceInfo:
+    """--device-id, then --device / VKGRAPH_DEVICE (substring of the name), else the most
+    capable type: discrete GPU first, the CPU driver last."""
+    if not infos:
+        raise RuntimeFailure("no Vulkan device found (Debian: apt install mesa-vulkan-drivers)")
+    if index is not None:
+        if not 0 <= index < len(infos):
+            raise GraphError(f"--device-id {index}: there are {len(infos)} devices "
+                             f"(0..{len(infos) - 1}); see 'vkgraph devices'")
+        return infos[index]
+    name = name or os.environ.get("VKGRAPH_DEVICE") or None
+    if name:
+        hits = [d for d in infos if name.lower() in d.name.lower()]
+        if not hits:
+            names = ", ".join(d.name for d in infos)
+            raise GraphError(f"no Vulkan device matches '{name}' (have: {names})")
+        return hits[0]
+    order = {t: i for i, t in enumerate(PREFERENCE)}
+    rank = {v: k for k, v in TYPE_NAMES.items()}
+    return min(infos, key=lambda d: (order.get(rank.get(d.type), 9), d.index))
+
+
+class Device:
+    """A logical device with one compute queue. Create with `Device.open()`."""
+
+    def __init__(self, info: DeviceInfo, pd):
+        self.info = info
+        self.pd = pd
+        self.children: list = []  # destroyed in reverse order by close()
+        qfams = vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)
+        self.queue_family = next(
+            (i for i, q in enumerate(qfams) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None)
+        if self.queue_family is None:
+            raise RuntimeFailure(f"{info.name} has no compute queue")
+        self.timestamp_bits = qfams[self.queue_family].timestampValidBits
+        f2, f11, f12, f13 = _features(pd)
+        # enable what we use where the device has it
+        want12 = vk.VkPhysicalDeviceVulkan12Features(
+            shaderFloat16=f12.shaderFloat16, storageBuffer8BitAccess=f12.storageBuffer8BitAccess,
+            scalarBlockLayout=f12.scalarBlockLayout, vulkanMemoryModel=f12.vulkanMemoryModel,
+            vulkanMemoryModelDeviceScope=f12.vulkanMemoryModelDeviceScope,
+            hostQueryReset=f12.hostQueryReset, bufferDeviceAddress=0)
+        want11 = vk.VkPhysicalDeviceVulkan11Features(
+            pNext=want12, storageBuffer16BitAccess=f11.storageBuffer16BitAccess,
+            uniformAndStorageBuffer16BitAccess=f11.uniformAndStorageBuffer16BitAccess)
+        want13 = vk.VkPhysicalDeviceVulkan13Features(
+            pNext=want11, subgroupSizeControl=f13.subgroupSizeControl,
+            computeFullSubgroups=f13.computeFullSubgroups,
+            synchronization2=f13.synchronization2)
+        chain = want13
+        exts = []
+        if "VK_EXT_shader_atomic_float" in info.extensions:
+            atom = vk.VkPhysicalDeviceShaderAtomicFloatFeaturesEXT()
+            vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=atom))
+            chain = vk.VkPhysicalDeviceShaderAtomicFloatFeaturesEXT(
+                pNext=chain, shaderBufferFloat32Atomics=atom.shaderBufferFloat32Atomics,
+                shaderBufferFloat32AtomicAdd=atom.shaderBufferFloat32AtomicAdd)
+            exts.append("VK_EXT_shader_atomic_float")
+        if info.coopmat:
+            chain = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(
+                pNext=chain, cooperativeMatrix=1)
+            exts.append("VK_KHR_cooperative_matrix")
+        base = f2.features
+        feats = vk.VkPhysicalDeviceFeatures(shaderInt16=base.shaderInt16,
+                                            shaderInt64=base.shaderInt64)
+        qinfo = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, queueCount=1,
+                                           pQueuePriorities=[1.0])
+        dinfo = vk.VkDeviceCreateInfo(
+            pNext=chain, queueCreateInfoCount=1, pQueueCreateInfos=[qinfo],
+            enabledExtensionCount=len(exts), ppEnabledExtensionNames=exts or None,
+            pEnabledFeatures=feats)
+        self.handle = call("vkCreateDevice", vk.vkCreateDevice, pd, dinfo, None)
+        self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
+        self.mem_props = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+        self.pool = call("vkCreateCommandPool", vk.vkCreateCommandPool, self.handle,
+                         vk.VkCommandPoolCreateInfo(
+                             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                             queueFamilyIndex=self.queue_family), None)
+        self._pipelines: dict = {}
+        self._oneshot = None
+        self.closed = False
+        log.info("device: %s", info.summary())
+
+    @classmethod
+    def open(cls, name: str | None = None, index: int | None = None) -> Device:
+        pds = physical_devices()
+        infos = [_describe(i, pd) for i, pd in enumerate(pds)]
+        info = choose(infos, name, index)
+        return cls(info, pds[info.index])
+
+    # factories (each child registers itself for teardown)
+    def buffer(self, nbytes: int, host: bool = False):
+        from .memory import Buffer
+        return self._own(Buffer(self, nbytes, host))
+
+    def kernel(self, spirv: bytes, nconn: int, push_size: int = 0, local=(8, 8, 1)):
+        """A compute pipeline; identical requests share one pipeline."""
+        from .kernel import Kernel
+        key = (hash(spirv), nconn, push_size, tuple(local))
+        if key not in self._pipelines:
+            self._pipelines[key] = self._own(Kernel(self, spirv, nconn, push_size, local))
+        return self._pipelines[key]
+
+    def commands(self, timestamps: int = 0):
+        from .commands import CommandList
+        return self._own(CommandList(self, timestamps))
+
+    def oneshot(self):
+        """A command list for one-off transfers (uploads, downloads, clears)."""
+        if self._oneshot is None:
+            self._oneshot = self.commands()
+        return self._oneshot
+
+    def _own(self, child):
+        self.children.append(child)
+        return child
+
+    def memory_type(self, bits: int, flags: int) -> int:
+        for i in range(self.mem_props.memoryTypeCount):
+            if bits & (1 << i) and (self.mem_props.memoryTypes[i].propertyFlags & flags) == flags:
+                return i
+        raise VulkanError(f"no memory type with flags {flags:#x}")
+
+    def wait_idle(self) -> None:
+        call("vkDeviceWaitIdle", vk.vkDeviceWaitIdle, self.handle)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            vk.vkDeviceWaitIdle(self.handle)
+        except vk.VkError:
+            pass
+        for child in reversed(self.children):
+            child.destroy()
+        self.children.clear()
+        vk.vkDestroyCommandPool(self.handle, self.pool, None)
+        vk.vkDestroyDevice(self.handle, None)
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

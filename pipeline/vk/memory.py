@@ -1,0 +1,87 @@
+"""Storage buffers with numpy in, numpy out.
+
+Device-local buffers are filled and read through a host-visible staging buffer and a one-off
+copy; host-visible buffers (uniforms, staging of sources and sinks) stay mapped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import vulkan as vk
+
+from .errors import VulkanError, call
+
+USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
+         | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+HOST = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+
+
+class Buffer:
+    def __init__(self, device, nbytes: int, host: bool = False):
+        self.device = device
+        self.nbytes = max(16, (int(nbytes) + 3) // 4 * 4)
+        dev = device.handle
+        self.handle = call("vkCreateBuffer", vk.vkCreateBuffer, dev, vk.VkBufferCreateInfo(
+            size=self.nbytes, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
+        req = vk.vkGetBufferMemoryRequirements(dev, self.handle)
+        flags = HOST if host else vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+        try:
+            mtype = device.memory_type(req.memoryTypeBits, flags)
+        except VulkanError:
+            mtype = device.memory_type(req.memoryTypeBits, HOST)
+        self.host = bool(device.mem_props.memoryTypes[mtype].propertyFlags
+                         & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+        try:
+            self.memory = vk.vkAllocateMemory(dev, vk.VkMemoryAllocateInfo(
+                allocationSize=req.size, memoryTypeIndex=mtype), None)
+        except vk.VkError as e:
+            vk.vkDestroyBuffer(dev, self.handle, None)
+            raise VulkanError(f"cannot allocate {self.nbytes / 2**20:.1f} MiB of device "
+                              f"memory ({type(e).__name__})") from None
+        vk.vkBindBufferMemory(dev, self.handle, self.memory, 0)
+        self.mapped = None
+        if self.host:
+            self.mapped = vk.vkMapMemory(dev, self.memory, 0, self.nbytes, 0)
+            np.frombuffer(self.mapped, np.uint8)[:] = 0
+        else:
+            self.fill_zero()
+
+    def view(self, dtype=np.uint8) -> np.ndarray:
+        """The mapped bytes as a numpy array (host-visible buffers only)."""
+        return np.frombuffer(self.mapped, dtype, count=self.nbytes // np.dtype(dtype).itemsize)
+
+    def upload(self, array, offset: int = 0) -> None:
+        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        if offset + data.size > self.nbytes:
+            raise VulkanError(f"upload of {data.size} bytes into a {self.nbytes}-byte buffer")
+        if self.mapped is not None:
+            self.view()[offset:offset + data.size] = data
+            return
+        staging = Buffer(self.device, data.size, host=True)
+        staging.view()[: data.size] = data
+        self.device.oneshot().copy_now(staging, self, data.size, dst_offset=offset)
+        staging.destroy()
+
+    def download(self, dtype=np.float32, count: int | None = None) -> np.ndarray:
+        n = self.nbytes // np.dtype(dtype).itemsize if count is None else count
+        if self.mapped is not None:
+            return self.view(dtype)[:n].copy()
+        staging = Buffer(self.device, n * np.dtype(dtype).itemsize, host=True)
+        self.device.oneshot().copy_now(self, staging, staging.nbytes)
+        out = staging.view(dtype)[:n].copy()
+        staging.destroy()
+        return out
+
+    def fill_zero(self) -> None:
+        self.device.oneshot().fill_now(self)
+
+    def destroy(self) -> None:
+        if self.handle is None:
+            return
+        dev = self.device.handle
+        if self.mapped is not None:
+            vk.vkUnmapMemory(dev, self.memory)
+            self.mapped = None
+        vk.vkDestroyBuffer(dev, self.handle, None)
+        vk.vkFreeMemory(dev, self.memory, None)
+        self.handle = None
