@@ -5,6 +5,7 @@ A module class is declared in vkdt's line syntax:
 * `connectors`: one `name:type:chan:format` per line; line order is the connector index and
   the shader binding (set 1, binding i).
 * `params`: one `name:type:count:default[:default...]` per line (float, int or string).
+* `optional` (optional): input connector names, one per line, that may stay unconnected.
 * `module.py` (optional): hooks `modify_roi_out`, `modify_roi_in`, `create_nodes`,
   `read_source`, `write_sink`, `commit_params`, `init`.
 """
@@ -193,12 +194,32 @@ class ModuleClass:
             self.params = [parse_param_line(line, f"{param_file}:{i}")
                            for i, line in enumerate(param_file.read_text().splitlines(), 1)
                            if line.strip() and not line.startswith("#")]
+        self.optional = self._read_optional(folder / "optional")
         self.hooks: ModuleType | None = None
         code = folder / "module.py"
         if code.exists():
             spec = importlib.util.spec_from_file_location(f"vkgraph_modules.{name}", code)
             self.hooks = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(self.hooks)
+
+    def _read_optional(self, path: Path) -> frozenset[str]:
+        """Inputs listed in `optional` (one name a line) may stay unconnected (kpn-t's wcp)."""
+        if not path.exists():
+            return frozenset()
+        names = set()
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            token = line.strip()
+            if not token or token.startswith("#"):
+                continue
+            conn = next((c for c in self.connectors if c.name == token), None)
+            if conn is None:
+                raise GraphError(f"optional connector '{token}' is not declared in connectors",
+                                 where=f"{path}:{i}", hint=closest(token, self.connector_names()))
+            if not conn.is_input:
+                raise GraphError(f"optional connector '{token}' is not an input",
+                                 where=f"{path}:{i}")
+            names.add(token)
+        return frozenset(names)
 
     def hook(self, name: str):
         return getattr(self.hooks, name, None) if self.hooks else None

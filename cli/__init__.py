@@ -1,0 +1,1 @@
+"""The `vkgraph` command line."""

@@ -1,0 +1,335 @@
+"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules.
+
+Exit codes: 0 success, 1 runtime failure (device, I/O), 2 usage or graph error, 130 interrupt.
+Bad input never shows a Python traceback (set VKGRAPH_DEBUG=1 to see one anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pipeline.errors import GraphError, VkgraphError
+
+log = logging.getLogger("vkgraph")
+
+WRITERS = ("o-pfm", "o-png", "o-jpg", "o-exr", "o-lut")
+
+
+class UsageError(GraphError):
+    pass
+
+
+class ArgParser(argparse.ArgumentParser):
+    def error(self, message):  # exit status 2 with one line, as for graph errors
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-g", "--graph", required=True, metavar="FILE.cfg", help="graph to run")
+    p.add_argument("--frames", type=int, help="number of frames (overrides the cfg's frames)")
+    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
+                   "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
+    p.add_argument("--device-id", type=int, metavar="N", help="Vulkan device by index")
+    p.add_argument("--lenient", action="store_true",
+                   help="unknown cfg commands, modules and params are warnings, not errors")
+    p.add_argument("--profile", action="store_true",
+                   help="print per-node GPU times of the last frame")
+    p.add_argument("--config", nargs=argparse.REMAINDER, default=[], metavar="LINE",
+                   help="extra cfg lines, applied last (all remaining arguments)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgParser(prog="vkgraph", description="Node-graph image processing on Vulkan compute "
+                  "shaders, with on-GPU training of small MLPs (vkdt-compatible .cfg files).")
+    p.add_argument("-v", "--verbose", action="store_true", help="more log lines on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
+
+    c = sub.add_parser("cli", help="run a graph in batch mode, writing files",
+                       description="Run a graph like `vkdt cli`: display modules are replaced "
+                       "by file writers. --format/--filename apply to the output slot that the "
+                       "next --output closes (default slot: display 'main').")
+    add_run_args(c)
+    c.add_argument("--output", action="append", metavar="INST",
+                   help="display instance to replace by a writer (closes the current slot)")
+    c.add_argument("--format", action="append", choices=WRITERS,
+                   help="writer module for the current slot (default o-jpg)")
+    c.add_argument("--filename", action="append", metavar="NAME",
+                   help="output file name without extension (default: the instance name)")
+    c.add_argument("--last-frame-only", action="store_true",
+                   help="write files only after the last frame")
+    c.add_argument("--progress", action="store_true", help="show a progress bar")
+
+    g = sub.add_parser("gui", help="run a graph and show its display modules in a window")
+    add_run_args(g)
+    g.add_argument("--exit-after", type=int, metavar="N", help="stop after N frames")
+    g.add_argument("--screenshot", metavar="FILE.png", help="save the window at the end")
+
+    d = sub.add_parser("gradcheck", help="finite-difference check of a trainable module")
+    add_run_args(d)
+    d.add_argument("--module", metavar="NAME:INST", help="module to check (default: the first "
+                   "trainable module)")
+    d.add_argument("--count", type=int, default=64, help="weights to check (seeded sample, "
+                   "stratified by layer)")
+    d.add_argument("--all", action="store_true", help="check every used weight")
+    d.add_argument("--eps", type=float, default=None, help="finite-difference step")
+    d.add_argument("--seed", type=int, default=1, help="seed of the weight sample")
+    d.add_argument("--image", metavar="FILE.pfm", help="write a vis-style image of both")
+
+    dv = sub.add_parser("devices", help="list Vulkan devices and their capabilities")
+    dv.add_argument("--device", metavar="NAME", help="show which device this would pick")
+    dv.add_argument("--device-id", type=int, metavar="N")
+
+    s = sub.add_parser("shaders", help="compile shaders")
+    s.add_argument("--check", action="store_true",
+                   help="compile every kernel in every variant, run nothing")
+
+    m = sub.add_parser("modules", help="list modules, or show one module's interface")
+    m.add_argument("name", nargs="?", help="module name, e.g. kpn-t")
+    return p
+
+
+def output_slots(argv: list[str]) -> list[dict]:
+    """vkdt's sequential scan: --format/--filename fill the current slot, --output closes it
+    with an instance name; an unclosed slot with options is the 'main' display."""
+    slots, cur = [], {}
+    it = iter(argv)
+    for a in it:
+        if a == "--config":
+            break
+        if a in ("--format", "--filename", "--output"):
+            val = next(it, None)
+            if a == "--output":
+                cur["inst"] = val
+                slots.append(cur)
+                cur = {}
+            else:
+                cur[a[2:]] = val
+        elif a.startswith(("--format=", "--filename=", "--output=")):
+            key, val = a[2:].split("=", 1)
+            if key == "output":
+                cur["inst"] = val
+                slots.append(cur)
+                cur = {}
+            else:
+                cur[key] = val
+    if cur or not slots:
+        cur.setdefault("inst", "main")
+        slots.append(cur)
+    return slots
+
+
+def load_graph(args):
+    from pipeline.cfg import apply_line, read_cfg
+
+    path = Path(args.graph)
+    if not path.exists():
+        raise GraphError(f"{path}: no such graph file")
+    graph = read_cfg(path, lenient=args.lenient)
+    return graph, (lambda: [apply_line(graph, line, f"--config {i + 1}", args.lenient)
+                            for i, line in enumerate(args.config)])
+
+
+def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool) -> None:
+    """Replace each requested display by a writer; remove the other displays (vkdt cli)."""
+    mains = [m for m in graph.modules.values()
+             if m.inst == "main" and m.cls.is_sink and m.name != "display"
+             and not m.name.startswith("i-")]
+    requested = {s["inst"] for s in slots}
+    for slot in slots:
+        inst = slot["inst"]
+        disp = graph.modules.get(("display", inst))
+        if disp is None:
+            if inst == "main" and mains:
+                continue  # the graph writes its own main output
+            have = [m.inst for m in graph.modules.values() if m.name == "display"]
+            raise GraphError(f"--output {inst}: the graph has no display:{inst}"
+                             + (f" (displays: {', '.join(have)})" if have else ""))
+        fmt = slot.get("format") or "o-jpg"
+        src = disp.connector("input").source
+        graph.remove_module("display", inst)
+        if src is None:
+            continue
+        writer = graph.add_module(fmt, inst)
+        graph.connect(src[0].name, src[0].inst, src[1], fmt, inst, "input")
+        name = slot.get("filename") or inst
+        if frames_hint > 1 and not last_only:
+            name += "_%04d"
+        writer.set_param("filename", name)
+    for m in list(graph.modules.values()):
+        if m.name == "display" and m.inst not in requested:
+            graph.remove_module("display", m.inst)
+
+
+def open_device(args):
+    from pipeline.vk import Device
+
+    return Device.open(args.device, args.device_id)
+
+
+def cmd_cli(args, argv) -> int:
+    from pipeline.runner import run_graph
+
+    from .progress import Progress, summaries
+
+    graph, apply_config = load_graph(args)
+    slots = output_slots(argv)
+    frames = graph.frames
+    for line in args.config:  # per-frame file names depend on the final frame count
+        if line.startswith("frames:") and line[7:].strip().isdigit():
+            frames = int(line[7:])
+    if args.frames is not None:
+        frames = args.frames
+    replace_displays(graph, slots, frames, args.last_frame_only)
+    apply_config()  # vkdt applies --config after display replacement
+    if args.frames is not None:
+        graph.frames = args.frames
+    device = open_device(args)
+    try:
+        bar = Progress(enabled=args.progress)
+        try:
+            build = run_graph(graph, device, last_frame_only=args.last_frame_only,
+                              progress=bar.update, profile=args.profile)
+        finally:
+            bar.close()
+        for line in summaries(build):
+            print(line)
+        if args.profile:
+            from .progress import print_profile
+            print_profile(build)
+    finally:
+        device.close()
+    return 0
+
+
+def cmd_devices(args) -> int:
+    from pipeline.vk import choose, list_devices
+
+    infos = list_devices()
+    chosen = choose(infos, args.device, args.device_id) if infos else None
+    for d in infos:
+        mark = "*" if chosen is d else " "
+        print(f"{mark} {d.index}: {d.name} ({d.type}, Vulkan {d.api})")
+        print(f"    fp16 arithmetic: {'yes' if d.fp16 else 'no'}, 16-bit storage: "
+              f"{'yes' if d.storage16 else 'no'}, float atomics: "
+              f"{'yes' if d.float_atomics else 'no'}")
+        print(f"    subgroup size: {d.subgroup_size}, shared memory: {d.shared_memory} bytes, "
+              f"device memory: {d.memory_mib} MiB")
+        print(f"    cooperative matrix: {', '.join(d.coopmat) if d.coopmat else 'no'}")
+    if chosen is not None:
+        print(f"* = used by default ({chosen.name})")
+    return 0
+
+
+def shader_variants():
+    """Every (shader folder, kernel, defines) to compile: each kernel plain, plus the extra
+    variants a folder lists in `variants` (lines `kernel: NAME=VALUE ...`)."""
+    from pipeline.runner import SHADERS
+
+    for folder in sorted(p for p in SHADERS.iterdir() if p.is_dir() and p.name != "include"):
+        extra = {}
+        vfile = folder / "variants"
+        if vfile.exists():
+            for line in vfile.read_text().splitlines():
+                if not line.strip() or line.startswith("#"):
+                    continue
+                kernel, _, defs = line.partition(":")
+                d = dict(tok.split("=", 1) for tok in defs.split())
+                extra.setdefault(kernel.strip(), []).append(d)
+        for comp in sorted(folder.glob("*.comp")):
+            yield folder.name, comp.stem, {}
+            for d in extra.get(comp.stem, []):
+                yield folder.name, comp.stem, d
+
+
+def cmd_shaders(args) -> int:
+    from pipeline.runner import kernel_spirv
+    from pipeline.vk import ShaderCompileError
+
+    if not args.check:
+        raise UsageError("vkgraph shaders: nothing to do (use --check)")
+    failed = 0
+    n = 0
+    for shader, kernel, defines in shader_variants():
+        n += 1
+        try:
+            kernel_spirv(shader, kernel, defines)
+            log.debug("ok %s/%s %s", shader, kernel, defines)
+        except ShaderCompileError as e:
+            failed += 1
+            print(e.line(), file=sys.stderr)
+    print(f"{n - failed}/{n} kernel variants compile")
+    return 1 if failed else 0
+
+
+def cmd_modules(args) -> int:
+    from pipeline.registry import Registry
+
+    reg = Registry()
+    if not args.name:
+        for name in reg.names():
+            cls = reg.get(name)
+            first = next((ln.lstrip("# ").strip() for ln in cls.readme().splitlines()
+                          if ln.strip() and not ln.startswith("#")), "")
+            print(f"{name:10s} {first[:88]}")
+        return 0
+    cls = reg.get(args.name, where="vkgraph modules")
+    print(f"module {cls.name} ({cls.folder})\n\nconnectors:")
+    for i, c in enumerate(cls.connectors):
+        opt = " (optional)" if c.name in getattr(cls, "optional", ()) else ""
+        print(f"  {i}: {c.name}:{c.type}:{c.chan}:{c.format}{opt}")
+    print("params:")
+    for p in cls.params:
+        default = p.default if p.type == "string" else ":".join(str(v) for v in p.default)
+        print(f"  {p.name}:{p.type}:{p.count}:{default}")
+    if cls.readme():
+        print("\n" + cls.readme())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    debug = os.environ.get("VKGRAPH_DEBUG", "") not in ("", "0")
+    try:
+        args = parser.parse_args(argv)
+        level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
+        logging.basicConfig(level=level, format="vkgraph: %(message)s", stream=sys.stderr)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if args.command == "cli":
+            return cmd_cli(args, argv)
+        if args.command == "gui":
+            from .gui import cmd_gui
+            return cmd_gui(args)
+        if args.command == "gradcheck":
+            from .gradcheck import cmd_gradcheck
+            return cmd_gradcheck(args)
+        if args.command == "devices":
+            return cmd_devices(args)
+        if args.command == "shaders":
+            return cmd_shaders(args)
+        return cmd_modules(args)
+    except VkgraphError as e:
+        if debug:
+            raise
+        print(f"vkgraph: error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("vkgraph: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug of ours: one line, not a wall of text
+        if debug:
+            raise
+        print(f"vkgraph: internal error: {type(e).__name__}: {e} (set VKGRAPH_DEBUG=1 for "
+              "the traceback and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""One run of a graph on a device: buffers, kernels, the recorded frame, the frame loop.
+
+`Build(graph, device)` turns the module graph into nodes (pipeline/nodes.py), allocates one
+buffer per node output (two for outputs read through a feedback edge), compiles the kernels
+and records the frame once per buffer parity. `run_frame(f)` then costs a few small host
+writes, one submit and one fence wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GraphError, RuntimeFailure
+from .module import CLEAR, FORMAT_DTYPE, Connector
+from .nodes import Node, NodeGraph
+from .vk import Device, compile_glsl
+
+log = logging.getLogger("vkgraph")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHADERS = ROOT / "shaders"
+
+
+def pack_push(values) -> bytes:
+    out = bytearray()
+    for v in values:
+        if isinstance(v, (bytes, bytearray)):
+            out += v
+        elif isinstance(v, (float, np.floating)):
+            out += struct.pack("<f", float(v))
+        else:
+            out += struct.pack("<i", int(v))
+    return bytes(out)
+
+
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None) -> bytes:
+    path = SHADERS / shader / f"{kernel}.comp"
+    if not path.exists():
+        raise RuntimeFailure(f"kernel {path} does not exist")
+    return compile_glsl(path, [SHADERS / "include", SHADERS / shader], defines)
+
+
+class Build(NodeGraph):
+    """Everything one run of a graph needs on the device."""
+
+    def __init__(self, graph, device: Device, profile: bool = False):
+        super().__init__(graph)
+        self.device = device
+        self.profile = profile
+        self.frame = 0
+        self.frames = max(1, int(graph.frames))
+        self.buffers: dict[tuple[int, str], list] = {}  # (id(node), conn) -> [buf] or [b0, b1]
+        self.staging: dict[int, object] = {}  # id(node) -> host buffer of a source or sink
+        self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
+        self.commands: list = []
+        self.streaming: list[Node] = []
+        self.build_nodes()
+        self._check_memory()
+        self._allocate()
+        self._record()
+
+    # -- hooks' helpers
+    def resolve(self, filename: str) -> Path:
+        """A file named in a cfg: absolute, next to the cfg, or in the working directory."""
+        path = Path(filename).expanduser()
+        if path.is_absolute():
+            return path
+        cfg = getattr(self.graph, "cfg_path", None)
+        if cfg is not None:
+            near = Path(cfg).resolve().parent / path
+            if near.exists():
+                return near
+        return Path.cwd() / path
+
+    def buffer(self, node: Node, conn: str, parity: int | None = None):
+        """The buffer a node connector reads or writes (parity = frame % 2)."""
+        c = node.connector(conn)
+        if c.is_input:
+            src, sconn = c.source
+            bufs = self.buffers[(id(src), sconn)]
+            p = self.frame % 2 if parity is None else parity
+            if c.feedback:
+                p = (p + 1) % 2
+            return bufs[p % len(bufs)]
+        bufs = self.buffers[(id(node), conn)]
+        p = self.frame % 2 if parity is None else parity
+        return bufs[p % len(bufs)]
+
+    def read(self, node: Node, conn: str) -> np.ndarray:
+        """Download a node connector's current data (after the frame ran)."""
+        return self._shape(node.connector(conn), self.buffer(node, conn).download(np.uint8))
+
+    # -- allocation
+    def _outputs(self):
+        for node in self.schedule:
+            for c in node.connectors:
+                if c.is_output:
+                    yield node, c
+
+    def _check_memory(self) -> None:
+        sizes = []
+        for node, c in self._outputs():
+            n = 2 if self._double(node, c.name) else 1
+            sizes.append((c.nbytes() * n, f"{node.label}:{c.name} {c.roi.wd}x{c.roi.ht}"))
+        total = sum(s for s, _ in sizes)
+        budget = self.device.info.memory_mib << 20
+        if budget and total > budget:
+            top = ", ".join(f"{name} ({s / 2**20:.0f} MiB)"
+                            for s, name in sorted(sizes, reverse=True)[:3])
+            raise RuntimeFailure(f"the graph needs {total / 2**30:.2f} GiB of buffers but "
+                                 f"{self.device.info.name} has {budget / 2**30:.2f} GiB; "
+                                 f"largest: {top}")
+
+    def _double(self, node: Node, conn: str) -> bool:
+        return any(c.feedback and c.source is not None and c.source[0] is node
+                   and c.source[1] == conn for n in self.schedule for c in n.connectors)
+
+    def _allocate(self) -> None:
+        dev = self.device
+        self.global_buf = dev.buffer(16, host=True)
+        for node, c in self._outputs():
+            n = 2 if self._double(node, c.name) else 1
+            self.buffers[(id(node), c.name)] = [dev.buffer(c.nbytes()) for _ in range(n)]
+        for node in self.schedule:
+            if node.kernel is None:
+                c0 = node.connectors[0]
+                self.staging[id(node)] = dev.buffer(c0.nbytes(), host=True)
+        self.node_info = {}
+        for node in self.schedule:
+            if node.kernel is None:
+                continue
+            info = dev.buffer(16 * max(1, len(node.connectors)), host=True)
+            info.view(np.int32)[: 4 * len(node.connectors)] = np.array(
+                [[c.roi.wd, c.roi.ht, c.nchan, 0] for c in node.connectors], np.int32).ravel()
+            self.node_info[id(node)] = info
+            m = node.module
+            if id(m) not in self.params:
+                blob = m.param_blob()
+                buf = dev.buffer(len(blob), host=True)
+                buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
+                self.params[id(m)] = (buf, blob)
+
+    # -- recording
+    def _record(self) -> None:
+        dev = self.device
+        kernels = {}
+        for node in self.schedule:
+            if node.kernel is None:
+                continue
+            spirv = kernel_spirv(node.shader, node.kernel, node.defines)
+            push = pack_push(node.push)
+            kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
+                                 push)
+        self.kernels = kernels
+        parities = 2 if any(len(b) == 2 for b in self.buffers.values()) else 1
+        for node in self.schedule:
+            if node.kernel is None and node.is_source:
+                hook = node.module.cls.hook("source_due")
+                if hook and hook(self, node.module):
+                    self.streaming.append(node)
+        self.commands = []
+        for parity in range(parities):
+            cl = dev.commands(timestamps=len(self.schedule) if self.profile else 0).begin()
+            for node in self.streaming:
+                c0 = node.connectors[0]
+                cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
+                        c0.nbytes())
+            cl.barrier()
+            for node in self.schedule:
+                self._record_node(cl, node, parity)
+            self.commands.append(cl.end())
+
+    def _record_node(self, cl, node: Node, parity: int) -> None:
+        if node.kernel is None:
+            if node.is_sink:
+                c0 = node.connectors[0]
+                cl.copy(self.buffer(node, c0.name, parity), self.staging[id(node)],
+                        min(c0.nbytes(), self.staging[id(node)].nbytes))
+            return
+        cleared = False
+        for c in node.connectors:
+            if c.is_output and c.flags & CLEAR:
+                cl.fill(self.buffer(node, c.name, parity))
+                cleared = True
+        if cleared:
+            cl.barrier()
+        kernel, push = self.kernels[id(node)]
+        set0 = [self.global_buf, self.params[id(node.module)][0], self.node_info[id(node)]]
+        set1 = [self.buffer(node, c.name, parity) for c in node.connectors]
+        cl.dispatch(kernel, set0, set1, push, kernel.groups(node.dispatch),
+                    label=node.label if self.profile else None)
+        cl.barrier()
+
+    # -- sources and sinks
+    def _shape(self, c: Connector, raw: np.ndarray) -> np.ndarray:
+        if c.is_ssbo:
+            dtype = FORMAT_DTYPE.get(c.format, np.float32)
+            n = c.roi.wd * c.roi.ht
+            return raw.view(dtype)[:n].copy()
+        n = c.roi.wd * c.roi.ht * c.nchan
+        return raw.view(np.float32)[:n].reshape(c.roi.ht, c.roi.wd, c.nchan).copy()
+
+    def upload_sources(self, only_streaming: bool) -> None:
+        for node in self.schedule:
+            if node.kernel is not None or not node.is_source:
+                continue
+            streaming = node in self.streaming
+            if only_streaming and not streaming:
+                continue
+            c0 = node.connectors[0]
+            hook = node.module.cls.hook("read_source")
+            if hook is None:
+                raise RuntimeFailure(f"source module {node.module.name} has no read_source")
+            data = hook(self, node.module, c0)
+            data = self._check_source(node, c0, data)
+            staging = self.staging[id(node)]
+            staging.view()[: data.nbytes] = data.view(np.uint8).reshape(-1)
+            if not streaming:
+                for buf in self.buffers[(id(node), c0.name)]:
+                    self.device.oneshot().copy_now(staging, buf, data.nbytes)
+
+    def _check_source(self, node: Node, c: Connector, data: np.ndarray) -> np.ndarray:
+        if c.is_ssbo:
+            data = np.ascontiguousarray(data, FORMAT_DTYPE.get(c.format, np.float32)).ravel()
+            want = c.roi.wd * c.roi.ht
+            if data.size != want:
+                raise GraphError(f"{node.module}: source gave {data.size} elements, "
+                                 f"expected {want}")
+            return data
+        data = np.asarray(data, np.float32)
+        if data.ndim == 2:
+            data = data[:, :, None]
+        h, w, ch = data.shape
+        if (w, h) != (c.roi.wd, c.roi.ht):
+            raise GraphError(f"{node.module}: image is {w}x{h}, but the graph was built for "
+                             f"{c.roi.wd}x{c.roi.ht} (all frames of a sequence must have "
+                             "the same size)")
+        if ch != c.nchan:  # pad rgb to rgba (alpha 1) or cut
+            out = np.ones((h, w, c.nchan), np.float32)
+            k = min(ch, c.nchan)
+            out[:, :, :k] = data[:, :, :k]
+            if ch == 1 and c.nchan >= 3:
+                out[:, :, :3] = data[:, :, :1]
+            data = out
+        return np.ascontiguousarray(data)
+
+    def download_sinks(self) -> None:
+        for node in self.schedule:
+            if node.kernel is not None or not node.is_sink:
+                continue
+            hook = node.module.cls.hook("write_sink")
+            if hook is None:
+                continue  # display in the cli: replaced by writers beforehand
+            c0 = node.connectors[0]
+            raw = self.staging[id(node)].view(np.uint8)
+            writer = c0.source[0].module
+            if "lut_text" in writer.data:
+                node.module.data["lut_text"] = writer.data["lut_text"]
+            hook(self, node.module, c0, self._shape(c0, raw))
+
+    # -- frames
+    def run_frame(self, frame: int, download: bool = True) -> None:
+        self.frame = frame
+        graph = self.graph
+        if getattr(graph, "has_keyframes", None) and graph.has_keyframes():
+            graph.apply_keyframes(frame)
+        for m in self.active:
+            hook = m.cls.hook("commit_params")
+            if hook:
+                hook(self, m)
+            entry = self.params.get(id(m))
+            if entry is not None:
+                blob = m.param_blob()
+                if blob != entry[1]:
+                    entry[0].view()[: len(blob)] = np.frombuffer(blob, np.uint8)
+                    self.params[id(m)] = (entry[0], blob)
+        if frame == 0:
+            self.upload_sources(only_streaming=False)
+        elif self.streaming:
+            self.upload_sources(only_streaming=True)
+        g = self.global_buf.view(np.int32)
+        g[0] = frame
+        g[1] = self.frames
+        cl = self.commands[frame % len(self.commands)]
+        cl.run()
+        for m in self.active:
+            hook = m.cls.hook("after_frame")
+            if hook:
+                hook(self, m)
+        if download:
+            self.download_sinks()
+
+    def timings(self) -> list[tuple[str, float]]:
+        return self.commands[self.frame % len(self.commands)].timings()
+
+
+def run_graph(graph, device: Device, frames: int | None = None, last_frame_only: bool = False,
+              progress=None, profile: bool = False) -> Build:
+    """Build and run a graph for its frames; returns the build (for summaries)."""
+    if frames is not None:
+        graph.frames = frames
+    build = Build(graph, device, profile=profile)
+    t0 = time.perf_counter()
+    for f in range(build.frames):
+        last = f == build.frames - 1
+        build.run_frame(f, download=last or not last_frame_only)
+        if progress is not None:
+            progress(build, f)
+    build.seconds = time.perf_counter() - t0
+    return build

@@ -1,0 +1,108 @@
+// Portable MLP building blocks (fp32, shared-memory tiles, any subgroup size).
+// One library for every trainable module (kpn-t, mlp-t): width, depth and activations are
+// compile-time defines, weights are stored as MLP_LAYERS matrices of MLP_WIDTH x MLP_WIDTH,
+// row = output neuron: W_l[o][c] at MLP_WOFF + MLP_WIDTH*MLP_WIDTH*l + MLP_WIDTH*o + c.
+// Narrower inputs and outputs are zero-padded to MLP_WIDTH (their weights stay zero).
+//
+// The kernel that includes this file defines, before the include:
+//   MLP_WIDTH   neurons per layer (16, 32, 64)
+//   MLP_BATCH   rows (pixels/samples) a workgroup holds in shared memory
+//   MLP_W(i)    an expression reading stored weight i (e.g. w[i])
+// and launches MLP_WIDTH x 1 x 1 threads per workgroup (thread = neuron).
+//
+// Forward:  h_0 = input; z_{l+1} = W_l h_l; h_{l+1} = act(z_{l+1}).
+// Backward: g_{l} = act'(h_l) * (W_l^T g_{l+1}), with act' written in terms of the output h
+//           (every activation here allows that), so only post-activations are stored.
+#ifndef MLP_GLSL
+#define MLP_GLSL
+
+#define ACT_NONE 0
+#define ACT_RELU 1
+#define ACT_LEAKY 2
+#define ACT_SIGMOID 3
+#define ACT_TANH 4
+#define ACT_EXP 5
+#define ACT_SOFTPLUS 6
+
+#ifndef LEAKY_SLOPE
+#define LEAKY_SLOPE 0.001
+#endif
+
+#define MLP_WW (MLP_WIDTH * MLP_WIDTH)
+
+shared float mlp_act[MLP_BATCH][MLP_WIDTH + 1];  // +1 column: no bank conflicts on columns
+shared float mlp_w[MLP_WIDTH][MLP_WIDTH + 1];
+
+float mlp_activate(float z, int act) {
+  switch (act) {
+    case ACT_RELU: return max(z, 0.0);
+    case ACT_LEAKY: return z > 0.0 ? z : LEAKY_SLOPE * z;
+    case ACT_SIGMOID: return 1.0 / (1.0 + exp(-z));
+    case ACT_TANH: return tanh(z);
+    case ACT_EXP: return exp(z);
+    case ACT_SOFTPLUS: return z > 20.0 ? z : log(1.0 + exp(z));
+    default: return z;
+  }
+}
+
+// d act / d z, from the activation's output h
+float mlp_activate_grad(float h, int act) {
+  switch (act) {
+    case ACT_RELU: return h > 0.0 ? 1.0 : 0.0;
+    case ACT_LEAKY: return h > 0.0 ? 1.0 : LEAKY_SLOPE;
+    case ACT_SIGMOID: return h * (1.0 - h);
+    case ACT_TANH: return 1.0 - h * h;
+    case ACT_EXP: return h;
+    case ACT_SOFTPLUS: return 1.0 - exp(-h);
+    default: return 1.0;
+  }
+}
+
+// stage weight matrix l in shared memory; transpose = false: mlp_w[o][c] = W_l[o][c],
+// true: mlp_w[c][o] = W_l[o][c] (for the backward's W^T)
+void mlp_load_weights(uint woff, int l, bool transpose) {
+  uint t = gl_LocalInvocationIndex;
+  for (uint i = t; i < MLP_WW; i += MLP_WIDTH) {
+    uint o = i / MLP_WIDTH, c = i % MLP_WIDTH;
+    float v = MLP_W(woff + uint(MLP_WW * l) + i);
+    if (transpose) mlp_w[c][o] = v;
+    else mlp_w[o][c] = v;
+  }
+}
+
+// one layer forward on the rows in mlp_act, in place: thread o computes neuron o of every
+// row. Only the first nout neurons are computed; the rest become 0.
+void mlp_forward_layer(uint woff, int l, int nout, int act) {
+  uint o = gl_LocalInvocationIndex;
+  mlp_load_weights(woff, l, false);
+  barrier();
+  float z[MLP_BATCH];
+  for (int r = 0; r < MLP_BATCH; r++) {
+    float s = 0.0;
+    for (int c = 0; c < MLP_WIDTH; c++) s += mlp_w[o][c] * mlp_act[r][c];
+    z[r] = s;
+  }
+  barrier();
+  for (int r = 0; r < MLP_BATCH; r++)
+    mlp_act[r][o] = o < uint(nout) ? mlp_activate(z[r], act) : 0.0;
+  barrier();
+}
+
+// one layer backward, in place: on entry mlp_act holds g_{l+1} = dE/dz_{l+1} (rows); on exit
+// dE/dh_l = W_l^T g_{l+1}. The caller multiplies by act'(h_l) (it knows h_l).
+void mlp_backward_layer(uint woff, int l) {
+  uint c = gl_LocalInvocationIndex;
+  mlp_load_weights(woff, l, true);
+  barrier();
+  float d[MLP_BATCH];
+  for (int r = 0; r < MLP_BATCH; r++) {
+    float s = 0.0;
+    for (int o = 0; o < MLP_WIDTH; o++) s += mlp_w[c][o] * mlp_act[r][o];
+    d[r] = s;
+  }
+  barrier();
+  for (int r = 0; r < MLP_BATCH; r++) mlp_act[r][c] = d[r];
+  barrier();
+}
+
+#endif
