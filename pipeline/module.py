@@ -36,6 +36,7 @@ FORMAT_DTYPE = {"f16": np.float16, "f32": np.float32, "ui8": np.uint8, "u8": np.
 CLEAR = 2
 FEEDBACK = 4
 PROTECTED = 16
+OPTIONAL = 1024  # a node input that may stay unconnected: it reads a zero buffer
 
 
 def check_name(token: str, what: str, where: str | None = None) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import GraphError
-from .module import Connector, ModuleInstance, Roi, check_name
+from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
 
 @dataclass(eq=False)
@@ -31,6 +31,7 @@ class Node:
     push: list = field(default_factory=list)
     defines: dict = field(default_factory=dict)
     connectors: list[Connector] = field(default_factory=list)
+    keep: bool = False  # run even when no sink reaches it (e.g. a loss history for the summary)
 
     @property
     def label(self) -> str:
@@ -92,7 +93,8 @@ class NodeGraph:
 
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,
-                 shader: str | None = None, local=(8, 8, 1), push=(), defines=None) -> Node:
+                 shader: str | None = None, local=(8, 8, 1), push=(), defines=None,
+                 keep: bool = False) -> Node:
         conns = []
         for spec in connectors:
             name, ctype, chan, fmt, roi = spec
@@ -100,7 +102,7 @@ class NodeGraph:
             conns.append(Connector(name, ctype, chan, fmt, Roi(roi.wd, roi.ht) if roi else Roi()))
         wd, ht, dp = (tuple(dispatch) + (1, 1))[:3]
         node = Node(module, shader or module.name, kernel, (int(wd), int(ht), int(dp)),
-                    tuple(local), list(push), dict(defines or {}), conns)
+                    tuple(local), list(push), dict(defines or {}), conns, keep)
         self.nodes.append(node)
         module.nodes.append(node)
         return node
@@ -161,9 +163,9 @@ class NodeGraph:
 
     def roi_passes(self) -> None:
         for m in self.active:
-            for c in m.connectors:
+            for c, decl in zip(m.connectors, m.cls.connectors, strict=True):
                 if c.is_input and c.source is not None and not c.feedback:
-                    self._copy_from_source(c)
+                    self._copy_from_source(c, decl)
             hook = m.cls.hook("modify_roi_out")
             if hook:
                 hook(self, m)
@@ -174,21 +176,26 @@ class NodeGraph:
                     raise GraphError(f"module {m} could not size its output '{c.name}' (is "
                                      "its input empty?)")
         for m in self.active:  # feedback readers see the writer's final size
-            for c in m.connectors:
+            for c, decl in zip(m.connectors, m.cls.connectors, strict=True):
                 if c.is_input and c.source is not None and c.feedback:
-                    self._copy_from_source(c)
+                    self._copy_from_source(c, decl)
         for m in reversed(self.active):
             hook = m.cls.hook("modify_roi_in")
             if hook:
                 hook(self, m)
 
     @staticmethod
-    def _copy_from_source(c: Connector) -> None:
+    def _copy_from_source(c: Connector, declared: Connector | None = None) -> None:
+        """A reader takes its writer's size, and its chan and format where its declaration
+        leaves them open (`*`, `&name`); without a declaration (node level) it always
+        follows the writer, since that is the buffer its kernel gets."""
         src = c.source[0].connector(c.source[1])
         c.roi = Roi(src.roi.wd, src.roi.ht)
-        if c.chan == "*" or c.chan.startswith("&"):
+        chan = declared.chan if declared is not None else "*"
+        fmt = declared.format if declared is not None else "*"
+        if chan == "*" or chan.startswith("&"):
             c.chan = src.chan
-        if c.format == "*":
+        if fmt == "*":
             c.format = src.format
 
     @staticmethod
@@ -269,6 +276,8 @@ class NodeGraph:
             for c in n.connectors:
                 if not c.is_input:
                     continue
+                if c.source is None and c.flags & OPTIONAL:
+                    continue
                 if c.source is None:
                     if n.kernel is None and n.is_sink:
                         raise GraphError(f"sink {n.module} is not connected")
@@ -283,7 +292,7 @@ class NodeGraph:
 
         sinks = [n for n in self.nodes if n.is_sink and n.connectors[0].source is not None]
         sinks.sort(key=lambda n: n.module.inst != "main")
-        for n in sinks:
+        for n in sinks + [n for n in self.nodes if n.keep]:
             visit(n)
         while later:
             visit(later.pop(0))

@@ -81,6 +81,8 @@ class Build(NodeGraph):
         """The buffer a node connector reads or writes (parity = frame % 2)."""
         c = node.connector(conn)
         if c.is_input:
+            if c.source is None:  # an optional input left open
+                return self.zeros
             src, sconn = c.source
             bufs = self.buffers[(id(src), sconn)]
             p = self.frame % 2 if parity is None else parity
@@ -123,6 +125,7 @@ class Build(NodeGraph):
     def _allocate(self) -> None:
         dev = self.device
         self.global_buf = dev.buffer(16, host=True)
+        self.zeros = dev.buffer(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
             self.buffers[(id(node), c.name)] = [dev.buffer(c.nbytes()) for _ in range(n)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import vulkan as vk
@@ -58,6 +59,7 @@ class DeviceInfo:
 
 
 _instance = None
+_instance_extensions: set[str] = set()
 _validation_messages: list[str] = []
 
 
@@ -76,10 +78,19 @@ def _debug_callback(severity, types, data, user):
     return 0
 
 
-def instance():
-    """The process-wide Vulkan instance (validation layers when VKGRAPH_VALIDATION=1)."""
+def instance(extensions: Sequence[str] = ()):
+    """The process-wide Vulkan instance (validation layers when VKGRAPH_VALIDATION=1).
+
+    `extensions` (e.g. the surface extensions a window needs) are enabled when the instance is
+    created; asking for one the existing instance lacks is an error, so a window must ask
+    before anything else touches Vulkan.
+    """
     global _instance
     if _instance is not None:
+        missing = sorted(set(extensions) - _instance_extensions)
+        if missing:
+            raise RuntimeFailure("the Vulkan instance was created without "
+                                 f"{', '.join(missing)}")
         return _instance
     app = vk.VkApplicationInfo(pApplicationName="vkgraph", applicationVersion=1,
                                pEngineName="vkgraph", engineVersion=1,
@@ -91,6 +102,13 @@ def instance():
             raise RuntimeFailure("VKGRAPH_VALIDATION is set but the Vulkan validation layers "
                                  "are not installed (Debian: vulkan-validationlayers)")
         layers, exts = [VALIDATION_LAYER], [vk.VK_EXT_DEBUG_UTILS_EXTENSION_NAME]
+    if extensions:
+        have = {e.extensionName for e in vk.vkEnumerateInstanceExtensionProperties(None)}
+        missing = sorted(set(extensions) - have)
+        if missing:
+            raise RuntimeFailure(f"the Vulkan loader lacks {', '.join(missing)} (needed to "
+                                 "show a window)")
+        exts += [e for e in extensions if e not in exts]
     try:
         inst = vk.vkCreateInstance(vk.VkInstanceCreateInfo(
             pApplicationInfo=app, enabledLayerCount=len(layers), ppEnabledLayerNames=layers,
@@ -110,6 +128,7 @@ def instance():
             messageSeverity=sev, messageType=kinds, pfnUserCallback=_debug_callback)
         instance.messenger = create(inst, info, None)
     _instance = inst
+    _instance_extensions.update(exts)
     return inst
 
 
@@ -193,18 +212,35 @@ def choose(infos: list[DeviceInfo], name: str | None = None,
     return min(infos, key=lambda d: (order.get(rank.get(d.type), 9), d.index))
 
 
-class Device:
-    """A logical device with one compute queue. Create with `Device.open()`."""
+SWAPCHAIN = "VK_KHR_swapchain"
 
-    def __init__(self, info: DeviceInfo, pd):
+
+def _queue_family(pd, surface=None) -> int | None:
+    """The first compute queue family (that can also present to `surface`, when given)."""
+    for i, q in enumerate(vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)):
+        if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT and (surface is None
+                                                       or surface.supports(pd, i)):
+            return i
+    return None
+
+
+class Device:
+    """A logical device with one compute queue. Create with `Device.open()`.
+
+    With a `surface` (pipeline/vk/display.py) the queue can also present to it and
+    VK_KHR_swapchain is enabled; without one, nothing about windows is touched.
+    """
+
+    def __init__(self, info: DeviceInfo, pd, surface=None):
         self.info = info
         self.pd = pd
         self.children: list = []  # destroyed in reverse order by close()
         qfams = vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)
-        self.queue_family = next(
-            (i for i, q in enumerate(qfams) if q.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None)
+        self.queue_family = _queue_family(pd, surface)
         if self.queue_family is None:
-            raise RuntimeFailure(f"{info.name} has no compute queue")
+            raise RuntimeFailure(f"{info.name} has no compute queue"
+                                 + (" that can present to the window" if surface else ""))
+        self.can_present = surface is not None
         self.timestamp_bits = qfams[self.queue_family].timestampValidBits
         f2, f11, f12, f13 = _features(pd)
         # enable what we use where the device has it
@@ -233,6 +269,8 @@ class Device:
             chain = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(
                 pNext=chain, cooperativeMatrix=1)
             exts.append("VK_KHR_cooperative_matrix")
+        if surface is not None:
+            exts.append(SWAPCHAIN)
         base = f2.features
         feats = vk.VkPhysicalDeviceFeatures(shaderInt16=base.shaderInt16,
                                             shaderInt64=base.shaderInt64)
@@ -255,11 +293,25 @@ class Device:
         log.info("device: %s", info.summary())
 
     @classmethod
-    def open(cls, name: str | None = None, index: int | None = None) -> Device:
+    def open(cls, name: str | None = None, index: int | None = None,
+             surface=None) -> Device:
+        """The device chosen by `choose`; with a `surface`, one that can present to it (an
+        explicit --device / --device-id that cannot is an error, the default skips it)."""
         pds = physical_devices()
         infos = [_describe(i, pd) for i, pd in enumerate(pds)]
-        info = choose(infos, name, index)
-        return cls(info, pds[info.index])
+        if surface is None:
+            info = choose(infos, name, index)
+            return cls(info, pds[info.index])
+        ok = [d for d in infos if SWAPCHAIN in d.extensions
+              and _queue_family(pds[d.index], surface) is not None]
+        explicit = index is not None or name or os.environ.get("VKGRAPH_DEVICE")
+        info = choose(infos if explicit else ok or infos, name, index)
+        if info not in ok:
+            raise RuntimeFailure(f"{info.name} cannot show images in this window (no "
+                                 f"{SWAPCHAIN} or no queue that presents to the surface); "
+                                 + ("pick another with --device" if explicit
+                                    else "use `vkgraph cli`"))
+        return cls(info, pds[info.index], surface)
 
     # factories (each child registers itself for teardown)
     def buffer(self, nbytes: int, host: bool = False):

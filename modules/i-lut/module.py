@@ -1,0 +1,55 @@
+"""i-lut: read a vkdt `.lut` file as an image (r/rg/rgba) or a storage buffer (ssbo)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from pipeline.formats import fit_channels, read_lut
+from pipeline.module import Roi
+
+_CHAN = {1: "r", 2: "rg", 3: "rgba", 4: "rgba"}
+
+
+def _load(graph, module):
+    """(data, header, text), cached while the file is unchanged."""
+    path = graph.resolve(module.param("filename"))
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None  # read_lut names the problem
+    cached = module.data.get("lut")
+    if key is not None and cached is not None and cached[0] == key:
+        return cached[1]
+    lut = read_lut(path, finite=True)
+    module.data["lut"] = (key, lut)
+    return lut
+
+
+def modify_roi_out(graph, module) -> None:
+    _, info, text = _load(graph, module)
+    out = module.connector("output")
+    out.format = info.format
+    if info.ssbo:
+        # a storage buffer of wd*ht elements; several channels are laid out side by side
+        out.chan = "ssbo"
+        out.roi = Roi(info.wd * info.channels, info.ht)
+    else:
+        out.chan = _CHAN.get(info.channels, "rgba")
+        out.roi = Roi(info.wd, info.ht)
+    if text is not None:
+        module.data["lut_text"] = text  # the engine hands it on to writers (o-lut)
+    else:
+        module.data.pop("lut_text", None)
+
+
+def read_source(graph, module, connector) -> np.ndarray:
+    data, info, _ = _load(graph, module)
+    if connector.is_ssbo:
+        return np.ascontiguousarray(data.reshape(-1))
+    image = data.astype(np.float32)
+    if info.format == "ui8":
+        image /= 255.0  # unorm
+    return fit_channels(image, connector.nchan)

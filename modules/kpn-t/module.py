@@ -1,0 +1,270 @@
+"""kpn-t: trains the kernel-predicting MLP denoiser frame by frame (SPEC §5, README.md here).
+
+Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
+  forward   sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
+            apply_i (D_i, K_i -> I_i), up_i (I_i, O_{i+1} or M_L -> O_i)
+  loss      loss (O_0, ref -> dO_0, partials), lsum (-> loss history, current loss)
+  backward  dup_i (dO_i -> dO_{i+1}), dapply_i (-> dK_i), bck_i (-> G_i),
+            mulw_i (A_i, G_i, dK_i -> partials), reduce_i (sum over chunks and levels -> dw)
+  update    norm (dw of the last frame -> ||g||), adam (-> w, m, v, w16, stats)
+adam reads dw and the norm through feedback edges: frame f applies the gradient of f-1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeline.module import OPTIONAL, Roi
+
+NW = 28672  # 7 matrices of 64 x 64
+MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
+LUT_TEXT = "\n".join([
+    "lut contains weights for",
+    "multi-level kernel predicting mlp with:",
+    "6 hidden layers",
+    "64 network width",
+    "{apply} kernel weight activation",
+    "const alpha blending activation",
+    "leaky relu mlp activation",
+    "{loss} loss",
+])
+LOSS_NAMES = {0: "SMAPE", 1: "L2", 2: "L1"}
+APPLY_NAMES = {0: "plain", 1: "softmax"}
+
+
+def init(module):
+    module.data["lut_text"] = LUT_TEXT.format(
+        apply=APPLY_NAMES.get(module.param("apply"), "plain"),
+        loss=LOSS_NAMES.get(module.param("loss"), "SMAPE"))
+
+
+def modify_roi_out(graph, module):
+    inp = module.connector("input").roi
+    module.connector("output").roi = Roi(inp.wd, inp.ht)
+    module.connector("debug").roi = Roi(inp.wd, inp.ht)
+    module.connector("w").roi = Roi(64, 448)
+    module.connector("graph").roi = Roi(500, 200)
+    module.connector("vis").roi = Roi(512, 256)
+    init(module)
+
+
+def level_sizes(wd: int, ht: int, levels: int) -> list[tuple[int, int]]:
+    sizes = [(wd, ht)]
+    for _ in range(levels):
+        w, h = sizes[-1]
+        sizes.append(((w + 1) // 2, (h + 1) // 2))
+    return sizes
+
+
+def mulw_chunks(n: int) -> tuple[int, int]:
+    """(chunks, pixels per chunk) of the blocked weight-gradient product: enough workgroups
+    to fill a GPU, few enough partials to sum cheaply."""
+    chunks = max(1, min(64, math.ceil(n / 256)))
+    return chunks, math.ceil(n / chunks)
+
+
+def img(name, ctype, roi=None):
+    return (name, ctype, "rgba", "f32", roi)
+
+
+def ssbo(name, ctype, n=None, fmt="f32"):
+    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
+
+
+def forward_nodes(graph, module, levels: int, train: bool, weights):
+    """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
+    `weights` = (node, connector) of the weights (f32 for training, f16 from a lut for kpn).
+    Returns the per-level nodes as a dict of lists."""
+    inp = module.connector("input").roi
+    sizes = level_sizes(inp.wd, inp.ht, levels)
+    apply_mode = int(module.param("apply"))
+    w16 = weights[0].connector(weights[1]).format == "f16"
+    n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
+    for i in range(levels):
+        (w, h), (cw, ch) = sizes[i], sizes[i + 1]
+        npx = w * h
+        sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
+                             img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
+        diff = graph.add_node(module, "diff", (w, h), [img("fine", "read"), img("coarse", "read"),
+                              img("detail", "write", Roi(w, h))], shader="kpn-t")
+        conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
+        defines = {}
+        if train:
+            conns.append(ssbo("A", "write", 7 * 64 * npx))
+            defines["TRAIN"] = 1
+        if w16:
+            defines["W16"] = 1
+        fwd = graph.add_node(module, "fwd", (math.ceil(npx / MLP_BATCH) * 64, 1), conns,
+                             shader="kpn-t", local=(64, 1, 1), defines=defines)
+        app = graph.add_node(module, "apply", (w, h), [img("detail", "read"), ssbo("K", "read"),
+                             img("filtered", "write", Roi(w, h))], shader="kpn-t",
+                             push=[apply_mode])
+        if i == 0:
+            graph.bind(module, "input", sub, "fine")
+            graph.bind(module, "input", diff, "fine")
+        else:
+            graph.node_connect(n["sub"][-1], "coarse", sub, "fine")
+            graph.node_connect(n["sub"][-1], "coarse", diff, "fine")
+        graph.node_connect(sub, "coarse", diff, "coarse")
+        graph.node_connect(diff, "detail", fwd, "detail")
+        graph.node_connect(weights[0], weights[1], fwd, "w")
+        graph.node_connect(diff, "detail", app, "detail")
+        graph.node_connect(fwd, "K", app, "K")
+        for k, v in zip(("sub", "diff", "fwd", "apply"), (sub, diff, fwd, app), strict=True):
+            n[k].append(v)
+    ups = [None] * levels
+    for i in reversed(range(levels)):
+        w, h = sizes[i]
+        up = graph.add_node(module, "up", (w, h), [img("filtered", "read"), img("coarse", "read"),
+                            img("output", "write", Roi(w, h))], shader="kpn-t")
+        graph.node_connect(n["apply"][i], "filtered", up, "filtered")
+        if i == levels - 1:
+            graph.node_connect(n["sub"][i], "coarse", up, "coarse")
+        else:
+            graph.node_connect(ups[i + 1], "output", up, "coarse")
+        ups[i] = up
+    n["up"] = ups
+    n["sizes"] = sizes
+    graph.bind(module, "output", ups[0], "output")
+    return n
+
+
+def create_nodes(graph, module):
+    levels = max(1, min(12, int(module.param("levels"))))
+    module.data["levels"] = levels
+    # adam first: every forward reads this frame's weights
+    adam = graph.add_node(module, "adam", (NW, 1), [
+        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt="f16"),
+        ssbo("w", "write", NW), ssbo("m", "write", NW), ssbo("v", "write", NW),
+        ssbo("w16", "write", NW, "f16"), ssbo("stats", "write", 4)],
+        shader="kpn-t", local=(256, 1, 1),
+        push=[1 if module.connector("wcp").source is not None else 0])
+    adam.connector("wcp").flags |= OPTIONAL
+    if module.connector("wcp").source is not None:
+        graph.bind(module, "wcp", adam, "wcp")
+    graph.bind(module, "w", adam, "w16")
+    n = forward_nodes(graph, module, levels, True, (adam, "w"))
+    sizes = n["sizes"]
+    w0, h0 = sizes[0]
+    groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
+    loss = graph.add_node(module, "loss", (w0, h0), [
+        img("output", "read"), img("ref", "read"), img("dO", "write", Roi(w0, h0)),
+        ssbo("Epart", "write", groups)], shader="kpn-t", push=[int(module.param("loss"))])
+    graph.node_connect(n["up"][0], "output", loss, "output")
+    graph.bind(module, "ref", loss, "ref")
+    hist_len = max(500, int(graph.frames))
+    lsum = graph.add_node(module, "lsum", (256, 1), [
+        ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+        shader="kpn-t", local=(256, 1, 1), push=[groups, hist_len], keep=True)
+    graph.node_connect(loss, "Epart", lsum, "Epart")
+    module.data["lsum"] = lsum
+    module.data["adam"] = adam
+    module.data["hist_len"] = hist_len
+
+    grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
+    acc = None
+    for i in range(levels):
+        w, h = sizes[i]
+        npx = w * h
+        if i > 0:
+            cw, ch = sizes[i]
+            dup = graph.add_node(module, "dup", (cw, ch), [
+                img("gfine", "read"), img("gcoarse", "write", Roi(cw, ch))], shader="kpn-t")
+            graph.node_connect(grad[0], grad[1], dup, "gfine")
+            grad = (dup, "gcoarse")
+        dap = graph.add_node(module, "dapply", (w, h), [
+            img("detail", "read"), ssbo("K", "read"), img("filtered", "read"),
+            img("dI", "read"), ssbo("dK", "write", 16 * npx)], shader="kpn-t",
+            push=[int(module.param("apply"))])
+        graph.node_connect(n["diff"][i], "detail", dap, "detail")
+        graph.node_connect(n["fwd"][i], "K", dap, "K")
+        graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
+        graph.node_connect(grad[0], grad[1], dap, "dI")
+        bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), [
+            ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
+            ssbo("G", "write", 6 * 64 * npx)], shader="kpn-t", local=(64, 1, 1), push=[npx])
+        graph.node_connect(adam, "w", bck, "w")
+        graph.node_connect(n["fwd"][i], "A", bck, "A")
+        graph.node_connect(dap, "dK", bck, "dK")
+        chunks, chunk = mulw_chunks(npx)
+        mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), [
+            ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
+            ssbo("part", "write", NW * chunks)], shader="kpn-t", local=(16, 16, 1),
+            push=[npx, chunk])
+        graph.node_connect(n["fwd"][i], "A", mulw, "A")
+        graph.node_connect(bck, "G", mulw, "G")
+        graph.node_connect(dap, "dK", mulw, "dK")
+        conns = [ssbo("part", "read")] + ([ssbo("acc", "read")] if acc else [])
+        red = graph.add_node(module, "reduce", (NW, 1), conns + [ssbo("dw", "write", NW)],
+                             shader="kpn-t", local=(256, 1, 1), push=[chunks],
+                             defines={} if acc else {"FIRST": 1})
+        graph.node_connect(mulw, "part", red, "part")
+        if acc:
+            graph.node_connect(acc, "dw", red, "acc")
+        acc = red
+    norm = graph.add_node(module, "norm", (256, 1), [ssbo("dw", "read"), ssbo("gn", "write", 4)],
+                          shader="kpn-t", local=(256, 1, 1))
+    graph.node_feedback(acc, "dw", norm, "dw")
+    graph.node_feedback(acc, "dw", adam, "dw")
+    graph.node_connect(norm, "gn", adam, "gn")
+    module.data["dw"] = acc
+    _view_nodes(graph, module, n, adam, acc, lsum)
+
+
+def _view_nodes(graph, module, n, adam, dw_node, lsum):
+    """graph (loss plot), vis (weights and gradients), debug (kernels) when connected."""
+    readers = getattr(graph.graph, "readers", None)
+    if readers is None:
+        return
+    hist_len = module.data["hist_len"]
+    if readers(module, "graph"):
+        node = graph.add_node(module, "graph", (500, 200), [
+            ssbo("hist", "read"), img("plot", "write", Roi(500, 200))], shader="kpn-t",
+            push=[hist_len])
+        graph.node_connect(lsum, "hist", node, "hist")
+        graph.bind(module, "graph", node, "plot")
+    if readers(module, "vis"):
+        node = graph.add_node(module, "vis", (512, 256), [
+            ssbo("w", "read"), ssbo("dw", "read"), img("vis", "write", Roi(512, 256))],
+            shader="kpn-t")
+        graph.node_connect(adam, "w", node, "w")
+        graph.node_feedback(dw_node, "dw", node, "dw")
+        graph.bind(module, "vis", node, "vis")
+    if readers(module, "debug"):
+        w, h = n["sizes"][0]
+        node = graph.add_node(module, "debug", (w, h), [
+            img("detail", "read"), ssbo("K", "read"), img("debug", "write", Roi(w, h))],
+            shader="kpn-t", push=[int(module.param("apply"))])
+        graph.node_connect(n["diff"][0], "detail", node, "detail")
+        graph.node_connect(n["fwd"][0], "K", node, "K")
+        graph.bind(module, "debug", node, "debug")
+
+
+def losses(graph, module) -> np.ndarray:
+    """The per-frame loss history of this run (frames 0 .. graph.frame)."""
+    hist = graph.read(module.data["lsum"], "hist")
+    n = min(graph.frame + 1, module.data["hist_len"])
+    return hist[:n].astype(np.float64)
+
+
+def stats(graph, module) -> dict:
+    cur = graph.read(module.data["lsum"], "cur")
+    out = {"loss": float(cur[0])}
+    skipped = int(graph.read(module.data["adam"], "stats")[0])
+    if skipped:
+        out["skipped"] = skipped
+    return out
+
+
+def summary(graph, module) -> str:
+    hist = losses(graph, module)
+    frames = graph.frame + 1
+    fps = frames / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
+    skipped = int(graph.read(module.data["adam"], "stats")[0])
+    line = (f"{module}: {frames} frames, first loss {hist[0]:.4f}, loss {hist[-1]:.4f}, "
+            f"best {np.nanmin(hist):.4f}, {fps:.1f} frames/s")
+    if skipped:
+        line += f", {skipped} updates skipped (non-finite gradient)"
+    return line

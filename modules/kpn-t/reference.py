@@ -1,0 +1,492 @@
+"""float64 numpy reference of the kpn-t kernel-predicting denoiser (SPEC §5), forward and backward.
+
+Every GPU kernel of kpn-t is checked against the function of the same step here. Conventions:
+images are arrays (H, W, 3) indexed [y, x] (rgb; alpha is not part of the maths); pixel p of a
+level is p = x + y*W (row-major flattening of (H, W)); the weights are one array W (7, 64, 64)
+with W[l, o, c] = stored w[4096 l + 64 o + c] (row o = output neuron); matrix 6 uses rows 0..15
+only (``USED``), rows 16..63 are unused and kept 0.
+
+Borders. Every out-of-range read uses the mirrored-repeat index
+    mirror(i, n) = j if j < n else 2n - 1 - j,   j = i mod 2n      (-1 -> 0, n -> n - 1).
+
+Pyramid (L = levels). M_0 = X,
+    M_{i+1}(q) = sum_{dx,dy = -2..2} b[dx] b[dy] M_i(2q + (dx, dy)),   b = (1, 4, 6, 4, 1)/16,
+of size ceil(W_i/2) x ceil(H_i/2);  D_i = M_i - U(M_{i+1}) for i < L.
+U (upsample by 2, separable in x and y), for a coarse row C of length n_c = ceil(n/2):
+    U(C)[2k] = C[k],   U(C)[2k+1] = (C[k] + C[k+1]) / 2,   C[n_c] := C[n_c - 1].
+Its transpose U^T gathers G[2k] + G[2k+1]/2 + G[2k-1]/2 into coarse k (with the clamped
+C[n_c] term folded back into k = n_c - 1).
+
+Features of pixel p of a level with detail D (64 per pixel, c = 0..63):
+    f_c(p) = Y(|D(p + (c div 8 - 4, c mod 8 - 4))|),   offsets (x, y),
+    Y(v) = 0.2627 v_r + 0.6780 v_g + 0.0593 v_b  (Rec.2020 luminance of per-channel |.|).
+
+MLP (no biases), leaky(z) = z if z > 0 else 0.001 z:
+    h_0 = f;  z_{l+1} = W_l h_l,  h_{l+1} = leaky(z_{l+1})  (l = 0..5);  K = W_6[0:16] h_6.
+Backward for an upstream dK (N, 16): g_6 = dK,  dW_6[0:16] = g^T h_6;  then for l = 5..0:
+    dh_{l+1} = g_{l+1} W_{l+1},  g_l = leaky'(z_{l+1}) * dh_{l+1},  dW_l = g_l^T h_l,
+with leaky'(z) = 1 if z > 0 else 0.001 (sums over pixels; no gradient to the features).
+
+Filter (apply) with the 15-tap star T_k (dx, dy), k = 0..14 (``TAPS``); K_15 is unused:
+  plain:   w_k = K_k, except w_k = 0.001 where K_k is non-finite or |K_k| >= 10 (such taps get
+           zero gradient);  S = sum_k w_k;  I(p) = sum_k w_k D(p + T_k) / max(S, 0.001).
+           dI/dw_k = (D(p + T_k) - I(p)) / S if S > 0.001, else D(p + T_k) / 0.001.
+  softmax: s = softmax(K_0..14) (max-subtracted);  I(p) = sum_k s_k D(p + T_k);
+           dI/dK_k = s_k (D(p + T_k) - I(p)).  No tap replacement in this mode.
+
+Reconstruction:  O_{L-1} = U(M_L) + I_{L-1},  O_i = U(O_{i+1}) + I_i;  output O_0.
+Adjoint:  dO_0 given;  dI_i = dO_i,  dO_{i+1} = U^T dO_i;  dM_L = U^T dO_{L-1}.
+With identity filters (I_i = D_i) the reconstruction returns X (Laplacian pyramid).
+
+Loss over the N = W*H pixels of O_0 against the reference R (mean over pixels, sum over rgb):
+    E = (1/N) sum_{p,c} l(o, r);  smape l = |o-r| / (|o|+|r|+1e-3),  l2 (o-r)^2,  l1 |o-r|;
+    dE/do = (1/N) l'(o):  smape  sign(o-r)/den - |o-r| sign(o)/den^2,  l2 2(o-r),  l1 sign(o-r)
+(sign(0) = 0). The training gradient is dE/dW = sum over all L levels and their pixels.
+
+Adam (on used weights only): g *= gradclip/||g|| if ||g||_2 > gradclip;  g += 2 L2 w;
+    m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= alpha (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+and the whole step is skipped (and reported) when any element of g is non-finite.
+
+Init: vkdt's xorshift mrand (s ^= s<<13; s ^= s>>17; s ^= s<<5, mod 2^32; value (s>>8) 2^-24)
+with seed s_i = i * 133700013 mod 2^32 for stored index i; w_i = (0.5 - value) 2 sqrt(6/128);
+rows 16..63 of matrix 6 are then zeroed. (A float32 GPU computes the same values up to the
+last bits of w; mrand's value itself is exact in float32.)
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+N_LAYERS = 7
+WIDTH = 64
+N_OUT = 16
+N_TAPS = 15
+LEAKY_SLOPE = 0.001
+LUMA = np.array([0.2627, 0.6780, 0.0593])
+BINOMIAL = np.array([1.0, 4.0, 6.0, 4.0, 1.0]) / 16.0
+TAP_LIMIT = 10.0  # |K_k| >= TAP_LIMIT (or non-finite) -> tap replaced by TAP_FALLBACK
+TAP_FALLBACK = 0.001
+S_FLOOR = 0.001  # plain apply divides by max(S, S_FLOOR)
+SMAPE_EPS = 1e-3
+XAVIER_BOUND = float(np.sqrt(6.0 / 128.0))
+SEED_MULT = 133700013
+
+# (dx, dy) of the 15-tap star, k = 0..14
+TAPS = np.array(
+    [(0, -2)]
+    + [(dx, -1) for dx in range(-2, 3)]
+    + [(-1, 0), (0, 0), (1, 0)]
+    + [(dx, 1) for dx in range(-2, 3)]
+    + [(0, 2)],
+    dtype=np.int64,
+)
+
+# USED[l, o, c]: True for the 25,600 weights that take part in the network
+USED = np.ones((N_LAYERS, WIDTH, WIDTH), dtype=bool)
+USED[N_LAYERS - 1, N_OUT:, :] = False
+
+FEATURE_OFFSETS = np.array(
+    [(c // 8 - 4, c % 8 - 4) for c in range(WIDTH)], dtype=np.int64
+)  # (dx, dy) of feature c
+
+
+# --------------------------------------------------------------------------------- sampling
+
+
+def mirror(i: "int | np.ndarray", n: int) -> np.ndarray:
+    """Mirrored-repeat index of i (any integer or integer array) into [0, n)."""
+    j = np.mod(i, 2 * n)
+    return np.where(j >= n, 2 * n - 1 - j, j)
+
+
+def level_sizes(width: int, height: int, levels: int) -> list[tuple[int, int]]:
+    """(W_i, H_i) of M_0 .. M_levels: each level halves, rounding up."""
+    sizes = [(width, height)]
+    for _ in range(levels):
+        w, h = sizes[-1]
+        sizes.append(((w + 1) // 2, (h + 1) // 2))
+    return sizes
+
+
+def _sub_index(n: int) -> np.ndarray:
+    """(ceil(n/2), 5): the fine indices 2q + d, d = -2..2, read by coarse q."""
+    q = np.arange((n + 1) // 2)
+    return mirror(2 * q[:, None] + np.arange(-2, 3)[None, :], n)
+
+
+def _sub_axis(M: np.ndarray, axis: int) -> np.ndarray:
+    taps = np.take(M, _sub_index(M.shape[axis]), axis=axis)  # axis becomes (n_c, 5)
+    return np.tensordot(taps, BINOMIAL, axes=([axis + 1], [0]))
+
+
+def sub(M: np.ndarray) -> np.ndarray:
+    """M_{i+1} = 5x5 binomial blur centred on 2q, size ceil(W/2) x ceil(H/2)."""
+    return _sub_axis(_sub_axis(np.asarray(M, dtype=np.float64), 1), 0)
+
+
+def sub_adjoint(G: np.ndarray, W: int, H: int) -> np.ndarray:
+    """Transpose of sub: coarse (ceil(H/2), ceil(W/2), ...) -> fine (H, W, ...)."""
+    G = np.asarray(G, dtype=np.float64)
+    for axis, n in ((0, H), (1, W)):
+        nc = G.shape[axis]
+        assert nc == (n + 1) // 2, "coarse size must be ceil(n/2)"
+        idx = _sub_index(n).ravel()
+        g = np.moveaxis(G, axis, 0)
+        contrib = (g[:, None] * BINOMIAL.reshape((1, 5) + (1,) * (g.ndim - 1))).reshape(
+            (nc * 5,) + g.shape[1:]
+        )
+        out = np.zeros((n,) + g.shape[1:])
+        np.add.at(out, idx, contrib)
+        G = np.moveaxis(out, 0, axis)
+    return G
+
+
+def _up_axis(C: np.ndarray, n: int, axis: int) -> np.ndarray:
+    c = np.moveaxis(C, axis, 0)
+    nc = c.shape[0]
+    assert nc == (n + 1) // 2, f"coarse size {nc} is not ceil({n}/2)"
+    nxt = np.concatenate([c[1:], c[-1:]], axis=0)  # C[k+1] with C[nc] := C[nc-1]
+    out = np.empty((2 * nc,) + c.shape[1:])
+    out[0::2] = c
+    out[1::2] = 0.5 * (c + nxt)
+    return np.moveaxis(out[:n], 0, axis)
+
+
+def _up_adjoint_axis(G: np.ndarray, nc: int, axis: int) -> np.ndarray:
+    g = np.moveaxis(G, axis, 0)
+    n = g.shape[0]
+    assert nc == (n + 1) // 2, f"coarse size {nc} is not ceil({n}/2)"
+    pad = np.zeros((2 * nc,) + g.shape[1:])
+    pad[:n] = g
+    even, odd = pad[0::2], 0.5 * pad[1::2]
+    out = even + odd  # C[k] from fine 2k and 2k+1
+    out[1:] += odd[:-1]  # C[k+1] from fine 2k+1
+    out[-1] += odd[-1]  # the clamped C[nc] := C[nc-1] term
+    return np.moveaxis(out, 0, axis)
+
+
+def up(C: np.ndarray, W: int, H: int) -> np.ndarray:
+    """U: coarse (ceil(H/2), ceil(W/2), ...) -> fine (H, W, ...)."""
+    C = np.asarray(C, dtype=np.float64)
+    return _up_axis(_up_axis(C, W, 1), H, 0)
+
+
+def up_adjoint(G: np.ndarray, Wc: int, Hc: int) -> np.ndarray:
+    """U^T: fine (H, W, ...) -> coarse (Hc, Wc, ...), the exact transpose of ``up``."""
+    G = np.asarray(G, dtype=np.float64)
+    return _up_adjoint_axis(_up_adjoint_axis(G, Hc, 0), Wc, 1)
+
+
+def shifted(a: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """(len(offsets), H, W, ...): a(p + offset) for each (dx, dy) offset, mirrored borders."""
+    H, W = a.shape[:2]
+    xs = mirror(np.arange(W)[None, :] + offsets[:, 0:1], W)  # (n_off, W)
+    ys = mirror(np.arange(H)[None, :] + offsets[:, 1:2], H)  # (n_off, H)
+    return a[ys[:, :, None], xs[:, None, :]]
+
+
+def pyramid(X: np.ndarray, levels: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(M_0..M_L, D_0..D_{L-1}) with D_i = M_i - U(M_{i+1})."""
+    M = [np.asarray(X, dtype=np.float64)]
+    for _ in range(levels):
+        M.append(sub(M[-1]))
+    D = [M[i] - up(M[i + 1], M[i].shape[1], M[i].shape[0]) for i in range(levels)]
+    return M, D
+
+
+# --------------------------------------------------------------------------------- features
+
+
+def luminance_abs(D: np.ndarray) -> np.ndarray:
+    """Y(|D|) per pixel, (H, W)."""
+    return np.abs(D[..., :3]) @ LUMA
+
+
+def features(D: np.ndarray) -> np.ndarray:
+    """(H*W, 64): f_c(p) = Y(|D(p + (c div 8 - 4, c mod 8 - 4))|), mirrored borders."""
+    f = shifted(luminance_abs(np.asarray(D, dtype=np.float64)), FEATURE_OFFSETS)  # (64, H, W)
+    return f.reshape(WIDTH, -1).T.copy()
+
+
+# ------------------------------------------------------------------------------------- MLP
+
+
+def leaky(z: np.ndarray) -> np.ndarray:
+    return np.where(z > 0, z, LEAKY_SLOPE * z)
+
+
+def leaky_grad(z: np.ndarray) -> np.ndarray:
+    return np.where(z > 0, 1.0, LEAKY_SLOPE)
+
+
+@dataclass
+class MlpActivations:
+    """h[0..6] (h[0] = features, h[l] post-activation) and z[1..6] pre-activation (z[0] None)."""
+
+    h: list = field(default_factory=list)
+    z: list = field(default_factory=list)
+
+
+def mlp_forward(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, MlpActivations]:
+    """K (N, 16) = W_6[0:16] h_6 and the stored activations."""
+    W = np.asarray(W, dtype=np.float64)
+    acts = MlpActivations(h=[np.asarray(F, dtype=np.float64)], z=[None])
+    for layer in range(N_LAYERS - 1):
+        z = acts.h[-1] @ W[layer].T
+        acts.z.append(z)
+        acts.h.append(leaky(z))
+    K = acts.h[-1] @ W[N_LAYERS - 1, :N_OUT].T
+    return K, acts
+
+
+def mlp_backward(dK: np.ndarray, acts: MlpActivations, W: np.ndarray) -> np.ndarray:
+    """dW (7, 64, 64) for the upstream dE/dK (N, 16); rows 16..63 of layer 6 are 0."""
+    W = np.asarray(W, dtype=np.float64)
+    dW = np.zeros((N_LAYERS, WIDTH, WIDTH))
+    g = np.asarray(dK, dtype=np.float64)
+    last = N_LAYERS - 1
+    dW[last, :N_OUT] = g.T @ acts.h[last]
+    dh = g @ W[last, :N_OUT]
+    for layer in range(last - 1, -1, -1):
+        g = dh * leaky_grad(acts.z[layer + 1])
+        dW[layer] = g.T @ acts.h[layer]
+        if layer > 0:
+            dh = g @ W[layer]
+    return dW
+
+
+# ----------------------------------------------------------------------------------- apply
+
+
+def gather_taps(D: np.ndarray) -> np.ndarray:
+    """(15, H*W, 3): D(p + T_k) with mirrored borders."""
+    t = shifted(np.asarray(D, dtype=np.float64)[..., :3], TAPS)  # (15, H, W, 3)
+    return t.reshape(N_TAPS, -1, 3)
+
+
+def plain_weights(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w (N, 15), replaced mask): non-finite or |K_k| >= 10 taps become 0.001."""
+    k = np.asarray(K, dtype=np.float64)[:, :N_TAPS]
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(k) | (np.abs(k) >= TAP_LIMIT)
+    return np.where(bad, TAP_FALLBACK, k), bad
+
+
+def softmax_weights(K: np.ndarray) -> np.ndarray:
+    k = np.asarray(K, dtype=np.float64)[:, :N_TAPS]
+    e = np.exp(k - k.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
+    """I (H, W, 3): the predicted 15-tap filter of K (N, 16) applied to the detail D."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = gather_taps(D)
+    if mode == "plain":
+        w, _ = plain_weights(K)
+        S = w.sum(axis=1)
+        I = np.einsum("nk,knc->nc", w, taps) / np.maximum(S, S_FLOOR)[:, None]
+    elif mode == "softmax":
+        I = np.einsum("nk,knc->nc", softmax_weights(K), taps)
+    else:
+        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax)")
+    return I.reshape(H, W, 3)
+
+
+def apply_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
+    """dE/dK (N, 16) for the upstream dE/dI (H, W, 3); column 15 is always 0."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = gather_taps(D)
+    g = np.asarray(dI, dtype=np.float64).reshape(H * W, 3)
+    I = apply(D, K, mode).reshape(H * W, 3)
+    dK = np.zeros((H * W, N_OUT))
+    if mode == "plain":
+        w, bad = plain_weights(K)
+        S = w.sum(axis=1)
+        normal = S > S_FLOOR
+        # dI/dw_k = (D(p+T_k) - I)/S where S > floor, D(p+T_k)/floor where the floor is active
+        centred = np.where(normal[None, :, None], taps - I[None], taps)
+        den = np.where(normal, S, S_FLOOR)
+        dw = np.einsum("nc,knc->nk", g, centred) / den[:, None]
+        dK[:, :N_TAPS] = np.where(bad, 0.0, dw)
+    elif mode == "softmax":
+        s = softmax_weights(K)
+        dK[:, :N_TAPS] = s * np.einsum("nc,knc->nk", g, taps - I[None])
+    else:
+        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax)")
+    return dK
+
+
+# --------------------------------------------------------------------------- reconstruction
+
+
+def reconstruct(M_L: np.ndarray, I: list[np.ndarray]) -> list[np.ndarray]:
+    """[O_0, .., O_{L-1}]: O_{L-1} = U(M_L) + I_{L-1}, O_i = U(O_{i+1}) + I_i."""
+    L = len(I)
+    O: list = [None] * L
+    coarse = np.asarray(M_L, dtype=np.float64)
+    for i in range(L - 1, -1, -1):
+        H, W = I[i].shape[:2]
+        O[i] = up(coarse, W, H) + I[i]
+        coarse = O[i]
+    return O
+
+
+def reconstruct_adjoint(dO0: np.ndarray, levels: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """([dI_0, .., dI_{L-1}], dM_L) from dE/dO_0: dI_i = dO_i, dO_{i+1} = U^T dO_i."""
+    dO = np.asarray(dO0, dtype=np.float64)
+    sizes = level_sizes(dO.shape[1], dO.shape[0], levels)
+    dI = []
+    for i in range(levels):
+        dI.append(dO)
+        wc, hc = sizes[i + 1]
+        dO = up_adjoint(dO, wc, hc)
+    return dI, dO
+
+
+# ------------------------------------------------------------------------------------ loss
+
+
+def loss(O: np.ndarray, R: np.ndarray, kind: str = "smape") -> tuple[float, np.ndarray]:
+    """(E, dE/dO): mean over pixels of the sum over rgb of l(o, r)."""
+    o = np.asarray(O, dtype=np.float64)[..., :3]
+    r = np.asarray(R, dtype=np.float64)[..., :3]
+    n = o.shape[0] * o.shape[1]
+    d = o - r
+    if kind == "smape":
+        den = np.abs(o) + np.abs(r) + SMAPE_EPS
+        value = np.abs(d) / den
+        grad = np.sign(d) / den - np.abs(d) * np.sign(o) / den**2
+    elif kind == "l2":
+        value, grad = d * d, 2.0 * d
+    elif kind == "l1":
+        value, grad = np.abs(d), np.sign(d)
+    else:
+        raise ValueError(f"unknown loss {kind!r} (smape, l2, l1)")
+    return float(value.sum() / n), grad / n
+
+
+_loss = loss  # forward's keyword ``loss`` shadows the function
+
+
+# ------------------------------------------------------------------------ one training frame
+
+
+@dataclass
+class Cache:
+    """Everything ``backward`` needs from ``forward``."""
+
+    W: np.ndarray
+    apply_mode: str
+    M: list
+    D: list
+    K: list
+    acts: list
+    I: list
+    O: list
+    dEdO: np.ndarray
+
+
+def forward(
+    X: np.ndarray,
+    R: np.ndarray,
+    W: np.ndarray,
+    levels: int = 4,
+    apply_mode: str = "plain",
+    loss: str = "smape",
+) -> tuple[float, np.ndarray, Cache]:
+    """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss."""
+    X = np.asarray(X, dtype=np.float64)[..., :3]
+    W = np.asarray(W, dtype=np.float64)
+    M, D = pyramid(X, levels)
+    K, acts, I = [], [], []
+    for i in range(levels):
+        k, a = mlp_forward(features(D[i]), W)
+        K.append(k)
+        acts.append(a)
+        I.append(apply(D[i], k, apply_mode))
+    O = reconstruct(M[levels], I)
+    E, dEdO = _loss(O[0], R, loss)
+    return E, O[0], Cache(W, apply_mode, M, D, K, acts, I, O, dEdO)
+
+
+def backward(cache: Cache) -> np.ndarray:
+    """dE/dW (7, 64, 64), summed over all levels and pixels."""
+    dI, _ = reconstruct_adjoint(cache.dEdO, len(cache.D))
+    dW = np.zeros((N_LAYERS, WIDTH, WIDTH))
+    for i, D in enumerate(cache.D):
+        dK = apply_backward(dI[i], D, cache.K[i], cache.apply_mode)
+        dW += mlp_backward(dK, cache.acts[i], cache.W)
+    return dW
+
+
+# ------------------------------------------------------------------------- init and Adam
+
+
+def mrand(state: "int | np.ndarray") -> tuple[np.ndarray, np.ndarray]:
+    """vkdt's xorshift32: (new state, (state >> 8) * 2^-24 in [0, 1)); vectorised over uint."""
+    s = np.asarray(state, dtype=np.uint64) & 0xFFFFFFFF
+    s = s ^ ((s << np.uint64(13)) & 0xFFFFFFFF)
+    s = s ^ (s >> np.uint64(17))
+    s = s ^ ((s << np.uint64(5)) & 0xFFFFFFFF)
+    return s.astype(np.uint32), (s >> np.uint64(8)).astype(np.float64) * 2.0**-24
+
+
+def xavier_init() -> np.ndarray:
+    """W (7, 64, 64): (0.5 - mrand(i * 133700013)) * 2 sqrt(6/128), unused rows zeroed."""
+    i = np.arange(N_LAYERS * WIDTH * WIDTH, dtype=np.uint64)
+    seed = (i * np.uint64(SEED_MULT)) & 0xFFFFFFFF
+    _, r = mrand(seed)
+    W = ((0.5 - r) * 2.0 * XAVIER_BOUND).reshape(N_LAYERS, WIDTH, WIDTH)
+    W[~USED] = 0.0
+    return W
+
+
+def adam_step(
+    w: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    g: np.ndarray,
+    t: int,
+    alpha: float = 0.01,
+    beta1: float = 0.99,
+    beta2: float = 0.999,
+    eps: float = 1e-4,
+    L2: float = 0.001,
+    gradclip: float = 1000.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(w, m, v, skipped): one Adam step t >= 1 over the used weights.
+
+    A non-finite gradient skips the step (inputs returned unchanged, skipped = True).
+    Unused weights and their moments are (kept) 0.
+    """
+    g = np.asarray(g, dtype=np.float64)
+    if not np.all(np.isfinite(g)):
+        return w, m, v, True
+    w = np.where(USED, w, 0.0)
+    g = np.where(USED, g, 0.0)
+    norm = float(np.sqrt(np.sum(g * g)))
+    if norm > gradclip:
+        g = g * (gradclip / norm)
+    g = g + 2.0 * L2 * w
+    m = np.where(USED, beta1 * m + (1.0 - beta1) * g, 0.0)
+    v = np.where(USED, beta2 * v + (1.0 - beta2) * g * g, 0.0)
+    mhat = m / (1.0 - beta1**t)
+    vhat = v / (1.0 - beta2**t)
+    w = w - alpha * mhat / (np.sqrt(vhat) + eps)
+    return w, m, v, False
+
+
+# ----------------------------------------------------------------------------- gradcheck
+
+
+def gradcheck_rel(a: "float | np.ndarray", n: "float | np.ndarray") -> np.ndarray:
+    """|a - n| / max(|a|, |n|, 1e-3 max|a|) elementwise (0 where a = n = 0)."""
+    a = np.asarray(a, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    floor = 1e-3 * (np.max(np.abs(a)) if a.size else 0.0)
+    den = np.maximum(np.maximum(np.abs(a), np.abs(n)), floor)
+    diff = np.abs(a - n)
+    return np.divide(diff, den, out=np.zeros_like(diff), where=den > 0)

@@ -1,0 +1,71 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "vkgraph.glsl"
+#include "rng.glsl"
+#include "params.glsl"
+// Adam on fp32 master weights; frame f applies the gradient of frame f-1 (dw, gn are read
+// through feedback edges), step t = f:
+//   g *= gradclip / ||g|| if ||g|| > gradclip;  g += 2 L2 w;
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= alpha (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+// A non-finite gradient (gn[1] == 0) or a non-finite result skips the update; stats[0]
+// counts skipped frames. Frame 0 initialises: Xavier-uniform +-sqrt(6/128) from vkdt's
+// xorshift with seed 133700013 i (init 1, or no wcp), else the checkpoint wcp; m = v = 0.
+// Unused weights (rows 16..63 of matrix 6) stay 0. wout is the f16 copy for o-lut.
+layout(push_constant) uniform Push { int has_wcp; } push;
+SSBO_IN(0, float, dw)
+SSBO_IN(1, float, gn)
+SSBO_IN(2, float16_t, wcp)
+SSBO_RW(3, float, w)
+SSBO_RW(4, float, m)
+SSBO_RW(5, float, v)
+SSBO_OUT(6, float16_t, wout)
+SSBO_RW(7, float, stats)
+
+bool finite(float x) { return !isnan(x) && !isinf(x); }
+
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  if (i >= 28672u) return;
+  bool used = i < 24576u || (i - 24576u) < 1024u;  // matrix 6: rows 0..15 only
+  float wi;
+  if (global.frame == 0) {
+    if (params.init != 0 || push.has_wcp == 0) {
+      uint s = i * 133700013u;
+      wi = (0.5 - mrand(s)) * 2.0 * sqrt(6.0 / 128.0);
+    } else {
+      wi = float(wcp[i]);
+    }
+    if (!used || !finite(wi)) wi = 0.0;
+    m[i] = 0.0;
+    v[i] = 0.0;
+    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; }
+  } else {
+    wi = w[i];
+    bool ok = gn[1] != 0.0;
+    if (ok && used) {
+      float g = dw[i];
+      float n = gn[0];
+      if (n > params.gradclip) g *= params.gradclip / n;
+      g += 2.0 * params.L2 * wi;
+      float t = float(global.frame);
+      float mi = params.beta1 * m[i] + (1.0 - params.beta1) * g;
+      float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
+      float mh = mi / (1.0 - pow(params.beta1, t));
+      float vh = vi / (1.0 - pow(params.beta2, t));
+      float wn = wi - params.alpha * mh / (sqrt(vh) + params.eps);
+      if (finite(wn) && finite(mi) && finite(vi)) {
+        wi = wn;
+        m[i] = mi;
+        v[i] = vi;
+      }
+    }
+    if (i == 0u) {
+      if (!ok) stats[0] += 1.0;
+      stats[1] = gn[0];
+    }
+  }
+  w[i] = wi;
+  wout[i] = float16_t(clamp(wi, -65504.0, 65504.0));
+}

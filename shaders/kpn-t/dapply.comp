@@ -1,0 +1,44 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#include "vkgraph.glsl"
+#include "kpn.glsl"
+// dE/dK from dE/dI (= dE/dO_i), the exact adjoint of apply:
+//   plain, S > 0.001:  dK_k = <dI, D(p+T_k) - I> / S;   S <= 0.001: <dI, D(p+T_k)> / 0.001;
+//                      replaced taps (non-finite, |K| >= 10): 0
+//   softmax:           dK_k = s_k <dI, D(p+T_k) - I>
+//   K_15 (blend weight) is unused: 0.
+layout(push_constant) uniform Push { int mode; } push;
+IMG_IN(0, detail)
+SSBO_IN(1, float, K)
+IMG_IN(2, filtered)
+IMG_IN(3, dI_img)
+SSBO_OUT(4, float, dK)
+
+void main() {
+  ivec2 p = ivec2(gl_GlobalInvocationID.xy);
+  if (!inside(0, p)) return;
+  int i = p.x + p.y * node.roi[0].x;
+  vec3 dI = dI_img[i].rgb;
+  vec3 I = filtered[i].rgb;
+  float wk[N_TAPS];
+  float S = 0.0;
+  if (push.mode == 1) {
+    float mx = -1e30;
+    for (int k = 0; k < N_TAPS; k++) mx = max(mx, K[i * N_OUT + k]);
+    for (int k = 0; k < N_TAPS; k++) { wk[k] = exp(K[i * N_OUT + k] - mx); S += wk[k]; }
+    for (int k = 0; k < N_TAPS; k++)
+      dK[i * N_OUT + k] = wk[k] / S * dot(dI, detail[texel(0, p + taps[k])].rgb - I);
+  } else {
+    for (int k = 0; k < N_TAPS; k++) {
+      float v = K[i * N_OUT + k];
+      wk[k] = tap_ok(v) ? v : TAP_FALLBACK;
+      S += wk[k];
+    }
+    for (int k = 0; k < N_TAPS; k++) {
+      vec3 d = detail[texel(0, p + taps[k])].rgb;
+      float g = S > S_FLOOR ? dot(dI, d - I) / S : dot(dI, d) / S_FLOOR;
+      dK[i * N_OUT + k] = tap_ok(K[i * N_OUT + k]) ? g : 0.0;
+    }
+  }
+  dK[i * N_OUT + 15] = 0.0;
+}

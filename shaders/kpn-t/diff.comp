@@ -1,0 +1,16 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#include "vkgraph.glsl"
+#include "kpn.glsl"
+// D_i = M_i - U(M_{i+1}), alpha 1
+IMG_IN(0, fine)
+IMG_IN(1, coarse)
+IMG_OUT(2, detail)
+DEFINE_UPSAMPLE(upsample, coarse, 1)
+
+void main() {
+  ivec2 p = ivec2(gl_GlobalInvocationID.xy);
+  if (!inside(2, p)) return;
+  int i = p.x + p.y * node.roi[2].x;
+  detail[i] = vec4(fine[i].rgb - upsample(p).rgb, 1.0);
+}

@@ -1,0 +1,64 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#ifdef W16
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+#include "vkgraph.glsl"
+#include "kpn.glsl"
+// Features + MLP forward for MLP_BATCH pixels per workgroup, one thread per neuron.
+//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
+// TRAIN stores every post-activation h_0..h_6 in A (slot s at s*N*64 + 64p + c) for the
+// backward; inference (kpn) only writes K.
+#define MLP_WIDTH 64
+#define MLP_BATCH 32
+IMG_IN(0, detail)
+#ifdef W16  // kpn: f16 weights straight from a .lut
+SSBO_IN(1, float16_t, w)
+#define MLP_W(i) float(w[i])
+#else
+SSBO_IN(1, float, w)
+#define MLP_W(i) w[i]
+#endif
+SSBO_OUT(2, float, K)
+#ifdef TRAIN
+SSBO_OUT(3, float, A)
+#endif
+#include "mlp.glsl"
+
+void store(int slot, int p0, int N) {
+#ifdef TRAIN
+  uint c = gl_LocalInvocationIndex;
+  for (int r = 0; r < MLP_BATCH; r++) {
+    int p = p0 + r;
+    if (p < N) A[uint(slot) * uint(N) * 64u + uint(p) * 64u + c] = mlp_act[r][c];
+  }
+#endif
+}
+
+void main() {
+  ivec2 size = node.roi[0].xy;
+  int N = size.x * size.y;
+  int p0 = int(gl_WorkGroupID.x) * MLP_BATCH;
+  int c = int(gl_LocalInvocationIndex);
+  // feature c: luminance of |D| at offset (c div 8 - 4, c mod 8 - 4)
+  ivec2 off = ivec2(c / 8 - 4, c % 8 - 4);
+  for (int r = 0; r < MLP_BATCH; r++) {
+    int p = p0 + r;
+    float f = 0.0;
+    if (p < N) f = dot(abs(detail[texel(0, ivec2(p % size.x, p / size.x) + off)].rgb), luma2020);
+    mlp_act[r][c] = f;
+  }
+  barrier();
+  store(0, p0, N);
+  for (int l = 0; l < 6; l++) {
+    mlp_forward_layer(0u, l, MLP_WIDTH, ACT_LEAKY);
+    store(l + 1, p0, N);
+  }
+  mlp_forward_layer(0u, 6, N_OUT, ACT_NONE);
+  if (c < N_OUT)
+    for (int r = 0; r < MLP_BATCH; r++) {
+      int p = p0 + r;
+      if (p < N) K[p * N_OUT + c] = mlp_act[r][c];
+    }
+}

@@ -1,0 +1,36 @@
+// Shared by the kpn-t kernels (and kpn, which runs the same kernels): the 15-tap star, the
+// luminance of the features, the 2x upsampler U. Maths: modules/kpn-t/README.md.
+#ifndef KPN_GLSL
+#define KPN_GLSL
+
+#define N_TAPS 15
+#define N_OUT 16
+#define TAP_LIMIT 10.0
+#define TAP_FALLBACK 0.001
+#define S_FLOOR 0.001
+
+const ivec2 taps[N_TAPS] = ivec2[](
+  ivec2(0, -2),
+  ivec2(-2, -1), ivec2(-1, -1), ivec2(0, -1), ivec2(1, -1), ivec2(2, -1),
+  ivec2(-1, 0), ivec2(0, 0), ivec2(1, 0),
+  ivec2(-2, 1), ivec2(-1, 1), ivec2(0, 1), ivec2(1, 1), ivec2(2, 1),
+  ivec2(0, 2));
+
+const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
+
+// a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
+bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
+
+// U(C)(p), fine pixel p of a coarse image C with size n (separable):
+// 2k -> C[k], 2k+1 -> (C[k] + C[k+1]) / 2, C[n] := C[n-1]. Averaging the four texels
+// {k, k1} x {k, k1} gives exactly that, since k1 == k for even coordinates.
+#define DEFINE_UPSAMPLE(fname, buf, c)                                   \
+  vec4 fname(ivec2 p) {                                                  \
+    ivec2 n = node.roi[c].xy;                                            \
+    ivec2 k = min(p >> 1, n - 1);                                        \
+    ivec2 k1 = min(k + (p & 1), n - 1);                                  \
+    return 0.25 * (buf[k.x + k.y * n.x] + buf[k1.x + k.y * n.x] +        \
+                   buf[k.x + k1.y * n.x] + buf[k1.x + k1.y * n.x]);      \
+  }
+
+#endif

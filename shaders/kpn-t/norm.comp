@@ -1,0 +1,34 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#include "vkgraph.glsl"
+// gn[0] = ||dw||_2 over all weights (unused ones have zero gradient), gn[1] = 1 if every
+// element is finite else 0. One workgroup of 256 threads.
+SSBO_IN(0, float, dw)
+SSBO_OUT(1, float, gn)
+
+shared float part[256];
+shared uint bad;
+
+void main() {
+  uint t = gl_LocalInvocationIndex;
+  if (t == 0u) bad = 0u;
+  barrier();
+  float s = 0.0;
+  bool fin = true;
+  for (uint i = t; i < 28672u; i += 256u) {
+    float g = dw[i];
+    fin = fin && !isnan(g) && !isinf(g);
+    s += g * g;
+  }
+  if (!fin) atomicOr(bad, 1u);
+  part[t] = s;
+  barrier();
+  for (uint k = 128u; k > 0u; k >>= 1) {
+    if (t < k) part[t] += part[t + k];
+    barrier();
+  }
+  if (t == 0u) {
+    gn[0] = sqrt(part[0]);
+    gn[1] = (bad == 0u && !isinf(part[0])) ? 1.0 : 0.0;
+  }
+}

@@ -1,0 +1,294 @@
+"""cnngenin on the device against a numpy reference of vkdt's generator (vkdt-study §6).
+
+The reference draws vkdt's xorshift numbers in exact uint32 arithmetic, so tile offsets,
+flips and per-pixel seeds must agree exactly; the float maths runs in float64 and is rounded
+to half like the shader's outputs.
+
+Tolerances (per value, outputs are f16-rounded): |gpu - ref| <= 1 half ulp of ref (the f32
+maths on the device may land on the other side of a half rounding boundary), plus, in the
+noise modes, 2e-6 * (1 + |ref|) for the device's log/sqrt/cos/sin; and at least 99% of the
+values must be bit-equal. noiseab (f32) and the modes without exposure or noise are exact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import GraphError
+from pipeline.formats import write_pfm
+from pipeline.graph import Graph
+from pipeline.registry import Registry
+from pipeline.runner import run_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+# the test-only `capture` sink lives apart from fixtures/modules, whose module set
+# test_graph.py pins
+FIXTURES = Path(__file__).parent / "fixtures" / "sinks"
+FRAMES = 3
+TILE = 64
+F32 = np.float32
+
+
+# -- numpy reference ----------------------------------------------------------------------
+
+def xorshift(s: np.ndarray) -> np.ndarray:
+    s = s ^ (s << np.uint32(13))
+    s = s ^ (s >> np.uint32(17))
+    return s ^ (s << np.uint32(5))
+
+
+def mrand(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """vkdt's mrand on uint32 arrays: (new state, uniform float32 in [0, 1))."""
+    s = xorshift(s)
+    return s, (s >> np.uint32(8)).astype(F32) * F32(2.0**-24)
+
+
+def warp_gaussian(u0: np.ndarray, u1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r = np.sqrt(-2.0 * np.log(1.0 - u0.astype(np.float64)))
+    phi = (F32(2.0 * F32(np.pi)) * u1).astype(np.float64)  # the device rounds 2 pi u to f32
+    return r * np.cos(phi), r * np.sin(phi)
+
+
+def mirror(i: np.ndarray, n: int) -> np.ndarray:
+    i = np.mod(i, 2 * n)
+    return np.where(i < n, i, 2 * n - 1 - i)
+
+
+def to_half(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -65504, 65504).astype(np.float16).astype(np.float64)
+
+
+def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int):
+    """Per-frame draws: (ev, flip, (offx, offy), noise a, noise b, state after them)."""
+    s = np.array([(123456789 + 133700 * frame + seed) & 0xFFFFFFFF], np.uint32)
+    ev, flip, off = F32(0), 0, (0, 0)
+    if tiles and generate:
+        s, u = mrand(s)
+        ev = F32(-2) + F32(4) * u[0]
+        s, u = mrand(s)
+        flip = int(F32(4) * u[0])
+        s, ux = mrand(s)
+        s, uy = mrand(s)
+        off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
+    a = b = F32(0)
+    if generate in (2, 4):
+        s, u = mrand(s)
+        a = F32(65535000) * u[0]
+        s, u = mrand(s)
+        b = F32(1000) * u[0]
+    return ev, flip, off, a, b, s[0]
+
+
+def reference(img, ref, generate, tiles, frame, seed=0):
+    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
+    ht, wd = img.shape[:2]
+    ow, oh = (TILE, TILE) if tiles else (wd, ht)
+    ev, flip, off, a, b, s = frame_numbers(generate, tiles, frame, seed, wd, ht)
+    x, y = np.arange(ow), np.arange(oh)
+    qx = (ow - 1 - x if flip & 1 else x) + off[0]
+    qy = (oh - 1 - y if flip & 2 else y) + off[1]
+    iy, ix = np.ix_(mirror(qy, ht), mirror(qx, wd))
+    gain = 2.0 ** float(ev)
+    im = img[iy, ix].astype(np.float64) * gain
+    rf = ref[iy, ix].astype(np.float64) * gain
+    if generate in (2, 4):
+        X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
+        sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
+        sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
+        u = []
+        for _ in range(4):
+            sp, v = mrand(sp)
+            u.append(v)
+        z0, z1 = warp_gaussian(u[0], u[1])
+        z2, _ = warp_gaussian(u[2], u[3])
+        z = np.stack([z0, z1, z2], -1)
+        var = float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
+        im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
+    if generate in (3, 4):
+        X, Y = np.meshgrid(x, y)
+        ch = np.where((X + Y) % 2 == 1, 1, np.where(Y % 2 == 1, 2, 0))
+        im[..., :3] = np.take_along_axis(im[..., :3], ch[..., None], -1)
+    im[..., 3] = 1
+    rf[..., 3] = 1
+    nab = np.array([a, b, 0, 0], F32)
+    return to_half(im), to_half(rf), nab
+
+
+# -- running the module on the device ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def device():
+    from pipeline.vk import Device
+    try:
+        dev = Device.open()
+    except Exception as e:  # no Vulkan here
+        pytest.skip(f"no Vulkan device: {e}")
+    yield dev
+    dev.close()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """Two input pairs (rgb PFMs; i-pfm adds alpha 1): 37x23 for tiles=0, 80x70 for tiles=1.
+    Values reach below 0 (noise uses max(ref, 0)) and above 1."""
+    rng = np.random.default_rng(7)
+    d = tmp_path_factory.mktemp("cnngenin")
+    out = {}
+    for key, (wd, ht) in {"small": (37, 23), "large": (80, 70)}.items():
+        ref = rng.uniform(-0.05, 1.5, (ht, wd, 3)).astype(F32)
+        img = (ref + rng.normal(0, 0.05, ref.shape)).astype(F32)
+        write_pfm(d / f"{key}-img.pfm", img)
+        write_pfm(d / f"{key}-ref.pfm", ref)
+        rgba = [np.concatenate([a, np.ones((ht, wd, 1), F32)], -1) for a in (img, ref)]
+        out[key] = (d / f"{key}-img.pfm", d / f"{key}-ref.pfm", *rgba)
+    return out
+
+
+def build_graph(img_path, ref_path, generate, tiles, seed=0):
+    registry = Registry([ROOT / "modules", FIXTURES])
+    g = Graph(registry=registry)
+    for inst, path in (("img", img_path), ("ref", ref_path)):
+        g.add_module("i-pfm", inst).set_param("filename", str(path))
+    gen = g.add_module("cnngenin", "01")
+    gen.set_param("generate", generate)
+    gen.set_param("tiles", tiles)
+    gen.set_param("seed", seed)
+    g.connect("i-pfm", "img", "output", "cnngenin", "01", "imgi")
+    g.connect("i-pfm", "ref", "output", "cnngenin", "01", "refi")
+    for conn in ("imgo", "refo", "noiseab"):
+        g.add_module("capture", conn)
+        g.connect("cnngenin", "01", conn, "capture", conn, "input")
+    return g, registry
+
+
+_runs: dict = {}
+
+
+def run(device, images, generate, tiles, seed=0, frames=FRAMES, cache=True):
+    """{frame: (imgo, refo, noiseab)} from the device."""
+    key = (generate, tiles, seed, frames)
+    if cache and key in _runs:
+        return _runs[key]
+    img_path, ref_path = images["large" if tiles else "small"][:2]
+    g, registry = build_graph(img_path, ref_path, generate, tiles, seed)
+    captured = registry.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=frames)
+    out = {f: tuple(captured[(c, f)] for c in ("imgo", "refo", "noiseab"))
+           for f in range(frames)}
+    if cache:
+        _runs[key] = out
+    return out
+
+
+def assert_close(gpu, ref, noise: bool, what: str):
+    assert gpu.shape == ref.shape, what
+    tol = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    if noise:
+        tol = tol + 2e-6 * (1 + np.abs(ref))
+    err = np.abs(gpu.astype(np.float64) - ref)
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert np.all(err <= tol), f"{what}: |err| {err[worst]:.3g} > {tol[worst]:.3g} at {worst}"
+    exact = np.mean(gpu == ref)
+    assert exact >= 0.99, f"{what}: only {exact:.4f} of the values are bit-equal"
+
+
+# -- tests --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tiles", [0, 1])
+@pytest.mark.parametrize("generate", [0, 1, 2, 3, 4])
+def test_matches_reference(device, images, generate, tiles):
+    _, _, img, ref = images["large" if tiles else "small"]
+    out = run(device, images, generate, tiles)
+    exposure = tiles and generate
+    for f in range(FRAMES):
+        imgo, refo, nab = out[f]
+        want_img, want_ref, want_nab = reference(img, ref, generate, tiles, f)
+        if exposure or generate in (2, 4):
+            assert_close(imgo, want_img, generate in (2, 4), f"imgo frame {f}")
+            assert_close(refo, want_ref, False, f"refo frame {f}")
+        else:  # pure copies (and mosaics) of half-rounded inputs: exact
+            np.testing.assert_array_equal(imgo, want_img)
+            np.testing.assert_array_equal(refo, want_ref)
+        np.testing.assert_array_equal(nab, want_nab)
+
+
+def test_output_sizes(device, images):
+    assert run(device, images, 1, 1)[0][0].shape == (TILE, TILE, 4)
+    assert run(device, images, 1, 0)[0][0].shape == (23, 37, 4)
+    assert run(device, images, 1, 0)[0][2].shape == (4,)
+
+
+def test_static_tile_is_top_left_crop(device, images):
+    _, _, img, ref = images["large"]
+    out = run(device, images, 0, 1)
+    for f in range(FRAMES):
+        np.testing.assert_array_equal(out[f][0], to_half(img[:TILE, :TILE]))
+        np.testing.assert_array_equal(out[f][1], to_half(ref[:TILE, :TILE]))
+
+
+def test_deterministic(device, images):
+    for generate, tiles in ((1, 1), (4, 1), (2, 0)):
+        a = run(device, images, generate, tiles)
+        b = run(device, images, generate, tiles, cache=False)
+        for f in range(FRAMES):
+            for x, y in zip(a[f], b[f], strict=True):
+                np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("generate,tiles", [(1, 1), (2, 1), (3, 1), (4, 1), (2, 0), (4, 0)])
+def test_frames_differ(device, images, generate, tiles):
+    out = run(device, images, generate, tiles)
+    for f in range(1, FRAMES):
+        assert not np.array_equal(out[f][0], out[0][0])
+        if tiles:  # a new tile, flip and exposure
+            assert not np.array_equal(out[f][1], out[0][1])
+
+
+@pytest.mark.parametrize("generate,tiles", [(0, 1), (3, 0), (1, 0)])
+def test_frames_equal_without_randomness(device, images, generate, tiles):
+    out = run(device, images, generate, tiles)
+    for f in range(1, FRAMES):
+        for x, y in zip(out[f], out[0], strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_noiseab(device, images):
+    for generate in (2, 4):
+        for tiles in (0, 1):
+            out = run(device, images, generate, tiles)
+            for f in range(FRAMES):
+                nab = out[f][2]
+                assert 0 <= nab[0] < 65535000 and 0 <= nab[1] < 1000 and nab[1] > 0
+                assert nab[2] == nab[3] == 0
+    # tiles=1 draws ev, flip and the offset first, so a and b differ from tiles=0's
+    assert run(device, images, 2, 1)[0][2][0] != run(device, images, 2, 0)[0][2][0]
+    for generate in (0, 1, 3):
+        assert not np.any(run(device, images, generate, 1)[0][2])
+
+
+def test_seed_param_adds_to_frame_seed(device, images):
+    """seed = 133700 at frame 0 draws what vkdt draws at frame 1."""
+    shifted = run(device, images, 4, 1, seed=133700, frames=1)
+    plain = run(device, images, 4, 1)
+    for x, y in zip(shifted[0], plain[1], strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_noise_statistics():
+    """The reference's noise has the documented std: sqrt(a + 65535 x b) / 65535."""
+    ref = np.full((256, 256, 4), 0.5, F32)
+    _, _, _, a, b, _ = frame_numbers(2, 0, 0, 0, 256, 256)
+    im, rf, _ = reference(ref, ref, 2, 0, 0)
+    std = np.sqrt(float(a) + 65535 * 0.5 * float(b)) / 65535
+    z = (im[..., :3] - rf[..., :3]) / std
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02
+
+
+def test_mismatched_inputs_rejected(device, images):
+    g, _ = build_graph(images["small"][0], images["large"][1], 0, 1)
+    with pytest.raises(GraphError, match="equal sizes"):
+        run_graph(g, device, frames=1)
