@@ -1,0 +1,175 @@
+"""kpn-t on the device against the float64 reference (modules/kpn-t/reference.py):
+loss, output and every weight gradient at once, on odd and even sizes, plus Adam and
+training. Weights are set directly in adam's buffer with alpha = 0 (adam then leaves them
+unchanged), so frame 1 computes E and dE/dW for exactly those weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import graph_from_lines
+
+from pipeline.formats import write_pfm
+from pipeline.runner import Build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_reference():
+    spec = importlib.util.spec_from_file_location(
+        "kpn_reference", ROOT / "modules" / "kpn-t" / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kpn_reference"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ref = load_reference()
+
+
+def pair(w, h, seed=0):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    clean = np.stack([0.5 + 0.4 * np.sin(xx / 3.0 + c) * np.cos(yy / 5.0) for c in range(3)], -1)
+    noisy = clean + 0.08 * rng.standard_normal(clean.shape)
+    return noisy.astype(np.float32), clean.astype(np.float32)
+
+
+def kpn_graph(tmp_path, X, R, levels, extra=""):
+    write_pfm(tmp_path / "x.pfm", X)
+    write_pfm(tmp_path / "r.pfm", R)
+    return graph_from_lines(f"""
+        module:i-pfm:main
+        module:i-pfm:ref
+        module:kpn-t:01
+        module:o-lut:w
+        param:i-pfm:main:filename:{tmp_path / 'x.pfm'}
+        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
+        param:kpn-t:01:levels:{levels}
+        param:kpn-t:01:init:1
+        connect:i-pfm:main:output:kpn-t:01:input
+        connect:i-pfm:ref:output:kpn-t:01:ref
+        connect:kpn-t:01:w:o-lut:w:input
+        param:o-lut:w:filename:{tmp_path / 'mlp-w'}
+        {extra}""")
+
+
+def conditioned_weights(seed=3):
+    """Xavier weights with a positive last layer, so the plain filter's sum S stays well
+    above its 0.001 floor (there the normalisation amplifies fp32 rounding)."""
+    W = ref.xavier_init()
+    rng = np.random.default_rng(seed)
+    W[6, :15] = np.abs(W[6, :15]) + 0.02 * rng.random((15, 64))
+    return W
+
+
+def align_kinks(build, module, cache):
+    """Put the reference on the same side of every leaky-ReLU kink as the device: where a
+    pre-activation z is so close to 0 that fp32 and float64 disagree on its sign, the
+    derivative differs by a factor 1000 and no tolerance could cover it. Returns how many
+    (pixel, neuron) signs were aligned."""
+    fwd = [n for n in module.nodes if n.kernel == "fwd"]
+    flipped = 0
+    for node, acts in zip(fwd, cache.acts, strict=True):
+        n = acts.h[0].shape[0]
+        A = build.read(node, "A")[: 7 * n * 64].reshape(7, n, 64)
+        for layer in range(1, 7):
+            z = acts.z[layer]
+            flip = (A[layer] > 0) != (z > 0)
+            flipped += int(flip.sum())
+            z[flip] = np.where(A[layer][flip] > 0, 1e-30, -1e-30)
+            acts.h[layer][flip] = ref.leaky(z[flip])
+    return flipped
+
+
+def run_with_weights(device, graph, W):
+    b = Build(graph, device)
+    b.run_frame(0, download=False)
+    m = graph.modules[("kpn-t", "01")]
+    adam = m.data["adam"]
+    b.buffer(adam, "w").upload(W.astype(np.float32).ravel())
+    b.run_frame(1, download=False)
+    E = float(b.read(m.data["lsum"], "cur")[0])
+    dW = b.read(m.data["dw"], "dw").reshape(7, 64, 64).astype(np.float64)
+    O = b.read(m.backing["output"][0], "output")[..., :3]
+    return b, E, dW, O
+
+
+@pytest.mark.parametrize("w,h,levels,loss,apply", [
+    (37, 23, 3, "smape", "plain"),
+    (64, 64, 4, "smape", "plain"),
+    (29, 31, 4, "l2", "softmax"),
+    (16, 9, 2, "l1", "plain"),
+])
+def test_forward_backward_match_reference(device, tmp_path, w, h, levels, loss, apply):
+    X, R = pair(w, h)
+    kinds = {"smape": 0, "l2": 1, "l1": 2}
+    extra = (f"param:kpn-t:01:alpha:0\nparam:kpn-t:01:loss:{kinds[loss]}\n"
+             f"param:kpn-t:01:apply:{1 if apply == 'softmax' else 0}")
+    g = kpn_graph(tmp_path, X, R, levels, extra)
+    g.frames = 2
+    W = conditioned_weights()
+    b, E, dW, O = run_with_weights(device, g, W)
+    Wf = W.astype(np.float32).astype(np.float64)
+    Eref, Oref, cache = ref.forward(X.astype(np.float64), R.astype(np.float64), Wf,
+                                    levels=levels, apply_mode=apply, loss=loss)
+    flipped = align_kinks(b, g.modules[("kpn-t", "01")], cache)
+    assert flipped <= 8  # a handful at most; many would mean a real forward mismatch
+    dWref = ref.backward(cache)
+    assert abs(E - Eref) <= 1e-5 * abs(Eref)
+    assert np.abs(O - Oref).max() <= 1e-4
+    scale = np.abs(dWref).max()
+    assert scale > 0
+    # fp32 sums over thousands of pixels against float64: 1e-4 of the largest entry
+    assert np.abs(dW - dWref).max() <= 1e-4 * scale
+    assert np.all(dW[6, 16:] == 0)
+
+
+def test_init_is_vkdt_xavier(device, tmp_path):
+    X, R = pair(24, 24)
+    g = kpn_graph(tmp_path, X, R, 2)
+    b = Build(g, device)
+    b.run_frame(0, download=False)
+    m = g.modules[("kpn-t", "01")]
+    w = b.read(m.data["adam"], "w").reshape(7, 64, 64)
+    assert np.abs(w - ref.xavier_init()).max() <= 1e-6
+    assert np.all(w[6, 16:] == 0)
+
+
+def test_adam_step_matches_reference(device, tmp_path):
+    X, R = pair(32, 20)
+    extra = "param:kpn-t:01:gradclip:0.05\nparam:kpn-t:01:alpha:0.01\nparam:kpn-t:01:L2:0.001"
+    g = kpn_graph(tmp_path, X, R, 3, extra)
+    b = Build(g, device)
+    m = g.modules[("kpn-t", "01")]
+    b.run_frame(0, download=False)
+    w0 = b.read(m.data["adam"], "w").reshape(7, 64, 64).astype(np.float64)
+    g0 = b.read(m.data["dw"], "dw").reshape(7, 64, 64).astype(np.float64)
+    b.run_frame(1, download=False)
+    w1 = b.read(m.data["adam"], "w").reshape(7, 64, 64)
+    wr, _, _, skipped = ref.adam_step(w0, np.zeros_like(w0), np.zeros_like(w0), g0, 1,
+                                      alpha=0.01, gradclip=0.05, L2=0.001)
+    assert not skipped
+    assert np.abs(w1 - wr).max() <= 1e-6
+    assert np.abs(w1 - w0).max() > 1e-3  # it moved
+
+
+def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    X, R = pair(32, 32, seed=5)
+    g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
+    g.frames = 40
+    from pipeline.runner import run_graph
+    b = run_graph(g, device, last_frame_only=True)
+    m = g.modules[("kpn-t", "01")]
+    hist = m.cls.hook("losses")(b, m)
+    assert len(hist) == 40 and np.all(np.isfinite(hist))
+    assert hist[-1] < 0.7 * hist[0]
+    lut = tmp_path / "mlp-w.lut"
+    assert lut.stat().st_size == 16 + 64 * 448 * 2 + len(m.data["lut_text"]) + 1
+    summary = m.cls.hook("summary")(b, m)
+    assert summary.startswith("kpn-t:01: 40 frames, first loss ")
