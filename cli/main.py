@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--all", action="store_true", help="check every used weight")
     d.add_argument("--eps", type=float, default=None, help="finite-difference step")
     d.add_argument("--seed", type=int, default=1, help="seed of the weight sample")
+    d.add_argument("--plain", action="store_true",
+                   help="difference the plain fp32 forward instead of the double-float one "
+                        "(shows fp32 rounding noise)")
+    d.add_argument("--warmup", type=int, default=0, metavar="N",
+                   help="train N frames first (with the cfg's learning rate), then check")
     d.add_argument("--image", metavar="FILE.pfm", help="write a vis-style image of both")
 
     dv = sub.add_parser("devices", help="list Vulkan devices and their capabilities")
@@ -165,10 +170,12 @@ def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool
             graph.remove_module("display", m.inst)
 
 
-def open_device(args):
+def open_device(args, surface=None):
+    """The device of --device / --device-id; with a window `surface`, one that can show
+    images in it (pipeline/vk/display.py)."""
     from pipeline.vk import Device
 
-    return Device.open(args.device, args.device_id)
+    return Device.open(args.device, args.device_id, surface=surface)
 
 
 def cmd_cli(args, argv) -> int:

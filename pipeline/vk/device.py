@@ -255,7 +255,7 @@ class Device:
         want13 = vk.VkPhysicalDeviceVulkan13Features(
             pNext=want11, subgroupSizeControl=f13.subgroupSizeControl,
             computeFullSubgroups=f13.computeFullSubgroups,
-            synchronization2=f13.synchronization2)
+            synchronization2=f13.synchronization2, maintenance4=f13.maintenance4)
         chain = want13
         exts = []
         if "VK_EXT_shader_atomic_float" in info.extensions:
@@ -273,7 +273,8 @@ class Device:
             exts.append(SWAPCHAIN)
         base = f2.features
         feats = vk.VkPhysicalDeviceFeatures(shaderInt16=base.shaderInt16,
-                                            shaderInt64=base.shaderInt64)
+                                            shaderInt64=base.shaderInt64,
+                                            shaderFloat64=base.shaderFloat64)
         qinfo = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, queueCount=1,
                                            pQueuePriorities=[1.0])
         dinfo = vk.VkDeviceCreateInfo(

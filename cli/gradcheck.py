@@ -1,0 +1,206 @@
+"""`vkgraph gradcheck`: the module's analytic dE/dw against central differences (SPEC §6).
+
+The differences are taken of the module's PRECISE forward variant (kpn-t param `precise`):
+the same kernels with float64 activations and sums, because the fp32 forward's rounding
+noise in E (measured 2.5e-8 at E = 2.4 on a 64x64 tile) would swamp E(w+h) - E(w-h) at
+steps small enough to keep leaky-ReLU kinks out (h = 1e-5). The analytic gradient is the
+module's fp32 backward, the one that trains. `--plain` differences the fp32 forward.
+
+The graph must have a static input (cnngenin generate 0) and no gradient clipping. The
+module's learning rate is set to 0, so its optimiser leaves the weights alone; the tool then
+writes weights straight into the optimiser's fp32 weight buffer and runs frames of the same
+forward shaders to get E(w ± eps e_j).
+
+For each checked weight j: n(h) = (E(w + h e_j) - E(w - h e_j)) / 2h at h = eps and eps/2;
+the numeric derivative is the Richardson extrapolation (4 n(eps/2) - n(eps)) / 3, which
+cancels the eps^2 error term. Where n(eps) and n(eps/2) disagree by more than the noise of
+fp32 losses allows, the difference quotient crossed a kink (leaky ReLU at z = 0, the tap
+clamp at |K| = 10, the floor of S): such weights are counted and reported, not compared.
+
+rel = |a - n| / max(|a|, |n|, 1e-3 max|a|); pass: median rel <= 1e-3 and >= 99% <= 1e-2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import numpy as np
+
+from pipeline.errors import GraphError, RuntimeFailure
+
+log = logging.getLogger("vkgraph")
+
+MEDIAN_BOUND = 1e-3
+TAIL_BOUND = 1e-2
+TAIL_FRACTION = 0.99
+
+
+def rel_error(a: np.ndarray, n: np.ndarray, floor: float) -> np.ndarray:
+    return np.abs(a - n) / np.maximum(np.maximum(np.abs(a), np.abs(n)), floor)
+
+
+def pick_module(graph, name: str | None):
+    trainable = [m for m in graph.modules.values() if m.cls.hook("summary") is not None]
+    if name:
+        mname, _, inst = name.partition(":")
+        m = graph.modules.get((mname, inst))
+        if m is None:
+            raise GraphError(f"--module {name}: no such module in the graph (trainable: "
+                             f"{', '.join(str(t) for t in trainable) or 'none'})")
+        return m
+    if not trainable:
+        raise GraphError("the graph has no trainable module (kpn-t, mlp-t)")
+    return trainable[0]
+
+
+def sample(used: np.ndarray, layers: int, count: int, seed: int) -> np.ndarray:
+    """A seeded sample of used weight indices, the same number from every layer."""
+    rng = np.random.default_rng(seed)
+    size = used.size // layers
+    per_layer = [np.flatnonzero(used[l * size:(l + 1) * size]) + l * size for l in range(layers)]
+    k = max(1, count // layers)
+    picks = [rng.choice(idx, size=min(k, idx.size), replace=False) for idx in per_layer
+             if idx.size]
+    return np.sort(np.concatenate(picks))
+
+
+class Probe:
+    """Runs frames of a built graph with chosen weights and reads the loss."""
+
+    def __init__(self, build, module, first_frame: int):
+        self.build = build
+        self.module = module
+        self.wbuf = build.buffer(module.data["adam"], "w")
+        self.frame = first_frame
+        self.current = module.cls.hook("current_loss")
+
+    def loss(self) -> float:
+        self.build.run_frame(self.frame, download=False)
+        self.frame += 1
+        return self.current(self.build, self.module)
+
+    def set(self, j: int, value: float) -> None:
+        self.wbuf.upload(np.array([value], np.float32), offset=4 * int(j))
+
+
+def cmd_gradcheck(args) -> int:
+    from pipeline.runner import Build
+    from pipeline.vk import Device
+
+    from .main import load_graph
+
+    graph, apply_config = load_graph(args)
+    apply_config()
+    module = pick_module(graph, args.module)
+    if "precise" in module.values and not args.plain:
+        module.set_param("precise", 1)
+    if "gradclip" in module.values and module.param("gradclip") < 1e6:
+        log.info("gradcheck: gradient clipping disabled (gradclip 1e9)")
+        module.set_param("gradclip", 1e9)
+    graph.frames = 2  # the probe runs as many frames as it needs
+    device = Device.open(args.device, args.device_id)
+    try:
+        build = Build(graph, device)
+        if "adam" not in module.data:
+            raise GraphError(f"{module} is not trainable by the gradient check")
+        for f in range(1 + max(0, args.warmup)):  # frame 0 initialises the weights
+            build.run_frame(f, download=False)
+        module.set_param("alpha", 0.0)  # from now on the optimiser leaves the weights alone
+        probe = Probe(build, module, first_frame=f + 1)
+        E0 = probe.loss()
+        w0 = build.read(module.data["adam"], "w").astype(np.float32)
+        layers, width = module.data.get("layout", (7, 64))
+        used = module.data.get("used", np.ones(w0.size, bool))
+        analytic = build.read(module.data["dw"], "dw").astype(np.float64)
+        if probe.loss() != E0:
+            raise GraphError("the loss changes between frames with the same weights: the "
+                             "gradient check needs a static input (cnngenin generate:0)")
+        idx = np.flatnonzero(used) if args.all else sample(used, layers, args.count, args.seed)
+        eps = args.eps if args.eps is not None else 1e-5
+        # loss noise of the forward that is differenced: float64 (precise) or fp32
+        noise = (1e-13 if int(module.values.get("precise", [0])[0]) else 3e-8) * max(E0, 1e-3)
+        numeric, kinks = run_differences(probe, w0, idx, eps, noise)
+        return report(idx, analytic, numeric, kinks, width, eps, E0, args)
+    finally:
+        device.close()
+
+
+def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, noise: float):
+    numeric = np.zeros(idx.size)
+    kinks = np.zeros(idx.size, bool)
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=idx.size, unit="weight", file=sys.stderr, desc="gradcheck")
+    t0 = time.perf_counter()
+    for k, j in enumerate(idx):
+        w = float(w0[j])
+        quotients = []
+        for h in (eps, eps / 2):
+            probe.set(j, w + h)
+            ep = probe.loss()
+            probe.set(j, w - h)
+            em = probe.loss()
+            quotients.append((ep - em) / (2 * h))
+        probe.set(j, w)
+        n1, n2 = quotients
+        numeric[k] = (4 * n2 - n1) / 3
+        # beyond the loss noise, the two steps disagree only where the difference quotient
+        # straddles a kink
+        kinks[k] = abs(n1 - n2) > 0.05 * max(abs(n1), abs(n2)) + noise / eps
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    log.info("gradcheck: %d weights, %.1f s", idx.size, time.perf_counter() - t0)
+    return numeric, kinks
+
+
+def report(idx, analytic_all, numeric, kinks, width, eps, E0, args) -> int:
+    analytic = analytic_all[idx]
+    ok = ~kinks
+    if not ok.any():
+        raise RuntimeFailure("every checked weight sits next to a kink; try a smaller --eps")
+    floor = 1e-3 * np.abs(analytic[ok]).max()
+    rel = rel_error(analytic, numeric, floor)
+    ww = width * width
+    print(f"{'index':>7s} {'layer':>5s} {'row':>4s} {'col':>4s} {'analytic':>13s} "
+          f"{'numeric':>13s} {'rel error':>10s}")
+    for k, j in enumerate(idx):
+        layer, rem = divmod(int(j), ww)
+        row, col = divmod(rem, width)
+        flag = "  (kink: excluded)" if kinks[k] else ""
+        print(f"{j:7d} {layer:5d} {row:4d} {col:4d} {analytic[k]:13.6e} {numeric[k]:13.6e} "
+              f"{rel[k]:10.2e}{flag}")
+    r = rel[ok]
+    med, mx = float(np.median(r)), float(r.max())
+    frac = float(np.mean(r <= TAIL_BOUND))
+    passed = med <= MEDIAN_BOUND and frac >= TAIL_FRACTION
+    print(f"checked {int(ok.sum())} weights (eps {eps:g}, loss {E0:.6g}); excluded next to a "
+          f"kink: {int(kinks.sum())}")
+    print(f"max rel error {mx:.3e}, median {med:.3e}, {100 * frac:.2f}% <= {TAIL_BOUND:g}")
+    print(f"{'PASS' if passed else 'FAIL'}: median <= {MEDIAN_BOUND:g} and >= "
+          f"{100 * TAIL_FRACTION:g}% <= {TAIL_BOUND:g}")
+    if args.image:
+        write_image(args.image, idx, analytic, numeric, analytic_all.size, width)
+    return 0 if passed else 1
+
+
+def write_image(path: str, idx, analytic, numeric, n: int, width: int) -> None:
+    """vis-style picture: the layers side by side (x = width l + col, y = row), analytic
+    on top, numeric below; positive green, negative red, unchecked black."""
+    from pipeline.formats import write_pfm
+
+    layers = n // (width * width)
+    img = np.zeros((2 * width, layers * width, 3), np.float32)
+    scale = max(np.abs(analytic).max(), 1e-30)
+    for values, y0 in ((analytic, 0), (numeric, width)):
+        for j, v in zip(idx, values, strict=True):
+            layer, rem = divmod(int(j), width * width)
+            row, col = divmod(rem, width)
+            img[y0 + row, layer * width + col] = (
+                (-v / scale, 0, 0) if v < 0 else (0, v / scale, 0))
+    write_pfm(path, img)
+    log.info("gradcheck: wrote %s", path)

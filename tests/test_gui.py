@@ -1,0 +1,279 @@
+"""`vkgraph gui` in a virtual X server (Xvfb): the window shows what `vkgraph cli` writes.
+
+The gui runs a graph with two displays and a file writer for a few frames, writes the file on
+quitting and saves a screenshot read back from the swapchain. The main panel must equal the
+cli's PNG of the same graph resampled to the panel the way the compose kernel does (linear
+interpolation when enlarging, the mean of the footprint when shrinking, both on clamped linear
+values), within 3 levels of 255 anywhere and 0.5 on average (the PNG is quantised to 8 bits
+before it is resampled, the window after).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.compose import STATUS_HT, fit, layout
+from pipeline.formats import linear_to_srgb, read_pfm, srgb_to_linear, write_pfm
+
+VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
+WD, HT = 320, 240  # enlarged in the main panel, shrunk in the side panel
+TIMEOUT = 120
+
+GRAPH = """frames:3
+module:i-pfm:main
+param:i-pfm:main:filename:in.pfm
+module:exposure:01
+param:exposure:01:exposure:0.5
+connect:i-pfm:main:output:exposure:01:input
+module:display:main
+connect:exposure:01:output:display:main:input
+module:display:view0
+connect:i-pfm:main:output:display:view0:input
+module:o-pfm:out
+param:o-pfm:out:filename:sink
+connect:exposure:01:output:o-pfm:out:input
+"""
+
+
+def make_image() -> np.ndarray:
+    """Gradients (x in red, y in green), a bright block and a checker patch: a flip, shift or
+    wrong scale of the panel shows."""
+    y, x = np.mgrid[0:HT, 0:WD].astype(np.float32)
+    img = np.stack([x / (WD - 1), y / (HT - 1), np.full_like(x, 0.2)], -1)
+    img[40:90, 150:230] = [0.9, 0.1, 0.6]
+    img[150:200, 30:80] = ((x[150:200, 30:80] // 5 + y[150:200, 30:80] // 5) % 2)[..., None]
+    return img
+
+
+
+
+def axis_weights(n: int, m: int, maxtap: int = 16) -> np.ndarray:
+    """(n, m) matrix: output pixel u of n from m source pixels along one axis, as
+    shaders/display/panel.comp computes it."""
+    w = np.zeros((n, m))
+    for u in range(n):
+        if m > n:
+            i0 = u * m // n
+            length = max(1, ((u + 1) * m + n - 1) // n - i0)
+            stride = -(-length // maxtap)
+            taps = -(-length // stride)
+            for k in range(taps):
+                w[u, min(i0 + k * stride, m - 1)] += 1.0 / taps
+        else:
+            x = (u + 0.5) * m / n - 0.5
+            x0 = np.floor(x)
+            t = x - x0
+            w[u, int(np.clip(x0, 0, m - 1))] += 1 - t
+            w[u, int(np.clip(x0 + 1, 0, m - 1))] += t
+    return w
+
+
+def resample_srgb8(linear: np.ndarray, wd: int, ht: int) -> np.ndarray:
+    ht0, wd0 = linear.shape[:2]
+    wx, wy = axis_weights(wd, wd0), axis_weights(ht, ht0)
+    img = linear[:, :, :3].astype(np.float64)
+    out = np.stack([wy @ img[:, :, c] @ wx.T for c in range(3)], -1)
+    return np.rint(linear_to_srgb(out) * 255).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def xdisplay():
+    """A fresh Xvfb on a display number the server picks itself (-displayfd)."""
+    exe = shutil.which("Xvfb")
+    if exe is None:
+        pytest.skip("Xvfb is not installed (Debian: apt install xvfb); CI installs it")
+    rfd, wfd = os.pipe()
+    proc = subprocess.Popen([exe, "-displayfd", str(wfd), "-screen", "0", "1280x1024x24",
+                             "-nolisten", "tcp"], pass_fds=(wfd,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(wfd)
+    try:
+        number = b""
+        deadline = time.monotonic() + 20
+        while not number.endswith(b"\n") and time.monotonic() < deadline:
+            chunk = os.read(rfd, 16)
+            if not chunk:
+                break
+            number += chunk
+        if not number.strip():
+            pytest.fail("Xvfb did not report a display number")
+        yield f":{int(number)}"
+    finally:
+        os.close(rfd)
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def run_env(display: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["PYGLFW_LIBRARY_VARIANT"] = "x11"
+    if display is not None:
+        env["DISPLAY"] = display
+    # the window runs on the CPU driver where there is one (it presents to any X server)
+    from pipeline.vk import list_devices
+
+    if any("llvmpipe" in d.name for d in list_devices()):
+        env["VKGRAPH_DEVICE"] = "llvmpipe"
+    return env
+
+
+def vkgraph(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([VKGRAPH, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("gui")
+    write_pfm(d / "in.pfm", make_image())
+    (d / "g.cfg").write_text(GRAPH)
+    return d
+
+
+def read_png(path: Path) -> np.ndarray:
+    import imageio.v3 as iio
+
+    return iio.imread(path).astype(np.int64)
+
+
+def test_screenshot_shows_the_cli_output(xdisplay, graph_dir):
+    env = run_env(xdisplay)
+    res = vkgraph(["gui", "-g", "g.cfg", "--exit-after", "5", "--screenshot", "shot.png"],
+                  graph_dir, env)
+    assert res.returncode == 0, res.stderr
+    # quitting wrote the file sinks
+    sink = read_pfm(graph_dir / "sink.pfm")
+    assert np.allclose(sink[:, :, :3], make_image() * 2**0.5, rtol=1e-6, atol=1e-6)
+    (graph_dir / "sink.pfm").unlink()
+    res = vkgraph(["cli", "-g", "g.cfg", "--format", "o-png", "--filename", "ref",
+                   "--last-frame-only"], graph_dir, env)
+    assert res.returncode == 0, res.stderr
+
+    shot = read_png(graph_dir / "shot.png")
+    ref = read_png(graph_dir / "ref.png")
+    assert ref.shape == (HT, WD, 3)
+    ht, wd = shot.shape[:2]
+    rects, strip = layout(wd, ht, 2)
+    assert strip == (0, ht - STATUS_HT, wd, STATUS_HT)
+
+    x, y, fw, fh = fit(rects[0], WD, HT)
+    assert fw > WD  # enlarged
+    want = resample_srgb8(srgb_to_linear(ref / 255.0), fw, fh)
+    got = shot[y:y + fh, x:x + fw]
+    diff = np.abs(got - want)
+    assert diff.max() <= 3 and diff.mean() <= 0.5, (diff.max(), diff.mean())
+    # letterbox around the image in the panel colour
+    px, py, pw, ph = rects[0]
+    outside = np.ones((ph, pw), bool)
+    outside[y - py:y - py + fh, x - px:x - px + fw] = False
+    assert outside.any() and np.all(np.abs(shot[py:py + ph, px:px + pw][outside] - 15) <= 1)
+
+    # view0 shows the i-pfm image itself, shrunk into the side column
+    x, y, fw, fh = fit(rects[1], WD, HT)
+    assert fw < WD
+    want = resample_srgb8(make_image(), fw, fh)
+    diff = np.abs(shot[y:y + fh, x:x + fw] - want)
+    assert diff.max() <= 2 and diff.mean() <= 0.5, (diff.max(), diff.mean())
+
+    # the status line has text on its background
+    line = shot[ht - STATUS_HT:, :]
+    assert (line > 200).any() and np.median(line) < 60
+
+
+RESIZE = """
+import sys
+import cli.gui as gui
+
+shown = {"n": 0}
+events = gui.Window.events
+
+def events_then_resize(self, wait=0.0):
+    events(self, wait)
+    shown["n"] += 1
+    if shown["n"] == 2:
+        self.glfw.set_window_size(self.handle, 500, 300)
+
+gui.Window.events = events_then_resize
+from cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_resize_recreates_the_swapchain(xdisplay, graph_dir):
+    env = run_env(xdisplay)
+    res = subprocess.run([sys.executable, "-c", RESIZE, "gui", "-g", "g.cfg", "--exit-after",
+                          "8", "--screenshot", "small.png"], cwd=graph_dir, env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    shot = read_png(graph_dir / "small.png")
+    assert shot.shape == (300, 500, 3)
+    rects, _ = layout(500, 300, 2)
+    x, y, fw, fh = fit(rects[0], WD, HT)
+    # the main panel still shows the image (bright block of exposure 0.5 in red)
+    assert shot[y + fh * 65 // HT, x + fw * 190 // WD, 0] > 240
+
+
+KEYS = """
+import os
+import sys
+import cli.gui as gui
+from pipeline.runner import Build
+
+turn = {"n": 0, "frames": 0}
+events = gui.Window.events
+run_frame = Build.run_frame
+
+def count(self, frame, download=True):
+    turn["frames"] += 1
+    run_frame(self, frame, download)
+
+def press(self, wait=0.0):
+    events(self, wait)
+    turn["n"] += 1
+    key = {2: self.glfw.KEY_SPACE, 4: self.glfw.KEY_S, 8: self.glfw.KEY_Q}.get(turn["n"])
+    if turn["n"] == 6:
+        print("written", os.path.exists("sink.pfm"), "frames", turn["frames"])
+    if key is not None:
+        self._key(self.handle, key, 0, self.glfw.PRESS, 0)
+
+Build.run_frame = count
+gui.Window.events = press
+from cli.main import main
+rc = main(sys.argv[1:])
+print("total", turn["frames"])
+sys.exit(rc)
+"""
+
+
+def test_keys_pause_write_quit(xdisplay, graph_dir):
+    """space pauses (no frames run meanwhile), s writes the file sinks at once, q quits."""
+    (graph_dir / "sink.pfm").unlink(missing_ok=True)
+    res = subprocess.run([sys.executable, "-c", KEYS, "gui", "-g", "g.cfg", "--frames",
+                          "1000"], cwd=graph_dir, env=run_env(xdisplay), capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    words = res.stdout.split()
+    assert words[:2] == ["written", "True"] and words[4] == "total"
+    assert 1 <= int(words[3]) == int(words[5]) < 1000  # no frame ran while paused
+
+
+def test_without_display_exit_1(graph_dir):
+    res = vkgraph(["gui", "-g", "g.cfg", "--exit-after", "1"], graph_dir, run_env(None))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no display available" in lines[0]
+    assert "vkgraph cli" in lines[0]
+
+
+def test_graph_error_exit_2(graph_dir):
+    (graph_dir / "bad.cfg").write_text("module:exposure:01\nfrobnicate:1\n")
+    res = vkgraph(["gui", "-g", "bad.cfg"], graph_dir, run_env(None))
+    assert res.returncode == 2, res.stderr
