@@ -59,6 +59,7 @@ class Build(NodeGraph):
         self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
         self.commands: list = []
         self.streaming: list[Node] = []
+        self.wait_seconds = 0.0  # time spent waiting for the device (bench/overhead.py)
         self.build_nodes()
         self._check_memory()
         self._allocate()
@@ -125,6 +126,7 @@ class Build(NodeGraph):
     def _allocate(self) -> None:
         dev = self.device
         self.global_buf = dev.buffer(16, host=True)
+        self._global_view = self.global_buf.view(np.int32)
         self.zeros = dev.buffer(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
@@ -267,34 +269,44 @@ class Build(NodeGraph):
             hook(self, node.module, c0, self._shape(c0, raw))
 
     # -- frames
+    def _frame_hooks(self) -> None:
+        """Per-frame work lists, looked up once (host time per frame matters, SPEC §9)."""
+        self._commit = [(m, m.cls.hook("commit_params")) for m in self.active
+                        if m.cls.hook("commit_params")]
+        self._after = [(m, m.cls.hook("after_frame")) for m in self.active
+                       if m.cls.hook("after_frame")]
+        self._param_mods = [m for m in self.active if id(m) in self.params]
+        self._keyframes = bool(getattr(self.graph, "has_keyframes", None)
+                               and self.graph.has_keyframes())
+
     def run_frame(self, frame: int, download: bool = True) -> None:
         self.frame = frame
-        graph = self.graph
-        if getattr(graph, "has_keyframes", None) and graph.has_keyframes():
-            graph.apply_keyframes(frame)
-        for m in self.active:
-            hook = m.cls.hook("commit_params")
-            if hook:
-                hook(self, m)
-            entry = self.params.get(id(m))
-            if entry is not None:
-                blob = m.param_blob()
-                if blob != entry[1]:
-                    entry[0].view()[: len(blob)] = np.frombuffer(blob, np.uint8)
-                    self.params[id(m)] = (entry[0], blob)
+        if not hasattr(self, "_commit"):
+            self._frame_hooks()
+        if self._keyframes:
+            self.graph.apply_keyframes(frame)
+        for m, hook in self._commit:
+            hook(self, m)
+        for m in self._param_mods:  # params may change between frames (keyframes, gui, tools)
+            buf, last = self.params[id(m)]
+            blob = m.param_blob()
+            if blob != last:
+                buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
+                self.params[id(m)] = (buf, blob)
         if frame == 0:
             self.upload_sources(only_streaming=False)
         elif self.streaming:
             self.upload_sources(only_streaming=True)
-        g = self.global_buf.view(np.int32)
+        g = self._global_view
         g[0] = frame
         g[1] = self.frames
         cl = self.commands[frame % len(self.commands)]
-        cl.run()
-        for m in self.active:
-            hook = m.cls.hook("after_frame")
-            if hook:
-                hook(self, m)
+        cl.submit()
+        t_wait = time.perf_counter()
+        cl.wait()
+        self.wait_seconds += time.perf_counter() - t_wait
+        for m, hook in self._after:
+            hook(self, m)
         if download:
             self.download_sinks()
 

@@ -8,8 +8,9 @@ wedge) and text drawn from the 5x7 bitmap font below.
     python graphs/images/make_scene.py [--out DIR]
 
 writes scene.pfm (the training image), scene-b.pfm and scene-c.pfm (held out for the quality
-benchmark), all 256x256, and scene.png (an sRGB preview of scene.pfm). Running it again gives
-bit-identical files.
+benchmark), all 256x256, scene.png (an sRGB preview of scene.pfm) and scene-noisy.pfm
+(scene-b.pfm with cnngenin's noise model, the input of graphs/denoise.cfg). Running it again
+gives bit-identical files.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import numpy as np
 SIZE = 256
 CELL = 64  # the layout grid: 4x4 cells
 SCENES = [("scene", 1), ("scene-b", 2), ("scene-c", 3)]
+# the noisy test image: (name, clean scene, noise a, noise b, seed)
+NOISY = ("scene-noisy", "scene-b", 1.0e7, 200.0, 4)
 
 # 5x7 glyphs, rows top to bottom, '#' = ink
 FONT_ROWS = {
@@ -258,6 +261,16 @@ def render(seed: int, name: str, size: int = SIZE) -> np.ndarray:
     return np.clip(img, 0.0, 1.0).astype(np.float32)
 
 
+def add_noise(img: np.ndarray, a: float, b: float, seed: int) -> np.ndarray:
+    """cnngenin's (and vkdt's) noise model on linear values x: Gaussian noise with
+    std(x) = sqrt(a + 65535 max(x, 0) b) / 65535 per channel, from a seeded generator; not
+    clipped (noisy values may leave [0, 1], as cnngenin's do)."""
+    rng = np.random.default_rng(seed)
+    x = img.astype(np.float64)
+    std = np.sqrt(a + 65535.0 * np.maximum(x, 0.0) * b) / 65535.0
+    return (x + std * rng.standard_normal(x.shape)).astype(np.float32)
+
+
 def main(argv: list[str] | None = None) -> None:
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -266,13 +279,19 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(here.parent.parent))  # the repository, when run as a script
     from pipeline.formats import write_pfm, write_png
 
+    rendered = {}
     for name, seed in SCENES:
-        img = render(seed, name)
+        img = rendered[name] = render(seed, name)
         write_pfm(args.out / f"{name}.pfm", img)
         if name == "scene":
             write_png(args.out / "scene.png", img)
         print(f"{args.out / name}.pfm: {img.shape[1]}x{img.shape[0]}, seed {seed}, "
               f"mean {img.mean():.3f}")
+    name, clean, a, b, seed = NOISY
+    noisy = add_noise(rendered[clean], a, b, seed)
+    write_pfm(args.out / f"{name}.pfm", noisy)
+    print(f"{args.out / name}.pfm: {clean}.pfm + noise a {a:g}, b {b:g}, seed {seed}, "
+          f"rmse {np.sqrt(np.mean((noisy - rendered[clean]) ** 2)):.4f}")
 
 
 if __name__ == "__main__":

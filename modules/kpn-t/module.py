@@ -75,12 +75,19 @@ def ssbo(name, ctype, n=None, fmt="f32"):
 
 def forward_nodes(graph, module, levels: int, train: bool, weights):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
-    `weights` = (node, connector) of the weights (f32 for training, f16 from a lut for kpn).
-    Returns the per-level nodes as a dict of lists."""
+    `weights`: the (node, connector) that writes the weights (kpn-t: adam's f32 master
+    weights), or the name of a module input (kpn: `w`, f16 from a lut), which is bound to
+    every fwd node. f16 weights select fwd's W16 variant. Returns the per-level nodes as a
+    dict of lists."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels)
     apply_mode = int(module.param("apply"))
-    w16 = weights[0].connector(weights[1]).format == "f16"
+    # double-float forward for the gradient check (training modules only)
+    precise = train and "precise" in module.values and int(module.param("precise")) != 0
+    if isinstance(weights, str):
+        w16 = module.connector(weights).format == "f16"
+    else:
+        w16 = weights[0].connector(weights[1]).format == "f16"
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
     for i in range(levels):
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
@@ -96,11 +103,19 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
             defines["TRAIN"] = 1
         if w16:
             defines["W16"] = 1
-        fwd = graph.add_node(module, "fwd", (math.ceil(npx / MLP_BATCH) * 64, 1), conns,
+        if precise:  # float64 copies for the gradient check (2 floats per double)
+            conns.append(ssbo("Kd", "write", 2 * 16 * npx))
+            defines["PRECISE"] = 1
+        batch = MLP_BATCH // 2 if precise else MLP_BATCH
+        fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
                              shader="kpn-t", local=(64, 1, 1), defines=defines)
-        app = graph.add_node(module, "apply", (w, h), [img("detail", "read"), ssbo("K", "read"),
-                             img("filtered", "write", Roi(w, h))], shader="kpn-t",
-                             push=[apply_mode])
+        app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
+        if precise:
+            app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
+        app = graph.add_node(module, "apply", (w, h), app_conns, shader="kpn-t",
+                             push=[apply_mode], defines={"PRECISE": 1} if precise else {})
+        if precise:
+            graph.node_connect(fwd, "Kd", app, "Kd")
         if i == 0:
             graph.bind(module, "input", sub, "fine")
             graph.bind(module, "input", diff, "fine")
@@ -109,7 +124,10 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
             graph.node_connect(n["sub"][-1], "coarse", diff, "fine")
         graph.node_connect(sub, "coarse", diff, "coarse")
         graph.node_connect(diff, "detail", fwd, "detail")
-        graph.node_connect(weights[0], weights[1], fwd, "w")
+        if isinstance(weights, str):
+            graph.bind(module, weights, fwd, "w")
+        else:
+            graph.node_connect(weights[0], weights[1], fwd, "w")
         graph.node_connect(diff, "detail", app, "detail")
         graph.node_connect(fwd, "K", app, "K")
         for k, v in zip(("sub", "diff", "fwd", "apply"), (sub, diff, fwd, app), strict=True):
@@ -117,9 +135,22 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
     ups = [None] * levels
     for i in reversed(range(levels)):
         w, h = sizes[i]
-        up = graph.add_node(module, "up", (w, h), [img("filtered", "read"), img("coarse", "read"),
-                            img("output", "write", Roi(w, h))], shader="kpn-t")
+        up_conns = [img("filtered", "read"), img("coarse", "read"),
+                    img("output", "write", Roi(w, h))]
+        up_defs = {}
+        if precise:
+            up_conns += [ssbo("Id", "read"), ssbo("Od", "write", 8 * w * h)]
+            up_defs["PRECISE"] = 1
+            if i == levels - 1:
+                up_defs["COARSEST"] = 1
+            else:
+                up_conns.append(ssbo("Cd", "read"))
+        up = graph.add_node(module, "up", (w, h), up_conns, shader="kpn-t", defines=up_defs)
         graph.node_connect(n["apply"][i], "filtered", up, "filtered")
+        if precise:
+            graph.node_connect(n["apply"][i], "Id", up, "Id")
+            if i < levels - 1:
+                graph.node_connect(ups[i + 1], "Od", up, "Cd")
         if i == levels - 1:
             graph.node_connect(n["sub"][i], "coarse", up, "coarse")
         else:
@@ -127,6 +158,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
         ups[i] = up
     n["up"] = ups
     n["sizes"] = sizes
+    n["precise"] = precise
     graph.bind(module, "output", ups[0], "output")
     return n
 
@@ -138,7 +170,8 @@ def create_nodes(graph, module):
     adam = graph.add_node(module, "adam", (NW, 1), [
         ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt="f16"),
         ssbo("w", "write", NW), ssbo("m", "write", NW), ssbo("v", "write", NW),
-        ssbo("w16", "write", NW, "f16"), ssbo("stats", "write", 4)],
+        ("w16", "write", "ssbo", "f16", Roi(64, 448)),  # the .lut layout: 64 wide, 448 high
+        ssbo("stats", "write", 4)],
         shader="kpn-t", local=(256, 1, 1),
         push=[1 if module.connector("wcp").source is not None else 0])
     adam.connector("wcp").flags |= OPTIONAL
@@ -149,12 +182,18 @@ def create_nodes(graph, module):
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
-    loss = graph.add_node(module, "loss", (w0, h0), [
-        img("output", "read"), img("ref", "read"), img("dO", "write", Roi(w0, h0)),
-        ssbo("Epart", "write", groups)], shader="kpn-t", push=[int(module.param("loss"))])
+    loss_conns = [img("output", "read"), img("ref", "read"), img("dO", "write", Roi(w0, h0)),
+                  ssbo("Epart", "write", 2 * groups)]
+    if n["precise"]:
+        loss_conns.append(ssbo("Od", "read"))
+    loss = graph.add_node(module, "loss", (w0, h0), loss_conns, shader="kpn-t",
+                          push=[int(module.param("loss"))],
+                          defines={"PRECISE": 1} if n["precise"] else {})
     graph.node_connect(n["up"][0], "output", loss, "output")
+    if n["precise"]:
+        graph.node_connect(n["up"][0], "Od", loss, "Od")
     graph.bind(module, "ref", loss, "ref")
-    hist_len = max(500, int(graph.frames))
+    hist_len = min(max(500, int(graph.frames)), 1 << 20)
     lsum = graph.add_node(module, "lsum", (256, 1), [
         ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
         shader="kpn-t", local=(256, 1, 1), push=[groups, hist_len], keep=True)
@@ -162,6 +201,10 @@ def create_nodes(graph, module):
     module.data["lsum"] = lsum
     module.data["adam"] = adam
     module.data["hist_len"] = hist_len
+    used = np.ones(NW, bool)
+    used[6 * 4096 + 16 * 64:] = False  # rows 16..63 of the last matrix
+    module.data["used"] = used
+    module.data["layout"] = (7, 64)
 
     grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
     acc = None
@@ -213,24 +256,42 @@ def create_nodes(graph, module):
     _view_nodes(graph, module, n, adam, acc, lsum)
 
 
+GRAPH_SIZE = (500, 200)
+GRAPH_PLOT = (60, 14, 492, 178)  # plot area x0, y0, x1, y1 (exclusive) of the loss plot
+GRAPH_COLS = 2 * 512 + 4  # grange's per-column summary (at most 512 columns) + 4 values
+
+
 def _view_nodes(graph, module, n, adam, dw_node, lsum):
-    """graph (loss plot), vis (weights and gradients), debug (kernels) when connected."""
+    """graph (loss plot), vis (weights and gradients), debug (kernels), each only when
+    something reads it. The plot and the vis bars get a small reduction pass first, so no
+    pixel scans the loss history or all weights."""
     readers = getattr(graph.graph, "readers", None)
     if readers is None:
         return
     hist_len = module.data["hist_len"]
     if readers(module, "graph"):
-        node = graph.add_node(module, "graph", (500, 200), [
-            ssbo("hist", "read"), img("plot", "write", Roi(500, 200))], shader="kpn-t",
-            push=[hist_len])
-        graph.node_connect(lsum, "hist", node, "hist")
+        x0, y0, x1, y1 = GRAPH_PLOT
+        rng = graph.add_node(module, "grange", (256, 1), [
+            ssbo("hist", "read"), ssbo("cols", "write", GRAPH_COLS)], shader="kpn-t",
+            local=(256, 1, 1), push=[hist_len, x1 - x0])
+        graph.node_connect(lsum, "hist", rng, "hist")
+        node = graph.add_node(module, "graph", GRAPH_SIZE, [
+            ssbo("cols", "read"), img("plot", "write", Roi(*GRAPH_SIZE))], shader="kpn-t",
+            push=[hist_len, x0, y0, x1, y1])
+        graph.node_connect(rng, "cols", node, "cols")
         graph.bind(module, "graph", node, "plot")
     if readers(module, "vis"):
+        stat = graph.add_node(module, "vstat", (256, 7), [
+            ssbo("w", "read"), ssbo("dw", "read"), ssbo("stats", "write", 16)],
+            shader="kpn-t", local=(256, 1, 1))
+        graph.node_connect(adam, "w", stat, "w")
+        graph.node_connect(dw_node, "dw", stat, "dw")  # this frame's gradient, at these w
         node = graph.add_node(module, "vis", (512, 256), [
-            ssbo("w", "read"), ssbo("dw", "read"), img("vis", "write", Roi(512, 256))],
-            shader="kpn-t")
+            ssbo("w", "read"), ssbo("dw", "read"), ssbo("stats", "read"),
+            img("vis", "write", Roi(512, 256))], shader="kpn-t")
         graph.node_connect(adam, "w", node, "w")
-        graph.node_feedback(dw_node, "dw", node, "dw")
+        graph.node_connect(dw_node, "dw", node, "dw")
+        graph.node_connect(stat, "stats", node, "stats")
         graph.bind(module, "vis", node, "vis")
     if readers(module, "debug"):
         w, h = n["sizes"][0]
@@ -249,9 +310,14 @@ def losses(graph, module) -> np.ndarray:
     return hist[:n].astype(np.float64)
 
 
+def current_loss(graph, module) -> float:
+    """This frame's loss, from its double-float pair."""
+    cur = graph.read(module.data["lsum"], "cur").astype(np.float64)
+    return float(cur[0] + cur[1])
+
+
 def stats(graph, module) -> dict:
-    cur = graph.read(module.data["lsum"], "cur")
-    out = {"loss": float(cur[0])}
+    out = {"loss": current_loss(graph, module)}
     skipped = int(graph.read(module.data["adam"], "stats")[0])
     if skipped:
         out["skipped"] = skipped

@@ -1,0 +1,144 @@
+"""kpn (inference) with weights that kpn-t trained and o-lut wrote: the .lut layout, kpn's
+output against kpn-t's own output for the same weights (same kernels: exactly equal), and
+against the float64 reference forward pass (modules/kpn-t/reference.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import GraphError
+from pipeline.formats import read_lut, write_lut, write_pfm
+from pipeline.graph import Graph
+from pipeline.registry import Registry
+from pipeline.runner import run_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+SINKS = Path(__file__).parent / "fixtures" / "sinks"
+LEVELS = 2
+W, H = 29, 22
+
+
+def load_reference():
+    name = "kpn_reference_infer"
+    spec = importlib.util.spec_from_file_location(
+        name, ROOT / "modules" / "kpn-t" / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ref = load_reference()
+
+
+def registry() -> Registry:
+    return Registry([ROOT / "modules", SINKS])
+
+
+def images(d: Path) -> tuple[np.ndarray, Path]:
+    rng = np.random.default_rng(21)
+    yy, xx = np.mgrid[0:H, 0:W]
+    clean = np.stack([0.45 + 0.35 * np.sin(xx / 3.0 + c) * np.cos(yy / 4.0) for c in range(3)],
+                     -1)
+    noisy = (clean + 0.06 * rng.standard_normal(clean.shape)).astype(np.float32)
+    write_pfm(d / "x.pfm", noisy)
+    write_pfm(d / "r.pfm", clean.astype(np.float32))
+    return noisy, d / "x.pfm"
+
+
+@pytest.fixture(scope="module")
+def trained(device, tmp_path_factory):
+    """kpn-t trained for a few frames; o-lut wrote its weights. (dir, noisy input, lut path,
+    kpn-t's fp32 weights after the last frame)."""
+    d = tmp_path_factory.mktemp("kpn")
+    noisy, _ = images(d)
+    g = Graph(registry())
+    g.add_module("i-pfm", "main").set_param("filename", str(d / "x.pfm"))
+    g.add_module("i-pfm", "ref").set_param("filename", str(d / "r.pfm"))
+    k = g.add_module("kpn-t", "01")
+    for name, value in (("levels", LEVELS), ("init", 1), ("alpha", 0.003), ("L2", 0)):
+        k.set_param(name, value)
+    g.add_module("o-lut", "w").set_param("filename", str(d / "mlp-w"))
+    g.connect("i-pfm", "main", "output", "kpn-t", "01", "input")
+    g.connect("i-pfm", "ref", "output", "kpn-t", "01", "ref")
+    g.connect("kpn-t", "01", "w", "o-lut", "w", "input")
+    b = run_graph(g, device, frames=3, last_frame_only=True)
+    m = g.modules[("kpn-t", "01")]
+    w32 = b.read(m.data["adam"], "w")
+    return d, noisy, d / "mlp-w.lut", w32, m.data["lut_text"]
+
+
+def run_output(device, module: str, lut: Path, x: Path, apply: int = 0, extra=None):
+    """One frame of kpn-t (weights from the lut through wcp, init 0) or kpn (weights from the
+    lut through w) on input x; the output image and the build."""
+    reg = registry()
+    g = Graph(reg)
+    g.add_module("i-pfm", "main").set_param("filename", str(x))
+    g.add_module("i-lut", "w").set_param("filename", str(lut))
+    m = g.add_module(module, "01")
+    m.set_param("levels", LEVELS)
+    m.set_param("apply", apply)
+    g.connect("i-pfm", "main", "output", module, "01", "input")
+    if module == "kpn-t":
+        m.set_param("init", 0)
+        g.connect("i-pfm", "main", "output", module, "01", "ref")
+        g.connect("i-lut", "w", "output", module, "01", "wcp")
+    else:
+        g.connect("i-lut", "w", "output", module, "01", "w")
+    g.add_module("capture", "out")
+    g.connect(module, "01", "output", "capture", "out", "input")
+    captured = reg.get("capture").hooks.CAPTURED
+    captured.clear()
+    b = run_graph(g, device, frames=1)
+    return captured[("out", 0)], b, m
+
+
+def test_lut_layout_and_weights(trained):
+    _, _, lut, w32, text = trained
+    data, info, got_text = read_lut(lut)
+    assert (info.wd, info.ht, info.channels, info.format, info.ssbo) == (64, 448, 1, "f16", True)
+    assert got_text == text and got_text.startswith("lut contains weights for\n")
+    assert lut.stat().st_size == 16 + 64 * 448 * 2 + len(text) + 1
+    assert data.dtype == np.float16 and data.shape == (448, 64, 1)
+    w16 = data.reshape(7, 64, 64)
+    np.testing.assert_array_equal(w16, w32.reshape(7, 64, 64).astype(np.float16))
+    assert np.all(w16[6, 16:] == 0)
+    # trained: not the initial weights any more
+    assert np.abs(w16.astype(np.float64) - ref.xavier_init()).max() > 1e-3
+
+
+@pytest.mark.parametrize("apply", [0, 1])
+def test_kpn_equals_kpn_t_output(device, trained, apply):
+    d, _, lut, _, _ = trained
+    out_t, b, m = run_output(device, "kpn-t", lut, d / "x.pfm", apply)
+    # kpn-t started from the lut's f16 values (init 0: the checkpoint)
+    w0 = b.read(m.data["adam"], "w")
+    np.testing.assert_array_equal(w0, read_lut(lut)[0].astype(np.float32).ravel())
+    out_k, b, m = run_output(device, "kpn", lut, d / "x.pfm", apply)
+    fwd = [n for n in m.nodes if n.kernel == "fwd"]
+    assert len(fwd) == LEVELS and all(n.defines.get("W16") for n in fwd)
+    assert not any(n.kernel in ("loss", "adam", "bck", "mulw") for n in m.nodes)
+    assert out_k.shape == (H, W, 4)
+    np.testing.assert_array_equal(out_k, out_t)
+
+
+def test_kpn_matches_reference(device, trained):
+    d, noisy, lut, _, _ = trained
+    out, _, _ = run_output(device, "kpn", lut, d / "x.pfm")
+    Wl = read_lut(lut)[0].astype(np.float64).reshape(7, 64, 64)
+    _, O, _ = ref.forward(noisy.astype(np.float64), noisy.astype(np.float64), Wl, levels=LEVELS)
+    assert np.abs(out[..., :3] - O).max() <= 1e-4
+    assert np.abs(O - noisy).max() > 1e-2  # the filters did something
+
+
+def test_kpn_rejects_other_weights(device, trained, tmp_path):
+    d = trained[0]
+    bad = tmp_path / "small.lut"
+    write_lut(bad, np.zeros(64 * 64, np.float16), 1, "f16", 64, 64, ssbo=True)
+    with pytest.raises(GraphError, match="64x448"):
+        run_output(device, "kpn", bad, d / "x.pfm")
