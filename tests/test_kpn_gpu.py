@@ -70,20 +70,22 @@ def conditioned_weights(seed=3):
 def align_kinks(build, module, cache):
     """Put the reference on the same side of every leaky-ReLU kink as the device: where a
     pre-activation z is so close to 0 that fp32 and float64 disagree on its sign, the
-    derivative differs by a factor 1000 and no tolerance could cover it. Returns how many
-    (pixel, neuron) signs were aligned."""
+    derivative differs by a factor 1000 and no tolerance could cover it. Returns the largest
+    |z| (relative to its layer's largest) whose sign was aligned: fp32 rounding explains
+    only tiny ones."""
     fwd = [n for n in module.nodes if n.kernel == "fwd"]
-    flipped = 0
+    worst = 0.0
     for node, acts in zip(fwd, cache.acts, strict=True):
         n = acts.h[0].shape[0]
         A = build.read(node, "A")[: 7 * n * 64].reshape(7, n, 64)
         for layer in range(1, 7):
             z = acts.z[layer]
             flip = (A[layer] > 0) != (z > 0)
-            flipped += int(flip.sum())
+            if flip.any():
+                worst = max(worst, float(np.abs(z[flip]).max() / np.abs(z).max()))
             z[flip] = np.where(A[layer][flip] > 0, 1e-30, -1e-30)
             acts.h[layer][flip] = ref.leaky(z[flip])
-    return flipped
+    return worst
 
 
 def run_with_weights(device, graph, W):
@@ -117,8 +119,7 @@ def test_forward_backward_match_reference(device, tmp_path, w, h, levels, loss, 
     Wf = W.astype(np.float32).astype(np.float64)
     Eref, Oref, cache = ref.forward(X.astype(np.float64), R.astype(np.float64), Wf,
                                     levels=levels, apply_mode=apply, loss=loss)
-    flipped = align_kinks(b, g.modules[("kpn-t", "01")], cache)
-    assert flipped <= 8  # a handful at most; many would mean a real forward mismatch
+    assert align_kinks(b, g.modules[("kpn-t", "01")], cache) <= 1e-5  # rounding-sized only
     dWref = ref.backward(cache)
     assert abs(E - Eref) <= 1e-5 * abs(Eref)
     assert np.abs(O - Oref).max() <= 1e-4

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 import sysconfig
 from functools import cache
 from pathlib import Path
@@ -28,10 +29,10 @@ class ShaderCompileError(RuntimeFailure):
 @cache
 def glslang() -> tuple[str, dict]:
     """Path of glslangValidator and the environment it needs (its shared libraries)."""
-    candidates = []
-    for key in ("purelib", "platlib"):
-        candidates.append(Path(sysconfig.get_paths()[key]) / "cmeel.prefix")
-    for prefix in candidates:
+    if os.environ.get("VKGRAPH_GLSLANG"):
+        return os.environ["VKGRAPH_GLSLANG"], dict(os.environ)
+    roots = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")] + sys.path
+    for prefix in (Path(r) / "cmeel.prefix" for r in roots if r):
         exe = prefix / "bin" / "glslangValidator"
         if exe.exists():
             env = dict(os.environ)
