@@ -30,7 +30,7 @@ from pipeline.vk import Device, list_devices  # noqa: E402
 def trivial_graph(folder: Path) -> Graph:
     write_pfm(folder / "in.pfm", np.random.default_rng(0).random((64, 64, 3)).astype(np.float32))
     g = Graph()
-    for line in [f"module:i-pfm:main", f"param:i-pfm:main:filename:{folder / 'in.pfm'}",
+    for line in ["module:i-pfm:main", f"param:i-pfm:main:filename:{folder / 'in.pfm'}",
                  "module:exposure:01", "module:o-pfm:main",
                  f"param:o-pfm:main:filename:{folder / 'out'}",
                  "connect:i-pfm:main:output:exposure:01:input",
@@ -70,7 +70,7 @@ def main() -> None:
         for d in infos:
             rows.append(measure(d.index, args.frames, Path(tmp)))
     print(f"trivial graph (64x64 exposure), {args.frames} frames, no downloads")
-    print(f"| device | wall us/frame | device wait us/frame | host us/frame | target host |")
+    print("| device | wall us/frame | device wait us/frame | host us/frame | target host |")
     print("|---|---|---|---|---|")
     for name, wall, wait, host in rows:
         print(f"| {name} | {wall:.1f} | {wait:.1f} | {host:.1f} | <= 50 |")

@@ -136,14 +136,16 @@ def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, n
         bar = tqdm(total=idx.size, unit="weight", file=sys.stderr, desc="gradcheck")
     t0 = time.perf_counter()
     for k, j in enumerate(idx):
-        w = float(w0[j])
+        w = np.float32(w0[j])
         quotients = []
         for h in (eps, eps / 2):
-            probe.set(j, w + h)
+            # the weight buffer is fp32: divide by the step the weights actually took
+            wp, wm = np.float32(w + h), np.float32(w - h)
+            probe.set(j, wp)
             ep = probe.loss()
-            probe.set(j, w - h)
+            probe.set(j, wm)
             em = probe.loss()
-            quotients.append((ep - em) / (2 * h))
+            quotients.append((ep - em) / (float(wp) - float(wm)))
         probe.set(j, w)
         n1, n2 = quotients
         numeric[k] = (4 * n2 - n1) / 3

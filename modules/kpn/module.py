@@ -9,8 +9,11 @@ and kpn's output equals what kpn-t's `output` shows for the same weights and inp
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from pipeline.errors import GraphError
 from pipeline.module import Roi
@@ -43,4 +46,35 @@ def modify_roi_out(graph, module) -> None:
 def create_nodes(graph, module) -> None:
     levels = max(1, min(12, int(module.param("levels"))))
     module.data["levels"] = levels
-    _kpn_t().forward_nodes(graph, module, levels, False, "w")
+    n = _kpn_t().forward_nodes(graph, module, levels, False, "w")
+    if module.connector("ref").source is None:
+        return
+    # optional reference: squared errors of input and output for the PSNR summary
+    w, h = n["sizes"][0]
+    groups = math.ceil(w / 8) * math.ceil(h / 8)
+    node = graph.add_node(module, "psnr", (w, h), [
+        ("input", "read", "rgba", "f32", None), ("output", "read", "rgba", "f32", None),
+        ("ref", "read", "rgba", "f32", None), ("part", "write", "ssbo", "f32", Roi(2 * groups, 1))],
+        shader="kpn", keep=True)
+    graph.bind(module, "input", node, "input")
+    graph.node_connect(n["up"][0], "output", node, "output")
+    graph.bind(module, "ref", node, "ref")
+    module.data["psnr"] = node
+
+
+def psnr(graph, module) -> tuple[float, float] | None:
+    """(PSNR of the input, PSNR of the output) against `ref` in dB, peak 1; None without ref."""
+    node = module.data.get("psnr")
+    if node is None:
+        return None
+    part = graph.read(node, "part").astype(np.float64).reshape(-1, 2).sum(axis=0)
+    w, h = module.connector("input").roi.wd, module.connector("input").roi.ht
+    mse = part / (3.0 * w * h)
+    return tuple(float(10 * np.log10(1.0 / max(m, 1e-20))) for m in mse)
+
+
+def summary(graph, module) -> str | None:
+    values = psnr(graph, module)
+    if values is None:
+        return None
+    return f"{module}: PSNR against ref: input {values[0]:.2f} dB, output {values[1]:.2f} dB"

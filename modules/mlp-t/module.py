@@ -1,0 +1,320 @@
+"""mlp-t: trains a small MLP (or an array of them, one per tile) to fit a target image, one
+optimizer step per frame (README.md here has the maths of every kernel).
+
+Nodes, in schedule order:
+  norm    dw of the last frame -> per-net gradient norm and finiteness
+  adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam or sgd)
+  train   target, w -> A (activations), G (output gradients), loss partials  (fused fwd/bck)
+  lsum    loss partials -> loss history, current loss        (kept: no sink needs it)
+  wgrad   A, G -> per-chunk weight-gradient partials
+  reduce  partials -> dw = dE/dW of this frame
+  eval    w -> `output`: the networks over the target's grid
+adam and norm read dw through feedback edges: frame f applies the gradient of frame f-1.
+
+For tools (vkgraph gradcheck, tests): data["adam"] is the node whose output "w" holds the
+fp32 master weights (with alpha 0 a step leaves them unchanged), data["dw"] the node whose
+output "dw" holds dE/dW of the frame, data["lsum"] the node whose output "cur"[0] holds the
+frame's loss E, data["used"] a bool mask of the weights the network uses and data["layout"]
+= (matrices, width): the weights are that many width x width matrices (row = output neuron),
+net n's layer l being matrix n * (depth + 1) + l. The samples of a frame depend only on the
+frame index and `seed` (with `resample` 0 not even on the frame: the gradient check's static
+input), so E is a deterministic function of the weights for a given frame. `precise` 1 (set
+by vkgraph gradcheck) runs the forward and the loss in float64 on the same samples every
+frame, so central differences of E resolve steps small enough to stay clear of ReLU kinks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from pipeline.errors import GraphError, closest
+from pipeline.module import OPTIONAL, Roi
+
+ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2}
+ACTIVATIONS = {"none": 0, "relu": 1, "leaky": 2, "sigmoid": 3, "tanh": 4, "exp": 5,
+               "softplus": 6}
+LOSSES = {"l2": 0, "l1": 1, "rel-l2": 2, "smape": 3}
+OPTIMIZERS = {"adam": 0, "sgd": 1}
+XFORMS = {"identity": 0, "flip": 1, "zoom": 2}
+FILTERS = {"nearest": 0, "bilinear": 1}
+ALIASES = {"identity": "none", "freq": "frequency", "tri": "triangle", "linear": "none",
+           "leaky-relu": "leaky", "leakyrelu": "leaky", "lrelu": "leaky",
+           "relative-l2": "rel-l2", "rl2": "rel-l2", "mse": "l2"}
+
+MLP_BATCH = 32  # rows per train/eval workgroup (shaders/mlp-t/net.glsl); 16 when precise
+MAX_WIDTH = 64  # shared memory holds MLP_BATCH x 64 activations and a 64 x 64 matrix
+
+
+def _choice(module, name: str, table: dict) -> int:
+    value = str(module.param(name)).strip().lower()
+    value = ALIASES.get(value, value) if value not in table else value
+    if value not in table:
+        raise GraphError(f"{module}: param '{name}' is '{module.param(name)}', expected one of "
+                         f"{', '.join(table)}", hint=closest(value, list(table)))
+    return table[value]
+
+
+class Arch(NamedTuple):
+    """The shape of the networks, as the kernels see it (shaders/mlp-t/config.glsl). (A
+    NamedTuple: module files are loaded without a sys.modules entry, which dataclasses need.)"""
+
+    enc: int
+    octaves: int
+    n_in: int  # encoded inputs
+    hidden: int  # neurons per hidden layer
+    depth: int  # hidden layers
+    nout: int
+    bias: bool
+    width: int  # stored neurons per layer: a multiple of 16
+    tiles: tuple[int, int]
+    act: int
+    outact: int
+    loss: int
+    opt: int
+    xform: int
+    filter: int
+
+    @property
+    def layers(self) -> int:
+        return self.depth + 1
+
+    @property
+    def nets(self) -> int:
+        return self.tiles[0] * self.tiles[1]
+
+    @property
+    def net_weights(self) -> int:
+        return self.layers * self.width * self.width
+
+    @property
+    def weights(self) -> int:
+        return self.nets * self.net_weights
+
+    def fans(self, layer: int) -> tuple[int, int]:
+        """(inputs, outputs) of matrix `layer`, without the bias."""
+        nin = self.n_in if layer == 0 else self.hidden
+        nout = self.nout if layer == self.layers - 1 else self.hidden
+        return nin, nout
+
+    def used(self) -> np.ndarray:
+        """Bool mask over all stored weights: True where the network uses the weight."""
+        w = self.width
+        mask = np.zeros((self.layers, w, w), bool)
+        for layer in range(self.layers):
+            nin, nout = self.fans(layer)
+            mask[layer, :nout, :nin] = True
+            if self.bias:
+                mask[layer, :nout, w - 1] = True
+        return np.tile(mask.ravel(), self.nets)
+
+    def defines(self) -> dict:
+        d = {"MLP_WIDTH": self.width, "MLP_LAYERS": self.layers, "N_IN": self.n_in,
+             "HIDDEN": self.hidden, "N_OUT": self.nout, "TILES_X": self.tiles[0],
+             "TILES_Y": self.tiles[1], "ENC": self.enc, "OCTAVES": max(1, self.octaves),
+             "ACT": self.act, "OUT_ACT": self.outact, "LOSS": self.loss, "OPT": self.opt,
+             "XFORM": self.xform, "FILTER": self.filter}
+        if self.bias:
+            d["MLP_BIAS"] = 1
+        return d
+
+    def describe(self) -> str:
+        """The text o-lut appends to the weights (and i-lut hands back)."""
+        names = {v: k for k, v in ACTIVATIONS.items()}
+        enc = {v: k for k, v in ENCODINGS.items()}[self.enc]
+        if self.enc:
+            enc += f" {self.octaves} octaves"
+        return "\n".join([
+            "lut contains weights for",
+            "mlp-t fully connected network (row-major matrices, row = output neuron):",
+            f"{self.nets} networks ({self.tiles[0]}x{self.tiles[1]} tiles)",
+            f"{self.layers} matrices of {self.width}x{self.width} per network",
+            f"{self.n_in} inputs ({enc}), {self.depth} hidden layers of {self.hidden}, "
+            f"{self.nout} outputs",
+            f"{names[self.act]} hidden activation, {names[self.outact]} output activation",
+            "bias in the last column" if self.bias else "no biases",
+        ])
+
+
+def arch(module) -> Arch:
+    """The networks' shape from the params, checked."""
+    enc = _choice(module, "enc", ENCODINGS)
+    octaves = int(module.param("octaves"))
+    if enc and not 1 <= octaves <= 16:
+        raise GraphError(f"{module}: octaves must be 1..16, got {octaves}")
+    n_in = 2 if enc == 0 else 4 * octaves
+    hidden, depth, nout = (int(module.param(p)) for p in ("width", "depth", "nout"))
+    bias = bool(module.param("bias"))
+    if not 1 <= depth <= 16:
+        raise GraphError(f"{module}: depth (hidden layers) must be 1..16, got {depth}")
+    if not 1 <= nout <= 4:
+        raise GraphError(f"{module}: nout must be 1..4 (r, g, b, a), got {nout}")
+    if hidden < 1:
+        raise GraphError(f"{module}: width must be positive, got {hidden}")
+    need = max(n_in, hidden, nout) + (1 if bias else 0)
+    width = 16 * math.ceil(need / 16)
+    if width > MAX_WIDTH:
+        raise GraphError(f"{module}: a layer needs {need} neurons (inputs {n_in}, width "
+                         f"{hidden}, outputs {nout}{', +1 bias' if bias else ''}), at most "
+                         f"{MAX_WIDTH} fit", hint="fewer octaves, a smaller width, or bias 0")
+    tx, ty = (int(t) for t in module.param("tiles"))
+    if tx < 1 or ty < 1:
+        raise GraphError(f"{module}: tiles must be positive, got {tx}x{ty}")
+    return Arch(enc=enc, octaves=octaves if enc else 0, n_in=n_in, hidden=hidden, depth=depth,
+                nout=nout, bias=bias, width=width, tiles=(tx, ty),
+                act=_choice(module, "act", ACTIVATIONS),
+                outact=_choice(module, "outact", ACTIVATIONS),
+                loss=_choice(module, "loss", LOSSES), opt=_choice(module, "opt", OPTIMIZERS),
+                xform=_choice(module, "xform", XFORMS), filter=_choice(module, "filter", FILTERS))
+
+
+def chunks_of(batch: int) -> tuple[int, int]:
+    """(chunks, samples per chunk) of the weight gradient: enough workgroups to fill a GPU,
+    few enough partials that summing them costs little."""
+    chunks = max(1, min(32, math.ceil(batch / 512)))
+    return chunks, math.ceil(batch / chunks)
+
+
+def init(module):
+    module.data["lut_text"] = arch(module).describe()
+
+
+def modify_roi_out(graph, module):
+    a = arch(module)
+    t = module.connector("target").roi
+    if t.wd < a.tiles[0] or t.ht < a.tiles[1]:
+        raise GraphError(f"{module}: the target ({t.wd}x{t.ht}) is smaller than the tile "
+                         f"grid {a.tiles[0]}x{a.tiles[1]}")
+    module.connector("output").roi = Roi(t.wd, t.ht)
+    module.connector("w").roi = Roi(a.width, a.weights // a.width)
+    module.data["lut_text"] = a.describe()
+
+
+def ssbo(name, ctype, n=None, fmt="f32"):
+    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
+
+
+def img(name, ctype, roi=None):
+    return (name, ctype, "rgba", "f32", roi)
+
+
+def _checkpoint(module, a: Arch) -> str | None:
+    """The wcp format when a checkpoint is connected (and used), else None."""
+    wcp = module.connector("wcp")
+    if wcp.source is None or int(module.param("init")) != 0:
+        return None
+    n = wcp.roi.wd * wcp.roi.ht
+    if not wcp.is_ssbo or n != a.weights:
+        raise GraphError(f"{module}: the checkpoint on 'wcp' holds {n} values, this network "
+                         f"stores {a.weights} ({a.nets} x {a.layers} matrices of "
+                         f"{a.width}x{a.width})", hint="train it with the same params")
+    if wcp.format not in ("f32", "f16"):
+        raise GraphError(f"{module}: checkpoint format {wcp.format}, expected f32 or f16")
+    return wcp.format
+
+
+def create_nodes(graph, module):
+    a = arch(module)
+    defines = a.defines()
+    batch = max(1, int(module.param("batch")))
+    precise = int(module.param("precise")) != 0
+    rows_per_group = MLP_BATCH // 2 if precise else MLP_BATCH
+    groups = math.ceil(batch / rows_per_group)
+    bpad = groups * rows_per_group
+    rows = a.nets * bpad
+    nw = a.weights
+    chunks, chunk = chunks_of(batch)
+    hist_len = max(500, int(graph.frames))
+    wcp = _checkpoint(module, a)
+
+    norm = graph.add_node(module, "norm", (256, a.nets), [
+        ssbo("dw", "read"), ssbo("gn", "write", 2 * a.nets)], shader="mlp-t",
+        local=(256, 1, 1), defines=defines)
+    adam = graph.add_node(module, "adam", (nw, 1), [
+        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp or "f32"),
+        ssbo("w", "write", nw), ssbo("m", "write", nw), ssbo("v", "write", nw),
+        ssbo("stats", "write", 4)], shader="mlp-t", local=(256, 1, 1),
+        push=[1 if wcp else 0], defines={**defines, **({"WCP16": 1} if wcp == "f16" else {})})
+    adam.connector("wcp").flags |= OPTIONAL
+    adam.connector("w").roi = Roi(a.width, nw // a.width)
+    if wcp:
+        graph.bind(module, "wcp", adam, "wcp")
+    graph.node_connect(norm, "gn", adam, "gn")
+    graph.bind(module, "w", adam, "w")
+
+    train = graph.add_node(module, "train", (groups * a.width, a.nets), [
+        img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
+        ssbo("G", "write", a.layers * rows * a.width),
+        ssbo("Epart", "write", 2 * groups * a.nets)], shader="mlp-t", local=(a.width, 1, 1),
+        push=[batch, bpad], defines={**defines, **({"PRECISE": 1} if precise else {})})
+    graph.bind(module, "target", train, "target")
+    graph.node_connect(adam, "w", train, "w")
+
+    lsum = graph.add_node(module, "lsum", (256, 1), [
+        ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+        shader="mlp-t", local=(256, 1, 1), push=[groups * a.nets, hist_len], keep=True)
+    graph.node_connect(train, "Epart", lsum, "Epart")
+
+    wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
+        ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
+        shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
+    graph.node_connect(train, "A", wgrad, "A")
+    graph.node_connect(train, "G", wgrad, "G")
+    reduce = graph.add_node(module, "reduce", (nw, 1), [
+        ssbo("part", "read"), ssbo("dw", "write", nw)], shader="mlp-t", local=(256, 1, 1),
+        push=[chunks], defines=defines)
+    graph.node_connect(wgrad, "part", reduce, "part")
+    graph.node_feedback(reduce, "dw", norm, "dw")
+    graph.node_feedback(reduce, "dw", adam, "dw")
+
+    t = module.connector("target").roi
+    tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
+    ev = graph.add_node(module, "eval", (math.ceil(tile_px / MLP_BATCH) * a.width, a.nets), [
+        img("target", "read"), ssbo("w", "read"), img("output", "write", Roi(t.wd, t.ht))],
+        shader="mlp-t", local=(a.width, 1, 1), defines=defines)
+    graph.bind(module, "target", ev, "target")
+    graph.node_connect(adam, "w", ev, "w")
+    graph.bind(module, "output", ev, "output")
+
+    module.data.update(adam=adam, dw=reduce, lsum=lsum, train=train, eval=ev, arch=a,
+                       used=a.used(), layout=(a.nets * a.layers, a.width),
+                       hist_len=hist_len, lut_text=a.describe())
+
+
+def losses(graph, module) -> np.ndarray:
+    """The per-frame loss history of this run (frames 0 .. graph.frame)."""
+    hist = graph.read(module.data["lsum"], "hist")
+    n = min(graph.frame + 1, module.data["hist_len"])
+    return hist[:n].astype(np.float64)
+
+
+def current_loss(graph, module) -> float:
+    """This frame's loss E (what dw is the gradient of), from its (hi, lo) float pair."""
+    cur = graph.read(module.data["lsum"], "cur").astype(np.float64)
+    return float(cur[0] + cur[1])
+
+
+def _skipped(graph, module) -> int:
+    return int(graph.read(module.data["adam"], "stats")[0])
+
+
+def stats(graph, module) -> dict:
+    out = {"loss": current_loss(graph, module)}
+    skipped = _skipped(graph, module)
+    if skipped:
+        out["skipped"] = skipped
+    return out
+
+
+def summary(graph, module) -> str:
+    hist = losses(graph, module)
+    frames = graph.frame + 1
+    fps = frames / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
+    line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
+            f"best {np.nanmin(hist):.4g}, {fps:.1f} frames/s")
+    skipped = _skipped(graph, module)
+    if skipped:
+        line += f", {skipped} net updates skipped (non-finite gradient)"
+    return line

@@ -1,0 +1,92 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#ifdef WCP16
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+#include "vkgraph.glsl"
+#include "rng.glsl"
+#include "params.glsl"
+#include "config.glsl"
+// The optimizer on fp32 master weights; frame f applies the gradient of frame f-1 (dw and
+// gn come through feedback edges), step t = f:
+//   g = dw * min(1, gradclip / ||dw_n||)   (gradclip > 0; per net n)
+//   adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= alpha m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
+//   sgd:  w -= alpha g
+// A net whose gradient has a non-finite entry (gn[2n+1] == 0), or whose update would not be
+// finite, keeps its weights; stats[0] counts such skipped (net, frame) updates, stats[1] is
+// the largest gradient norm of the step. Frame 0 initialises: from the checkpoint wcp
+// (has_wcp), else Xavier-uniform +-sqrt(6/(fan_in + fan_out)) from mrand seeded by
+// (seed, i); biases and padding 0; m = v = 0.
+layout(push_constant) uniform Push { int has_wcp; } push;
+SSBO_IN(0, float, dw)
+SSBO_IN(1, float, gn)
+#ifdef WCP16
+SSBO_IN(2, float16_t, wcp)
+#else
+SSBO_IN(2, float, wcp)
+#endif
+SSBO_RW(3, float, w)
+SSBO_RW(4, float, m)
+SSBO_RW(5, float, v)
+SSBO_RW(6, float, stats)
+
+bool finite(float x) { return !isnan(x) && !isinf(x); }
+
+float xavier(uint i, int k) {
+  int l = k / (MLP_WIDTH * MLP_WIDTH), c = k % MLP_WIDTH;
+  int nin = l == 0 ? N_IN : HIDDEN;
+  int nout = l == MLP_LAYERS - 1 ? N_OUT : HIDDEN;
+  if (c >= nin) return 0.0;  // bias column (or padding)
+  uint s = rng_state(uint(params.seed), 0x6d6c7074u, i, 0u);
+  return (2.0 * mrand(s) - 1.0) * sqrt(6.0 / float(nin + nout));
+}
+
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  if (i >= uint(NW)) return;
+  int n = int(i) / NET_W, k = int(i) % NET_W;
+  bool used = weight_used(k);
+  float wi;
+  if (global.frame == 0) {
+    wi = push.has_wcp != 0 ? float(wcp[i]) : xavier(i, k);
+    if (!used || !finite(wi)) wi = 0.0;
+    m[i] = 0.0;
+    v[i] = 0.0;
+    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; }
+  } else {
+    wi = w[i];
+    bool ok = gn[2 * n + 1] != 0.0;
+    if (ok && used) {
+      float g = dw[i];
+      float norm = gn[2 * n];
+      if (params.gradclip > 0.0 && norm > params.gradclip) g *= params.gradclip / norm;
+#if OPT == 1
+      float wn = wi - params.alpha * g;
+      if (finite(wn)) wi = wn;
+#else
+      float t = float(global.frame);
+      float mi = params.beta1 * m[i] + (1.0 - params.beta1) * g;
+      float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
+      float mh = mi / (1.0 - pow(params.beta1, t));
+      float vh = vi / (1.0 - pow(params.beta2, t));
+      float wn = wi - params.alpha * mh / (sqrt(vh) + params.eps);
+      if (finite(wn) && finite(mi) && finite(vi)) {
+        wi = wn;
+        m[i] = mi;
+        v[i] = vi;
+      }
+#endif
+    }
+    if (i == 0u) {
+      float skipped = 0.0, gmax = 0.0;
+      for (int j = 0; j < NETS; j++) {
+        if (gn[2 * j + 1] == 0.0) skipped += 1.0;
+        else gmax = max(gmax, gn[2 * j]);
+      }
+      stats[0] += skipped;
+      stats[1] = gmax;
+    }
+  }
+  w[i] = wi;
+}

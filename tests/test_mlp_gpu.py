@@ -1,0 +1,319 @@
+"""mlp-t on the device against its float64 reference (modules/mlp-t/reference.py): init, the
+frame's samples, loss, every weight gradient and the output image for each encoding,
+activation, loss, transform, filter and network arrays; Adam and SGD steps; weights through
+o-lut and back through i-lut; and the shipped graphs (graphs/fit-*.cfg) training on the CPU
+driver. Weights are set in adam's buffer with alpha 0 (a step then leaves them unchanged),
+so frame 1 computes E and dE/dW for exactly those weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import graph_from_lines
+
+from pipeline.formats import read_image, read_lut, read_pfm, write_pfm
+from pipeline.runner import Build, run_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ref = load("mlp_reference", ROOT / "modules" / "mlp-t" / "reference.py")
+poly = load("poly_module", ROOT / "modules" / "poly" / "module.py")
+
+
+def target_image(w, h):
+    yy, xx = np.mgrid[0:h, 0:w]
+    return np.stack([0.5 + 0.4 * np.sin(xx / 3.0 + c) * np.cos(yy / 4.0) for c in range(3)],
+                    -1).astype(np.float32)
+
+
+def mlp_graph(tmp_path, target, params: dict, frames=2):
+    write_pfm(tmp_path / "t.pfm", target)
+    lines = [f"param:mlp-t:01:{k}:{v}" for k, v in params.items()]
+    g = graph_from_lines("\n".join([
+        "module:i-pfm:main", "module:mlp-t:01", "module:o-pfm:out", "module:o-lut:w",
+        f"param:i-pfm:main:filename:{tmp_path / 't.pfm'}",
+        f"param:o-pfm:out:filename:{tmp_path / 'out'}",
+        f"param:o-lut:w:filename:{tmp_path / 'w'}",
+        "connect:i-pfm:main:output:mlp-t:01:target",
+        "connect:mlp-t:01:output:o-pfm:out:input",
+        "connect:mlp-t:01:w:o-lut:w:input", *lines]))
+    g.frames = frames
+    return g
+
+
+def spec_of(module) -> dict:
+    a = module.data["arch"]
+    spec = dict(a._asdict())
+    spec.update(nets=a.nets, layers=a.layers, batch=int(module.param("batch")),
+                seed=int(module.param("seed")), shift=float(module.param("shift")))
+    return spec
+
+
+def rgba(target):
+    """The target as the device holds it (alpha 1)."""
+    return np.concatenate([target, np.ones_like(target[..., :1])], -1).astype(np.float64)
+
+
+CASES = {
+    "none-leaky-l1-bias": dict(enc="none", bias=1, width=16, depth=1, nout=4, act="leaky",
+                               outact="none", loss="l1", batch=77),
+    "freq-tanh-l2": dict(enc="frequency", octaves=2, width=32, depth=2, act="tanh",
+                         outact="sigmoid", loss="l2", batch=100, lscale=128),
+    "tri-softplus-exp-rel": dict(enc="triangle", octaves=4, shift=0.2, act="softplus",
+                                 outact="exp", loss="rel-l2", width=32, depth=3, bias=1,
+                                 batch=130, xform="zoom"),
+    "array-sigmoid-smape": dict(enc="frequency", octaves=3, act="sigmoid", outact="tanh",
+                                loss="smape", tiles="2:3", filter="bilinear", xform="flip",
+                                width=8, bias=1, batch=40),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_reference(device, tmp_path, case):
+    T = target_image(20, 24)
+    g = mlp_graph(tmp_path, T, {"alpha": 0, **CASES[case]})
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    spec = spec_of(m)
+    a = m.data["arch"]
+    shape = (a.nets, a.layers, a.width, a.width)
+    used = m.data["used"]
+    assert m.data["layout"] == (a.nets * a.layers, a.width)
+    assert used.shape == (a.weights,)
+
+    b.run_frame(0, download=False)
+    w0 = b.read(m.data["adam"], "w").reshape(shape)
+    assert np.abs(w0 - ref.init_weights(spec, spec["seed"])).max() <= 1e-6
+    assert np.all(w0.ravel()[~used] == 0) and np.abs(w0.ravel()[used]).max() > 0
+
+    rng = np.random.default_rng(1)
+    W = (w0 + 0.2 * rng.standard_normal(shape) * used.reshape(shape)).astype(np.float32)
+    b.buffer(m.data["adam"], "w").upload(W.ravel())
+    b.run_frame(1, download=False)
+    assert np.array_equal(b.read(m.data["adam"], "w"), W.ravel())  # alpha 0: unchanged
+    E = float(b.read(m.data["lsum"], "cur")[0])
+    dW = b.read(m.data["dw"], "dw").reshape(shape)
+    W64 = W.astype(np.float64)
+    Eref, dWref = ref.frame_loss_grad(spec, W64, rgba(T), 1)
+    assert abs(E - Eref) <= 1e-5 * abs(Eref)
+    scale = np.abs(dWref).max()
+    assert scale > 0
+    assert np.abs(dW - dWref).max() <= 1e-4 * scale
+    assert np.all(dW.ravel()[~used] == 0)
+    O = b.read(m.backing["output"][0], "output")
+    Oref = ref.evaluate(spec, W64, (20, 24))
+    assert np.abs(O[..., : a.nout] - Oref).max() <= 1e-5 * max(1.0, np.abs(Oref).max())
+    if a.nout < 4:
+        assert np.all(O[..., 3] == 1)
+
+
+def test_reference_gradient_is_the_derivative():
+    """The reference backward against central differences of the reference loss (exact
+    derivatives also through the relative-l2 and smape denominators)."""
+    rng = np.random.default_rng(2)
+    T = rgba(target_image(12, 10))
+    for loss, outact, act in (("rel-l2", 3, 6), ("smape", 0, 4), ("l2", 5, 3)):
+        spec = dict(enc=1, octaves=2, n_in=8, hidden=6, depth=2, nout=3, bias=True, width=16,
+                    tiles=(1, 2), act=act, outact=outact, xform=0, filter=1, nets=2, layers=3,
+                    batch=20, seed=3, shift=0.0,
+                    loss={"l2": 0, "l1": 1, "rel-l2": 2, "smape": 3}[loss])
+        W = ref.init_weights(spec, 5) + 0.1 * rng.standard_normal((2, 3, 16, 16))
+        used = ref.init_weights(spec, 5) != 0
+        used[:, :, :6, 15] = True
+        used[:, 2, 3:, :] = False
+        W *= used
+        _, dW = ref.frame_loss_grad(spec, W, T, 4)
+        for idx in zip(*np.nonzero(used)[:4], strict=True):
+            if rng.random() > 0.1:
+                continue
+            eps = 1e-6
+            Wp, Wm = W.copy(), W.copy()
+            Wp[idx] += eps
+            Wm[idx] -= eps
+            num = (ref.frame_loss_grad(spec, Wp, T, 4)[0] - ref.frame_loss_grad(
+                spec, Wm, T, 4)[0]) / (2 * eps)
+            assert abs(num - dW[idx]) <= 1e-6 + 1e-5 * abs(num), (loss, idx, num, dW[idx])
+
+
+@pytest.mark.parametrize("act,outact,loss", [("tanh", "sigmoid", "l2"),
+                                             ("softplus", "exp", "smape")])
+def test_precise_loss_differences_match_the_gradient(device, tmp_path, act, outact, loss):
+    """What `vkgraph gradcheck` relies on: with precise 1 the loss is computed in float64 on
+    the same samples every frame, matches the float64 reference, and its central differences
+    (steps that float32 weights can hold) match dw."""
+    T = target_image(16, 16)
+    g = mlp_graph(tmp_path, T, dict(enc="frequency", octaves=2, width=16, depth=2, bias=1,
+                                    act=act, outact=outact, loss=loss, batch=48, precise=1,
+                                    alpha=0, tiles="1:2"), frames=2)
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    current = m.cls.hook("current_loss")
+    frame = iter(range(1000))
+
+    def E():
+        b.run_frame(next(frame), download=False)
+        return current(b, m)
+
+    E()  # frame 0 initialises
+    E0 = E()
+    dw = b.read(m.data["dw"], "dw").astype(np.float64)
+    assert E() == E0  # same samples, same weights: the same loss
+    w = b.read(m.data["adam"], "w")
+    spec = spec_of(m)
+    a = m.data["arch"]
+    Eref, _ = ref.frame_loss_grad(spec, w.reshape(a.nets, a.layers, a.width, a.width).astype(
+        np.float64), rgba(T), 0)
+    assert abs(E0 - Eref) <= 1e-7 * abs(Eref)  # inputs are encoded in fp32
+    wbuf = b.buffer(m.data["adam"], "w")
+    rng = np.random.default_rng(4)
+    for j in rng.choice(np.flatnonzero(m.data["used"]), 10, replace=False):
+        wp, wm = np.float32(w[j] + 1e-4), np.float32(w[j] - 1e-4)
+        wbuf.upload(np.array([wp], np.float32), offset=4 * int(j))
+        ep = E()
+        wbuf.upload(np.array([wm], np.float32), offset=4 * int(j))
+        em = E()
+        wbuf.upload(w[j:j + 1], offset=4 * int(j))
+        num = (ep - em) / (float(wp) - float(wm))
+        assert abs(num - dw[j]) <= 1e-5 * np.abs(dw).max() + 1e-3 * abs(num), (j, num, dw[j])
+
+
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+def test_optimizer_step_matches_reference(device, tmp_path, opt):
+    T = target_image(16, 16)
+    g = mlp_graph(tmp_path, T, dict(enc="frequency", octaves=2, width=16, depth=2, bias=1,
+                                    act="tanh", batch=64, opt=opt, alpha=0.01), frames=3)
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    b.run_frame(0, download=False)
+    w0 = b.read(m.data["adam"], "w").astype(np.float64)
+    g0 = b.read(m.data["dw"], "dw").astype(np.float64)
+    b.run_frame(1, download=False)
+    w1 = b.read(m.data["adam"], "w")
+    if opt == "adam":
+        wr, _, _ = ref.adam_step(w0, 0 * w0, 0 * w0, g0, 1, alpha=0.01)
+    else:
+        wr = ref.sgd_step(w0, g0, 0.01)
+    assert np.abs(w1 - wr).max() <= 1e-6
+    assert np.abs(w1 - w0).max() > 1e-4  # it moved
+    assert np.all(w1[~m.data["used"]] == 0)
+
+
+def test_weights_through_lut_reproduce_the_output(device, tmp_path):
+    """o-lut writes the f32 weights with a description; i-lut loads them into wcp, and with
+    alpha 0 the network shows exactly the picture the trained one showed."""
+    T = target_image(16, 12)
+    params = dict(enc="triangle", octaves=3, width=16, depth=2, bias=1, act="leaky",
+                  batch=64, alpha=0.01, tiles="2:1")
+    g = mlp_graph(tmp_path, T, params, frames=12)
+    b = run_graph(g, device, last_frame_only=True)
+    m = g.modules[("mlp-t", "01")]
+    data, info, text = read_lut(tmp_path / "w.lut")
+    assert info.format == "f32" and info.ssbo
+    assert np.array_equal(data.ravel(), b.read(m.data["adam"], "w"))
+    assert "2 networks (2x1 tiles)" in text and "leaky hidden activation" in text
+    trained = read_pfm(tmp_path / "out.pfm")
+
+    g2 = mlp_graph(tmp_path, T, {**params, "alpha": 0}, frames=1)
+    g2.add_module("i-lut", "w")
+    g2.modules[("i-lut", "w")].set_param("filename", str(tmp_path / "w.lut"))
+    g2.connect("i-lut", "w", "output", "mlp-t", "01", "wcp")
+    g2.modules[("o-pfm", "out")].set_param("filename", str(tmp_path / "again"))
+    g2.modules[("o-lut", "w")].set_param("filename", str(tmp_path / "w2"))
+    run_graph(g2, device, last_frame_only=True)
+    assert np.array_equal(read_pfm(tmp_path / "again.pfm"), trained)
+
+
+def test_checkpoint_of_another_shape_is_refused(device, tmp_path):
+    from pipeline.errors import GraphError
+    from pipeline.formats import write_lut
+
+    write_lut(tmp_path / "bad.lut", np.zeros(100, np.float32), 1, "f32", 100, 1, ssbo=True)
+    g = mlp_graph(tmp_path, target_image(8, 8), dict(width=16, depth=1))
+    g.add_module("i-lut", "w")
+    g.modules[("i-lut", "w")].set_param("filename", str(tmp_path / "bad.lut"))
+    g.connect("i-lut", "w", "output", "mlp-t", "01", "wcp")
+    with pytest.raises(GraphError, match="holds 100 values"):
+        Build(g, device)
+
+
+def test_bad_choice_names_the_options(device, tmp_path):
+    from pipeline.errors import GraphError
+
+    g = mlp_graph(tmp_path, target_image(8, 8), dict(act="relux"))
+    with pytest.raises(GraphError, match="expected one of none, relu, leaky"):
+        Build(g, device)
+
+
+def test_poly_matches_reference(device, tmp_path):
+    g = graph_from_lines(f"""
+        module:poly:01
+        module:o-pfm:p
+        param:poly:01:size:13:7
+        param:o-pfm:p:filename:{tmp_path / 'p'}
+        connect:poly:01:output:o-pfm:p:input""")
+    run_graph(g, device)
+    assert np.abs(read_pfm(tmp_path / "p.pfm") - poly.reference(13, 7)[..., :3]).max() <= 1e-6
+
+
+def run_cli(tmp_path, monkeypatch, capsys, cfg: str, *config: str) -> tuple[float, float]:
+    """Run a shipped graph with `vkgraph cli`; (first loss, last loss) from its summary."""
+    from cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["-q", "cli", "-g", str(ROOT / "graphs" / cfg), "--last-frame-only",
+               "--format", "o-pfm", "--filename", "out", "--config", *config])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    line = next(ln for ln in out.splitlines() if ln.startswith("mlp-t:01: "))
+    match = re.match(r"mlp-t:01: (\d+) frames, first loss (\S+), loss (\S+), best (\S+), "
+                     r"(\S+) frames/s", line)
+    assert match, line
+    assert int(match[1]) == int(next(c for c in config if c.startswith("frames:"))[7:])
+    assert (tmp_path / "out.pfm").exists()
+    assert (tmp_path / f"{cfg[:-4]}-w.lut").exists()
+    return float(match[2]), float(match[3])
+
+
+@pytest.fixture(scope="module")
+def small_scene(tmp_path_factory):
+    """graphs/images/scene.pfm averaged down to 32 x 32."""
+    img = read_image(ROOT / "graphs" / "images" / "scene.pfm")[:, :, :3]
+    small = img.reshape(32, 8, 32, 8, 3).mean((1, 3)).astype(np.float32)
+    path = tmp_path_factory.mktemp("scene") / "scene32.pfm"
+    write_pfm(path, small)
+    return path
+
+
+def test_fit_image_graph_trains(device, tmp_path, monkeypatch, capsys, small_scene):
+    first, last = run_cli(tmp_path, monkeypatch, capsys, "fit-image.cfg", "frames:300",
+                          f"param:i-img:main:filename:{small_scene}",
+                          "param:mlp-t:01:batch:64", "param:mlp-t:01:preview:0")
+    assert last < 0.5 * first
+
+
+def test_fit_poly_graph_trains(device, tmp_path, monkeypatch, capsys):
+    first, last = run_cli(tmp_path, monkeypatch, capsys, "fit-poly.cfg", "frames:300")
+    assert last < 0.5 * first
+
+
+def test_fit_array_graph_trains(device, tmp_path, monkeypatch, capsys, small_scene):
+    first, last = run_cli(tmp_path, monkeypatch, capsys, "fit-array.cfg", "frames:150",
+                          f"param:i-img:main:filename:{small_scene}", "param:mlp-t:01:tiles:4:4",
+                          "param:mlp-t:01:batch:64", "param:mlp-t:01:preview:0")
+    assert last < 0.5 * first
+    out = read_pfm(tmp_path / "out.pfm")
+    assert out.shape == (32, 32, 3) and np.all(np.isfinite(out))
