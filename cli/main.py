@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from pipeline.errors import GraphError, VkgraphError
@@ -63,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--last-frame-only", action="store_true",
                    help="write files only after the last frame")
     c.add_argument("--progress", action="store_true", help="show a progress bar")
+    c.add_argument("--checkpoint", metavar="FILE", help="save the state of the trainable "
+                   "modules (weights, Adam moments, frame counter) to FILE (.npz) at the end, "
+                   "on Ctrl-C/SIGTERM and every --checkpoint-every frames")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="also save the checkpoint after every N frames")
+    c.add_argument("--resume", metavar="FILE", help="continue the run saved in checkpoint "
+                   "FILE (same graph; --frames may be larger)")
 
     g = sub.add_parser("gui", help="run a graph and show its display modules in a window")
     add_run_args(g)
@@ -123,6 +132,8 @@ def output_slots(argv: list[str]) -> list[dict]:
             else:
                 cur[key] = val
     if cur or not slots:
+        if not cur:
+            cur["implicit"] = True  # nothing asked for: display:main if the graph has one
         cur.setdefault("inst", "main")
         slots.append(cur)
     return slots
@@ -149,8 +160,8 @@ def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool
         inst = slot["inst"]
         disp = graph.modules.get(("display", inst))
         if disp is None:
-            if inst == "main" and mains:
-                continue  # the graph writes its own main output
+            if inst == "main" and (mains or slot.get("implicit")):
+                continue  # the graph writes its own outputs
             have = [m.inst for m in graph.modules.values() if m.name == "display"]
             raise GraphError(f"--output {inst}: the graph has no display:{inst}"
                              + (f" (displays: {', '.join(have)})" if have else ""))
@@ -178,7 +189,40 @@ def open_device(args, surface=None):
     return Device.open(args.device, args.device_id, surface=surface)
 
 
+class StopSignals:
+    """Ctrl-C and SIGTERM during a run: the first one asks the frame loop to stop after the
+    current frame (sinks and checkpoint are written, exit 130); a second one stops at once.
+    Installed by cmd_cli only (and only in the main thread); the old handlers come back on
+    exit."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum = None
+        self.old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self.old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+        self.old.clear()
+
+    def _handler(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum  # no logging here: the handler may run inside a log call
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+
 def cmd_cli(args, argv) -> int:
+    from pipeline import checkpoint
     from pipeline.runner import run_graph
 
     from .progress import Progress, summaries
@@ -195,21 +239,47 @@ def cmd_cli(args, argv) -> int:
     apply_config()  # vkdt applies --config after display replacement
     if args.frames is not None:
         graph.frames = args.frames
-    device = open_device(args)
-    try:
-        bar = Progress(enabled=args.progress)
+    if args.checkpoint_every < 0:
+        raise UsageError("--checkpoint-every: expected a number of frames >= 0")
+    if args.checkpoint_every and not args.checkpoint:
+        raise UsageError("--checkpoint-every needs --checkpoint FILE")
+    resume = None
+    if args.resume:
+        resume = checkpoint.Checkpoint(args.resume)
+        resume.check_graph(graph)
+    every = args.checkpoint_every
+
+    def after_frame(build, f):
+        if every and (f + 1) % every == 0 and f < build.frames - 1:
+            checkpoint.save(args.checkpoint, build)
+
+    with StopSignals() as stop:
+        device = open_device(args)
         try:
-            build = run_graph(graph, device, last_frame_only=args.last_frame_only,
-                              progress=bar.update, profile=args.profile)
+            bar = Progress(enabled=args.progress)
+            try:
+                build = run_graph(graph, device, last_frame_only=args.last_frame_only,
+                                  progress=bar.update, profile=args.profile,
+                                  restore=resume.restore if resume else None, stop=stop,
+                                  after_frame=after_frame if args.checkpoint else None)
+            finally:
+                bar.close()
+            saved = args.checkpoint
+            if saved is None and build.interrupted and checkpoint.has_state(build):
+                saved = f"{Path(args.graph).stem}.ckpt.npz"
+            if saved:
+                checkpoint.save(saved, build)
+            for line in summaries(build):
+                print(line)
+            if args.profile:
+                from .progress import print_profile
+                print_profile(build)
         finally:
-            bar.close()
-        for line in summaries(build):
-            print(line)
-        if args.profile:
-            from .progress import print_profile
-            print_profile(build)
-    finally:
-        device.close()
+            device.close()
+    if build.interrupted:
+        print(f"vkgraph: interrupted after frame {build.frame} of {build.frames}"
+              + (f"; continue with --resume {saved}" if saved else ""), file=sys.stderr)
+        return 130
     return 0
 
 
@@ -225,7 +295,8 @@ def cmd_devices(args) -> int:
               f"{'yes' if d.storage16 else 'no'}, float atomics: "
               f"{'yes' if d.float_atomics else 'no'}")
         print(f"    subgroup size: {d.subgroup_size}, shared memory: {d.shared_memory} bytes, "
-              f"device memory: {d.memory_mib} MiB")
+              f"device memory: {d.memory_mib} MiB, largest storage buffer: "
+              f"{d.max_storage_range >> 20} MiB")
         print(f"    cooperative matrix: {', '.join(d.coopmat) if d.coopmat else 'no'}")
     if chosen is not None:
         print(f"* = used by default ({chosen.name})")

@@ -25,7 +25,7 @@ SIZE = 256
 CELL = 64  # the layout grid: 4x4 cells
 SCENES = [("scene", 1), ("scene-b", 2), ("scene-c", 3)]
 # the noisy test image: (name, clean scene, noise a, noise b, seed)
-NOISY = ("scene-noisy", "scene-b", 1.0e7, 200.0, 4)
+NOISY = ("scene-noisy", "scene-b", 1.0e6, 100.0, 4)
 
 # 5x7 glyphs, rows top to bottom, '#' = ink
 FONT_ROWS = {

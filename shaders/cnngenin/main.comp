@@ -10,6 +10,7 @@ layout(std430, set = 0, binding = 1) readonly buffer Params {
   int generate;  // 0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both
   int tiles;     // 1: 64x64 tiles, 0: full image
   int seed;      // added to vkdt's per-frame seed
+  float noise;   // scales the drawn noise a and b (1: vkdt's range)
 } params;
 
 IMG_IN(0, imgi)
@@ -54,8 +55,8 @@ void main() {
 
   float noise_a = 0.0, noise_b = 0.0;
   if (params.generate == 2 || params.generate == 4) {
-    noise_a = 65535000.0 * mrand(s);  // 1000 * 65535 * u
-    noise_b = 1000.0 * mrand(s);
+    noise_a = params.noise * 65535000.0 * mrand(s);  // 1000 * 65535 * u (vkdt, noise 1)
+    noise_b = params.noise * 1000.0 * mrand(s);
     uint sp = s + 7654u * uint(p.x) + 1357900u * uint(p.y);
     sp = (xorshift32(sp) >> 8) << 5;  // = uint(2^29 * mrand(sp)), exactly
     vec2 u0 = vec2(mrand(sp), mrand(sp));
