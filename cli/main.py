@@ -243,6 +243,9 @@ def cmd_cli(args, argv) -> int:
         raise UsageError("--checkpoint-every: expected a number of frames >= 0")
     if args.checkpoint_every and not args.checkpoint:
         raise UsageError("--checkpoint-every needs --checkpoint FILE")
+    if args.checkpoint and not Path(args.checkpoint).parent.is_dir():
+        raise UsageError(f"--checkpoint {args.checkpoint}: folder "
+                         f"'{Path(args.checkpoint).parent}' does not exist")
     resume = None
     if args.resume:
         resume = checkpoint.Checkpoint(args.resume)
@@ -260,13 +263,18 @@ def cmd_cli(args, argv) -> int:
             try:
                 build = run_graph(graph, device, last_frame_only=args.last_frame_only,
                                   progress=bar.update, profile=args.profile,
-                                  restore=resume.restore if resume else None, stop=stop,
+                                  restore=lambda b: checkpoint.prepare(
+                                      b, resume, saving=bool(args.checkpoint)), stop=stop,
                                   after_frame=after_frame if args.checkpoint else None)
             finally:
                 bar.close()
             saved = args.checkpoint
             if saved is None and build.interrupted and checkpoint.has_state(build):
-                saved = f"{Path(args.graph).stem}.ckpt.npz"
+                try:
+                    checkpoint.check_supported(build)
+                    saved = f"{Path(args.graph).stem}.ckpt.npz"
+                except GraphError as e:
+                    log.warning("no checkpoint: %s", e.line())
             if saved:
                 checkpoint.save(saved, build)
             for line in summaries(build):

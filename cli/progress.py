@@ -22,8 +22,8 @@ class Progress:
             return
         if self.bar is None:
             from tqdm import tqdm
-            self.bar = tqdm(total=build.frames, unit="frame", file=sys.stderr,
-                            dynamic_ncols=True, desc="frames")
+            self.bar = tqdm(total=build.frames, initial=getattr(build, "first_frame", 0),
+                            unit="frame", file=sys.stderr, dynamic_ncols=True, desc="frames")
         self.bar.update(1)
         now = time.perf_counter()
         if now - self.t_last > 0.2 or frame == build.frames - 1:

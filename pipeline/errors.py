@@ -23,7 +23,16 @@ class VkgraphError(Exception):
         text = f"{self.where}: {self.message}" if self.where else self.message
         if self.hint:
             text += f" ({self.hint})"
+        return printable(text)
+
+
+def printable(text: str) -> str:
+    """One line of visible text: control characters (newlines, NUL, escapes from a bad input
+    file echoed in a message) are shown as Python escapes."""
+    if text.isprintable():
         return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 class GraphError(VkgraphError):

@@ -576,6 +576,11 @@ def read_exr(path: PathLike, finite: bool = False) -> np.ndarray:
     for need in ("channels", "compression", "dataWindow"):
         if need not in attrs:
             raise _fail(path, r.pos, f"expected attribute '{need}' in the header")
+    for need, size in (("compression", 1), ("dataWindow", 16)):
+        value, at = attrs[need]
+        if len(value) < size:
+            raise _fail(path, at, f"expected {size} bytes of attribute '{need}', found "
+                        f"{len(value)}")
     chans = _exr_channels(path, *attrs["channels"])
     comp = attrs["compression"][0][0]
     if comp not in _EXR_LINES:

@@ -60,6 +60,9 @@ class Build(NodeGraph):
         self.commands: list = []
         self.streaming: list[Node] = []
         self.wait_seconds = 0.0  # time spent waiting for the device (bench/overhead.py)
+        self.first_frame = 0  # where this run started (> 0 when resumed from a checkpoint)
+        self.interrupted = False  # run_graph stopped early (stop() said so)
+        self._sources_uploaded = False
         self.build_nodes()
         self._check_memory()
         self._allocate()
@@ -106,18 +109,29 @@ class Build(NodeGraph):
                     yield node, c
 
     def _check_memory(self) -> None:
+        """Before anything is allocated: the buffers must fit the device's memory, and each
+        one the largest range a storage buffer may bind (else a driver may fail or compute
+        garbage). The error names the largest buffers."""
         sizes = []
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
-            sizes.append((c.nbytes() * n, f"{node.label}:{c.name} {c.roi.wd}x{c.roi.ht}"))
-        total = sum(s for s, _ in sizes)
-        budget = self.device.info.memory_mib << 20
-        if budget and total > budget:
-            top = ", ".join(f"{name} ({s / 2**20:.0f} MiB)"
-                            for s, name in sorted(sizes, reverse=True)[:3])
-            raise RuntimeFailure(f"the graph needs {total / 2**30:.2f} GiB of buffers but "
-                                 f"{self.device.info.name} has {budget / 2**30:.2f} GiB; "
-                                 f"largest: {top}")
+            sizes.append((c.nbytes() * n, c.nbytes(),
+                          f"{node.label}:{c.name} {c.roi.wd}x{c.roi.ht}"))
+        sizes.sort(key=lambda s: s[:2], reverse=True)
+        top = ", ".join(f"{name} ({s / 2**20:.0f} MiB)" for s, _, name in sizes[:3])
+        info = self.device.info
+        total = sum(s for s, _, _ in sizes)
+        budget = info.memory_mib << 20
+        if budget and total > budget:  # the graph is too big for the device: bad input
+            raise GraphError(f"the graph needs {total / 2**30:.2f} GiB of buffers but "
+                             f"{info.name} has {budget / 2**30:.2f} GiB; largest: {top}")
+        limit = getattr(info, "max_storage_range", 0)
+        big = [(one, name) for _, one, name in sizes if limit and one > limit]
+        if big:
+            one, name = max(big)
+            raise GraphError(f"buffer {name} needs {one / 2**20:.0f} MiB but a storage "
+                             f"buffer on {info.name} may span at most {limit / 2**20:.0f} MiB "
+                             f"(use a smaller input); largest: {top}")
 
     def _double(self, node: Node, conn: str) -> bool:
         return any(c.feedback and c.source is not None and c.source[0] is node
@@ -293,8 +307,9 @@ class Build(NodeGraph):
             if blob != last:
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
-        if frame == 0:
+        if frame == 0 or not self._sources_uploaded:  # a resumed run starts at frame k > 0
             self.upload_sources(only_streaming=False)
+            self._sources_uploaded = True
         elif self.streaming:
             self.upload_sources(only_streaming=True)
         g = self._global_view
@@ -315,16 +330,31 @@ class Build(NodeGraph):
 
 
 def run_graph(graph, device: Device, frames: int | None = None, last_frame_only: bool = False,
-              progress=None, profile: bool = False) -> Build:
-    """Build and run a graph for its frames; returns the build (for summaries)."""
+              progress=None, profile: bool = False, restore=None, stop=None,
+              after_frame=None) -> Build:
+    """Build and run a graph for its frames; returns the build (for summaries).
+
+    restore(build) -> int: loads saved state into the fresh build and returns the frame to
+    continue at (pipeline/checkpoint.py). after_frame(build, f) runs after each frame (periodic
+    checkpoints). stop() -> bool is asked after each frame: True ends the run there (a signal
+    arrived), with the sinks written and build.interrupted set."""
     if frames is not None:
         graph.frames = frames
     build = Build(graph, device, profile=profile)
+    start = restore(build) if restore is not None else 0
+    build.first_frame = build.frame = start
     t0 = time.perf_counter()
-    for f in range(build.frames):
+    for f in range(start, build.frames):
         last = f == build.frames - 1
         build.run_frame(f, download=last or not last_frame_only)
         if progress is not None:
             progress(build, f)
+        if after_frame is not None:
+            after_frame(build, f)
+        if not last and stop is not None and stop():
+            build.interrupted = True
+            if last_frame_only:
+                build.download_sinks()
+            break
     build.seconds = time.perf_counter() - t0
     return build

@@ -6,13 +6,17 @@ Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
   loss      loss (O_0, ref -> dO_0, partials), lsum (-> loss history, current loss)
   backward  dup_i (dO_i -> dO_{i+1}), dapply_i (-> dK_i), bck_i (-> G_i),
             mulw_i (A_i, G_i, dK_i -> partials), reduce_i (sum over chunks and levels -> dw)
-  update    norm (dw of the last frame -> ||g||), adam (-> w, m, v, w16, stats)
+  update    norm (dw and loss of the last frame -> ||g||, finite?), adam (-> w, m, v, w16,
+            stats)
 adam reads dw and the norm through feedback edges: frame f applies the gradient of f-1.
+Checkpoints (hooks state/load_state): adam's w, m, v, stats and the loss history; the engine
+adds the feedback buffers (the last frame's dw and loss).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -65,6 +69,48 @@ def mulw_chunks(n: int) -> tuple[int, int]:
     return chunks, math.ceil(n / chunks)
 
 
+# MLP kernel variants (README.md, "Kernel variants"): "portable" (fp32, any device: fwd, bck,
+# mulw), "coopmat" (cooperative matrices, f16 activations stored: fwd_cm, bck_cm, mulw_cm),
+# "fused" (cooperative matrices, the backward recomputes the forward and sums the weight
+# gradient in registers: fwd_cm, bck_fused).
+CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the image)
+FUSED_WARPS = 8  # bck_fused: 8 warps, 128-pixel tiles (36 KiB of shared memory)
+FUSED_GROUPS = 512  # at most this many bck_fused workgroups (and weight-gradient partials)
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def mlp_variant(graph, precise: bool = False) -> str:
+    """The MLP kernels for this build: cooperative matrices ("fused" by default, "coopmat"
+    with VKGRAPH_KPN_MLP=coopmat) where the device has 16x16x16 f16 x f16 + f32 cooperative
+    matrices and 32-wide subgroups; "portable" elsewhere, with VKGRAPH_PORTABLE set, or in
+    `precise` mode (the gradient check's float64 forward). VKGRAPH_COOPMAT_EMULATE=1 runs
+    the cooperative-matrix kernels in plain GLSL on any device (tests; slow)."""
+    if precise or _env_on("VKGRAPH_PORTABLE"):
+        return "portable"
+    want = os.environ.get("VKGRAPH_KPN_MLP", "fused")
+    if want not in ("coopmat", "fused"):
+        return "portable"
+    if _env_on("VKGRAPH_COOPMAT_EMULATE"):
+        return want
+    info = getattr(getattr(graph, "device", None), "info", None)
+    if info is None or info.subgroup_size != 32 or not (info.fp16 and info.storage16):
+        return "portable"
+    if "16x16x16 f16*f16+f32->f32" not in info.coopmat or info.shared_memory < 37 * 1024:
+        return "portable"
+    return want
+
+
+def _cm_defines(**extra) -> dict:
+    return {"CM_EMULATE": 1, **extra} if _env_on("VKGRAPH_COOPMAT_EMULATE") else dict(extra)
+
+
+def _pad(n: int) -> int:
+    return math.ceil(n / CM_PAD) * CM_PAD
+
+
 def img(name, ctype, roi=None):
     return (name, ctype, "rgba", "f32", roi)
 
@@ -73,12 +119,13 @@ def ssbo(name, ctype, n=None, fmt="f32"):
     return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
 
 
-def forward_nodes(graph, module, levels: int, train: bool, weights):
+def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
     `weights`: the (node, connector) that writes the weights (kpn-t: adam's f32 master
     weights), or the name of a module input (kpn: `w`, f16 from a lut), which is bound to
-    every fwd node. f16 weights select fwd's W16 variant. Returns the per-level nodes as a
-    dict of lists."""
+    every fwd node. f16 weights select fwd's W16 variant. `weights16`: an f16 copy for the
+    cooperative-matrix kernels (kpn-t: adam's w16). Returns the per-level nodes as a dict of
+    lists."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels)
     apply_mode = int(module.param("apply"))
@@ -88,6 +135,12 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
         w16 = module.connector(weights).format == "f16"
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
+    variant = mlp_variant(graph, precise)
+    if variant != "portable" and not w16:
+        if weights16 is None:
+            variant = "portable"
+        else:
+            weights, w16 = weights16, True
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
     for i in range(levels):
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
@@ -96,19 +149,30 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
                              img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
         diff = graph.add_node(module, "diff", (w, h), [img("fine", "read"), img("coarse", "read"),
                               img("detail", "write", Roi(w, h))], shader="kpn-t")
-        conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
-        defines = {}
-        if train:
-            conns.append(ssbo("A", "write", 7 * 64 * npx))
-            defines["TRAIN"] = 1
-        if w16:
-            defines["W16"] = 1
-        if precise:  # float64 copies for the gradient check (2 floats per double)
-            conns.append(ssbo("Kd", "write", 2 * 16 * npx))
-            defines["PRECISE"] = 1
-        batch = MLP_BATCH // 2 if precise else MLP_BATCH
-        fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
-                             shader="kpn-t", local=(64, 1, 1), defines=defines)
+        if variant == "portable":
+            conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
+            defines = {}
+            if train:
+                conns.append(ssbo("A", "write", 7 * 64 * npx))
+                defines["TRAIN"] = 1
+            if w16:
+                defines["W16"] = 1
+            if precise:  # float64 copies for the gradient check (2 floats per double)
+                conns.append(ssbo("Kd", "write", 2 * 16 * npx))
+                defines["PRECISE"] = 1
+            batch = MLP_BATCH // 2 if precise else MLP_BATCH
+            fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
+                                 shader="kpn-t", local=(64, 1, 1), defines=defines)
+        else:  # 128-pixel workgroups of 2 warps; buffers of whole 256-pixel tiles
+            npad = _pad(npx)
+            conns = [img("detail", "read"), ssbo("w", "read", fmt="f16"),
+                     ssbo("K", "write", 16 * npad)]
+            defines = _cm_defines()
+            if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
+                conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
+                defines["TRAIN"] = 1
+            fwd = graph.add_node(module, "fwd_cm", (npad // 2, 1), conns, shader="kpn-t",
+                                 local=(64, 1, 1), defines=defines)
         app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
         if precise:
             app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
@@ -159,6 +223,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights):
     n["up"] = ups
     n["sizes"] = sizes
     n["precise"] = precise
+    n["variant"] = variant
     graph.bind(module, "output", ups[0], "output")
     return n
 
@@ -178,7 +243,7 @@ def create_nodes(graph, module):
     if module.connector("wcp").source is not None:
         graph.bind(module, "wcp", adam, "wcp")
     graph.bind(module, "w", adam, "w16")
-    n = forward_nodes(graph, module, levels, True, (adam, "w"))
+    n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"))
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
@@ -225,20 +290,10 @@ def create_nodes(graph, module):
         graph.node_connect(n["fwd"][i], "K", dap, "K")
         graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
         graph.node_connect(grad[0], grad[1], dap, "dI")
-        bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), [
-            ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
-            ssbo("G", "write", 6 * 64 * npx)], shader="kpn-t", local=(64, 1, 1), push=[npx])
-        graph.node_connect(adam, "w", bck, "w")
-        graph.node_connect(n["fwd"][i], "A", bck, "A")
-        graph.node_connect(dap, "dK", bck, "dK")
-        chunks, chunk = mulw_chunks(npx)
-        mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), [
-            ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
-            ssbo("part", "write", NW * chunks)], shader="kpn-t", local=(16, 16, 1),
-            push=[npx, chunk])
-        graph.node_connect(n["fwd"][i], "A", mulw, "A")
-        graph.node_connect(bck, "G", mulw, "G")
-        graph.node_connect(dap, "dK", mulw, "dK")
+        if n["variant"] == "portable":
+            mulw, chunks = _backward_portable(graph, module, n, i, adam, dap)
+        else:
+            mulw, chunks = _backward_coopmat(graph, module, n, i, adam, dap)
         conns = [ssbo("part", "read")] + ([ssbo("acc", "read")] if acc else [])
         red = graph.add_node(module, "reduce", (NW, 1), conns + [ssbo("dw", "write", NW)],
                              shader="kpn-t", local=(256, 1, 1), push=[chunks],
@@ -247,13 +302,87 @@ def create_nodes(graph, module):
         if acc:
             graph.node_connect(acc, "dw", red, "acc")
         acc = red
-    norm = graph.add_node(module, "norm", (256, 1), [ssbo("dw", "read"), ssbo("gn", "write", 4)],
-                          shader="kpn-t", local=(256, 1, 1))
+    norm = graph.add_node(module, "norm", (256, 1), [ssbo("dw", "read"), ssbo("gn", "write", 4),
+                          ssbo("cur", "read")], shader="kpn-t", local=(256, 1, 1))
     graph.node_feedback(acc, "dw", norm, "dw")
+    graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
     graph.node_feedback(acc, "dw", adam, "dw")
     graph.node_connect(norm, "gn", adam, "gn")
     module.data["dw"] = acc
     _view_nodes(graph, module, n, adam, acc, lsum)
+
+
+def _backward_portable(graph, module, n, i, adam, dap):
+    """bck (-> G) and mulw (-> per-chunk partials of dE/dW) of level i, fp32."""
+    w, h = n["sizes"][i]
+    npx = w * h
+    bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), [
+        ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
+        ssbo("G", "write", 6 * 64 * npx)], shader="kpn-t", local=(64, 1, 1), push=[npx])
+    graph.node_connect(adam, "w", bck, "w")
+    graph.node_connect(n["fwd"][i], "A", bck, "A")
+    graph.node_connect(dap, "dK", bck, "dK")
+    chunks, chunk = mulw_chunks(npx)
+    mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), [
+        ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
+        ssbo("part", "write", NW * chunks)], shader="kpn-t", local=(16, 16, 1),
+        push=[npx, chunk])
+    graph.node_connect(n["fwd"][i], "A", mulw, "A")
+    graph.node_connect(bck, "G", mulw, "G")
+    graph.node_connect(dap, "dK", mulw, "dK")
+    return mulw, chunks
+
+
+def _backward_coopmat(graph, module, n, i, adam, dap):
+    """Level i's MLP backward with cooperative matrices -> (node writing `part`, count of
+    partials). Loss scale: the level-0 pixel count (dE/dK carries 1/N_0 of the mean loss;
+    scaled, it stays well inside f16's range); the kernels divide it out of dE/dW.
+    "coopmat": bck_cm (-> g_1..g_6, scaled dK, f16) and mulw_cm (dW per pixel chunk).
+    "fused": bck_fused recomputes the forward and sums dW per workgroup in registers."""
+    w, h = n["sizes"][i]
+    npx = w * h
+    npad = _pad(npx)
+    w0, h0 = n["sizes"][0]
+    scale = float(w0 * h0)
+    if n["variant"] == "fused":
+        warps = 4 if _env_on("VKGRAPH_COOPMAT_EMULATE") else FUSED_WARPS  # 32 KiB shared
+        tiles = math.ceil(npx / (16 * warps))
+        per = math.ceil(tiles / min(tiles, FUSED_GROUPS))
+        groups = math.ceil(tiles / per)
+        node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
+            img("detail", "read"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
+            ssbo("scr", "write", groups * warps * 5 * 1024, "f16"),
+            ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
+            push=[npx, per, scale, 1.0 / scale], defines=_cm_defines(WARPS=f"{warps}u"))
+        graph.node_connect(n["diff"][i], "detail", node, "detail")
+        graph.node_connect(adam, "w16", node, "w")
+        graph.node_connect(dap, "dK", node, "dK")
+        return node, groups
+    fwd = n["fwd"][i]
+    bck = graph.add_node(module, "bck_cm", (npad // 2, 1), [
+        ssbo("w", "read", fmt="f16"), ssbo("dK", "read")]
+        + [ssbo(f"A{s}", "read", fmt="f16") for s in range(1, 7)]
+        + [ssbo(f"G{s}", "write", 64 * npad, "f16") for s in range(1, 7)]
+        + [ssbo("dK16", "write", 16 * npad, "f16")], shader="kpn-t", local=(64, 1, 1),
+        push=[npx, scale], defines=_cm_defines())
+    graph.node_connect(adam, "w16", bck, "w")
+    graph.node_connect(dap, "dK", bck, "dK")
+    chunks = max(1, min(256, npad // 4096))
+    chunk = math.ceil(npad / chunks / 16) * 16
+    chunks = math.ceil(npad / chunk)
+    mulw = graph.add_node(module, "mulw_cm", (128 * chunks, 7), [
+        ssbo(f"A{s}", "read", fmt="f16") for s in range(7)]
+        + [ssbo(f"G{s}", "read", fmt="f16") for s in range(1, 7)]
+        + [ssbo("dK16", "read", fmt="f16"), ssbo("part", "write", NW * chunks)],
+        shader="kpn-t", local=(128, 1, 1), push=[npad, chunk, 1.0 / scale],
+        defines=_cm_defines())
+    for s in range(7):
+        graph.node_connect(fwd, f"A{s}", mulw, f"A{s}")
+        if s:
+            graph.node_connect(fwd, f"A{s}", bck, f"A{s}")
+            graph.node_connect(bck, f"G{s}", mulw, f"G{s}")
+    graph.node_connect(bck, "dK16", mulw, "dK16")
+    return mulw, chunks
 
 
 GRAPH_SIZE = (500, 200)
@@ -327,10 +456,38 @@ def stats(graph, module) -> dict:
 def summary(graph, module) -> str:
     hist = losses(graph, module)
     frames = graph.frame + 1
-    fps = frames / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
+    ran = frames - getattr(graph, "first_frame", 0)  # a resumed run ran only its part
+    fps = ran / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
     skipped = int(graph.read(module.data["adam"], "stats")[0])
+    best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4f}, loss {hist[-1]:.4f}, "
-            f"best {np.nanmin(hist):.4f}, {fps:.1f} frames/s")
+            f"best {best:.4f}, {fps:.1f} frames/s")
     if skipped:
-        line += f", {skipped} updates skipped (non-finite gradient)"
+        line += f", {skipped} updates skipped (non-finite loss or gradient)"
     return line
+
+
+# persistent buffers the engine cannot know about: read before they are written each frame
+STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
+
+
+def state(graph, module) -> dict:
+    """Checkpoint: fp32 weights, Adam moments, stats (skipped-update counter) and the loss
+    history. The pending gradient and loss (feedback buffers) are saved by the engine."""
+    return {f"{n}.{c}": graph.read(module.data[n], c) for n, c in STATE}
+
+
+def load_state(graph, module, arrays) -> None:
+    from pipeline.checkpoint import upload
+
+    arrays = dict(arrays)
+    old = arrays.get("lsum.hist")
+    if old is not None and old.ndim == 1 and old.size and old.size != module.data["hist_len"]:
+        # another frame count changed the history length: move entries to their new slots
+        new = np.zeros(module.data["hist_len"], old.dtype)
+        done = graph.frame + 1
+        f = np.arange(max(0, done - min(old.size, new.size)), done)
+        new[f % new.size] = old[f % old.size]
+        arrays["lsum.hist"] = new
+    for n, c in STATE:
+        upload(graph, module.data[n], c, arrays, f"{n}.{c}", module)

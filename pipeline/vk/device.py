@@ -49,6 +49,7 @@ class DeviceInfo:
     timestamp_period: float
     coopmat: list[str] = field(default_factory=list)  # "16x16x16 f16*f16+f16->f16"
     extensions: set[str] = field(default_factory=set, repr=False)
+    max_storage_range: int = 0  # bytes one storage-buffer binding may span (0: unknown)
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -178,7 +179,7 @@ def _describe(index: int, pd) -> DeviceInfo:
         float_atomics="VK_EXT_shader_atomic_float" in exts, subgroup_size=sg.subgroupSize,
         shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
-        extensions=exts)
+        extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange))
 
 
 def physical_devices():

@@ -2,9 +2,11 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 // gn[0] = ||dw||_2 over all weights (unused ones have zero gradient), gn[1] = 1 if every
-// element is finite else 0. One workgroup of 256 threads.
+// element and the loss of the same frame (cur[0] + cur[1], lsum's pair) are finite, else 0
+// (adam then skips the update). One workgroup of 256 threads.
 SSBO_IN(0, float, dw)
 SSBO_OUT(1, float, gn)
+SSBO_IN(2, float, cur)
 
 shared float part[256];
 shared uint bad;
@@ -29,6 +31,8 @@ void main() {
   }
   if (t == 0u) {
     gn[0] = sqrt(part[0]);
-    gn[1] = (bad == 0u && !isinf(part[0])) ? 1.0 : 0.0;
+    float loss = cur[0] + cur[1];
+    bool lfin = !isnan(loss) && !isinf(loss);
+    gn[1] = (bad == 0u && !isinf(part[0]) && lfin) ? 1.0 : 0.0;
   }
 }

@@ -1,0 +1,528 @@
+"""Reliability (SPEC §10): checkpoint and resume, interrupts, the divergence guard, atomic
+outputs, resource limits.
+
+Most runs go through `vkgraph cli` in this process (cli.main.main, faster than a subprocess)
+on a tiny kpn-t graph: a 16x16 image, cnngenin noise on the full image, 2 levels, 6 frames.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import graph_from_lines
+
+from cli.main import main
+from pipeline import formats as F
+from pipeline.errors import GraphError
+from pipeline.formats import read_lut, read_pfm, write_pfm
+from pipeline.module import Roi
+from pipeline.registry import DEFAULT_DIR, Registry
+from pipeline.runner import Build
+
+VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
+SIZE = 16
+TINY = """frames:6
+module:i-pfm:main
+module:cnngenin:01
+module:kpn-t:01
+module:o-lut:w
+module:display:main
+connect:i-pfm:main:output:cnngenin:01:imgi
+connect:i-pfm:main:output:cnngenin:01:refi
+connect:cnngenin:01:imgo:kpn-t:01:input
+connect:cnngenin:01:refo:kpn-t:01:ref
+connect:cnngenin:01:noiseab:kpn-t:01:noiseab
+connect:kpn-t:01:w:o-lut:w:input
+connect:kpn-t:01:output:display:main:input
+param:i-pfm:main:filename:x.pfm
+param:cnngenin:01:generate:2
+param:cnngenin:01:tiles:0
+param:kpn-t:01:levels:2
+param:kpn-t:01:init:1
+param:o-lut:w:filename:w
+"""
+OUT = ("--last-frame-only", "--format", "o-pfm")  # main.pfm and w.lut after the last frame
+
+
+def scene(folder: Path) -> Path:
+    """tiny.cfg and its x.pfm in `folder`."""
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    img = np.stack([0.5 + 0.4 * np.sin(xx / 2.0 + c) * np.cos(yy / 3.0) for c in range(3)], -1)
+    write_pfm(folder / "x.pfm", img.astype(np.float32))
+    (folder / "tiny.cfg").write_text(TINY)
+    return folder / "tiny.cfg"
+
+
+def vkgraph(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """`vkgraph cli ARGS` in this process, in `cwd`: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = main(["cli", *args])
+    finally:
+        os.chdir(old)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def ok(res):
+    rc, out, err = res
+    assert rc == 0, f"exit {rc}\n{out}\n{err}"
+    return out, err
+
+
+def arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    """Every array bit for bit (the device name and cfg are metadata)."""
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert a[k].tobytes() == b[k].tobytes(), f"{k} differs"
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The uninterrupted run: 6 frames, checkpoint at the end."""
+    d = tmp_path_factory.mktemp("full")
+    cfg = scene(d)
+    out, _ = ok(vkgraph(d, "-g", str(cfg), *OUT, "--checkpoint", "full.npz"))
+    return d, out
+
+
+def test_checkpoint_holds_weights_moments_gradient_and_frame(full):
+    d, out = full
+    z = arrays(d / "full.npz")
+    assert int(z["vkgraph_checkpoint"]) == 1 and int(z["frame"]) == 6
+    assert "module:kpn-t:01" in str(z["cfg"])
+    for key in ("adam.w", "adam.m", "adam.v", "adam.stats", "lsum.hist"):
+        assert z[f"kpn-t:01/{key}"].dtype == np.float32
+    assert z["kpn-t:01/adam.w"].shape == (28672,) and np.any(z["kpn-t:01/adam.v"] != 0)
+    # the pending gradient (reduce's dw, both parities) and loss, found as feedback buffers
+    fb = [k for k in z if k.startswith("kpn-t:01/@")]
+    assert any(".reduce.dw." in k for k in fb) and any(".lsum.cur." in k for k in fb)
+    lut, _, _ = read_lut(d / "w.lut")
+    assert np.array_equal(lut.ravel(), z["kpn-t:01/adam.w"].astype(np.float16))
+
+
+def test_resume_is_bit_exact(full, tmp_path):
+    cfg = scene(tmp_path)
+    ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--frames", "3", "--checkpoint", "half.npz"))
+    half = arrays(tmp_path / "half.npz")
+    assert int(half["frame"]) == 3
+    out, _ = ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "half.npz",
+                        "--checkpoint", "end.npz"))
+    d, full_out = full
+    assert_same_state(arrays(d / "full.npz"), arrays(tmp_path / "end.npz"))
+    assert (tmp_path / "w.lut").read_bytes() == (d / "w.lut").read_bytes()
+    assert (tmp_path / "main.pfm").read_bytes() == (d / "main.pfm").read_bytes()
+    # the summary covers all 6 frames (the loss history came back with the checkpoint)
+    assert "kpn-t:01: 6 frames" in out
+    assert no_speed(out) == no_speed(full_out)
+
+
+def no_speed(summary: str) -> str:
+    return re.sub(r", [0-9.]+ frames/s", "", summary)
+
+
+def test_interrupt_finishes_frame_writes_sinks_and_checkpoint(full, tmp_path, monkeypatch):
+    """Ctrl-C during frame 2: the frame completes, main.pfm, w.lut and a checkpoint are
+    written, exit 130; resuming from it gives the uninterrupted run's weights."""
+    from cli.progress import Progress
+
+    real = Progress.update
+
+    def update(self, build, frame):
+        real(self, build, frame)
+        if frame == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Progress, "update", update)
+    before = signal.getsignal(signal.SIGINT)
+    cfg = scene(tmp_path)
+    rc, out, err = vkgraph(tmp_path, "-g", str(cfg), *OUT)
+    assert rc == 130, err
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+    assert "interrupted after frame 2 of 6; continue with --resume tiny.ckpt.npz" in err
+    assert "kpn-t:01: 3 frames" in out
+    assert read_pfm(tmp_path / "main.pfm").shape == (SIZE, SIZE, 3)
+    assert int(arrays(tmp_path / "tiny.ckpt.npz")["frame"]) == 3
+    monkeypatch.setattr(Progress, "update", real)
+    ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "tiny.ckpt.npz"))
+    assert (tmp_path / "w.lut").read_bytes() == (full[0] / "w.lut").read_bytes()
+
+
+def test_sigterm_stops_a_running_cli(tmp_path):
+    """A real process: SIGTERM while it trains ends it after that frame with exit 130, a
+    checkpoint, complete output files and no temp files."""
+    cfg = scene(tmp_path)
+    proc = subprocess.Popen([VKGRAPH, "cli", "-g", str(cfg), *OUT, "--frames", "100000",
+                             "--checkpoint", "ck.npz", "--checkpoint-every", "1"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        t0 = time.monotonic()
+        while not (tmp_path / "ck.npz").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 120, "no checkpoint after 120 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted after frame" in err and "Traceback" not in err
+    done = int(arrays(tmp_path / "ck.npz")["frame"])
+    assert 1 <= done < 100000
+    assert f"kpn-t:01: {done} frames" in out
+    assert read_pfm(tmp_path / "main.pfm").shape == (SIZE, SIZE, 3)
+    assert np.isfinite(read_lut(tmp_path / "w.lut")[0]).all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.npz", "main.pfm", "tiny.cfg",
+                                                          "w.lut", "x.pfm"]
+
+
+def error_line(res) -> str:
+    rc, out, err = res
+    assert rc == 2, f"exit {rc}\n{out}\n{err}"
+    lines = [ln for ln in err.splitlines() if ln.startswith("vkgraph: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_resume_refuses_what_does_not_fit(full, tmp_path):
+    d = full[0]
+    cfg = scene(tmp_path)
+    ck = str(d / "full.npz")
+    line = error_line(vkgraph(tmp_path, "-g", str(cfg), "--resume", ck, "--frames", "9",
+                              "--config", "param:kpn-t:01:alpha:0.5"))
+    assert "different graph" in line and "alpha" in line
+    line = error_line(vkgraph(tmp_path, "-g", str(cfg), "--resume", ck))
+    assert "6 frames done" in line and "nothing left" in line
+    (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 not really")
+    assert "not a vkgraph checkpoint" in error_line(
+        vkgraph(tmp_path, "-g", str(cfg), "--resume", "bad.npz"))
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    assert "not a vkgraph checkpoint" in error_line(
+        vkgraph(tmp_path, "-g", str(cfg), "--resume", "other.npz"))
+    assert "no such checkpoint" in error_line(
+        vkgraph(tmp_path, "-g", str(cfg), "--resume", "missing.npz"))
+    assert "--checkpoint FILE" in error_line(
+        vkgraph(tmp_path, "-g", str(cfg), "--checkpoint-every", "2"))
+    assert "does not exist" in error_line(
+        vkgraph(tmp_path, "-g", str(cfg), "--checkpoint", "no/such/ck.npz"))
+
+
+def test_resume_runs_longer_than_the_first_run(full, tmp_path):
+    """A checkpoint after 6 frames continues to 8 (another frame count, another history
+    length is fine)."""
+    cfg = scene(tmp_path)
+    out, _ = ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", str(full[0] / "full.npz"),
+                        "--frames", "8", "--checkpoint", "more.npz"))
+    assert "kpn-t:01: 8 frames" in out
+    z = arrays(tmp_path / "more.npz")
+    assert int(z["frame"]) == 8
+    assert np.isfinite(z["kpn-t:01/lsum.hist"][:8]).all() and z["kpn-t:01/lsum.hist"][7] > 0
+
+
+ACCUM = """frames:6
+module:i-pfm:main
+module:exposure:01
+module:accum:01
+module:o-pfm:main
+connect:i-pfm:main:output:exposure:01:input
+connect:exposure:01:output:accum:01:input
+feedback:accum:01:output:accum:01:back
+connect:accum:01:output:o-pfm:main:input
+keyframe:0:exposure:01:exposure:0:1:-2
+keyframe:5:exposure:01:exposure:0:1:2
+param:o-pfm:main:filename:mean
+param:i-pfm:main:filename:x.pfm
+"""
+
+
+def test_resume_restores_feedback_buffers_of_any_module(tmp_path):
+    """accum has no state hooks: its running mean lives in a feedback buffer, which the
+    engine saves by itself. 3 + 3 frames give the 6-frame mean exactly (the exposure is
+    keyframed: params change during a run, the checkpoint keeps the cfg as written)."""
+    scene(tmp_path)
+    (tmp_path / "accum.cfg").write_text(ACCUM)
+    ok(vkgraph(tmp_path, "-g", "accum.cfg", "--last-frame-only"))
+    whole = (tmp_path / "mean.pfm").read_bytes()
+    ok(vkgraph(tmp_path, "-g", "accum.cfg", "--last-frame-only", "--frames", "3",
+               "--checkpoint", "a.npz"))
+    assert (tmp_path / "mean.pfm").read_bytes() != whole
+    assert any(k.startswith("accum:01/@") for k in arrays(tmp_path / "a.npz"))
+    ok(vkgraph(tmp_path, "-g", "accum.cfg", "--last-frame-only", "--resume", "a.npz"))
+    assert (tmp_path / "mean.pfm").read_bytes() == whole
+
+
+def test_trainer_without_state_hooks_is_refused(device, tmp_path):
+    """A module with a loss history but no state hooks would lose its weights silently."""
+    from pipeline import checkpoint
+
+    mod = tmp_path / "mods" / "trainer"
+    mod.mkdir(parents=True)
+    (mod / "connectors").write_text("output:source:rgba:f32\n")
+    (mod / "module.py").write_text(
+        "import numpy as np\nfrom pipeline.module import Roi\n\n\n"
+        "def modify_roi_out(graph, module):\n"
+        "    module.connector('output').roi = Roi(4, 4)\n\n\n"
+        "def read_source(graph, module, connector):\n"
+        "    return np.zeros((4, 4, 4), np.float32)\n\n\n"
+        "def losses(graph, module):\n"
+        "    return np.zeros(1)\n")
+    g = graph_from_lines("""
+        module:trainer:01
+        module:o-pfm:main
+        connect:trainer:01:output:o-pfm:main:input""",
+        registry=Registry([tmp_path / "mods", DEFAULT_DIR]))
+    build = Build(g, device)
+    with pytest.raises(GraphError, match="trainer:01 cannot be checkpointed"):
+        checkpoint.check_supported(build)
+
+
+# ------------------------------------------------------------------------------------------
+# divergence guard
+
+def kpn_build(device, tmp_path, loss=0, frames=6):
+    """kpn-t straight on two i-pfm sources (no cnngenin, which would clamp bad pixels)."""
+    scene(tmp_path)
+    g = graph_from_lines(f"""
+        module:i-pfm:main
+        module:i-pfm:ref
+        module:kpn-t:01
+        module:o-lut:w
+        param:i-pfm:main:filename:{tmp_path / 'x.pfm'}
+        param:i-pfm:ref:filename:{tmp_path / 'x.pfm'}
+        param:kpn-t:01:levels:2
+        param:kpn-t:01:loss:{loss}
+        param:kpn-t:01:init:1
+        connect:i-pfm:main:output:kpn-t:01:input
+        connect:i-pfm:ref:output:kpn-t:01:ref
+        connect:kpn-t:01:w:o-lut:w:input
+        param:o-lut:w:filename:{tmp_path / 'w'}""")
+    g.frames = frames
+    build = Build(g, device)
+    return build, g.modules[("kpn-t", "01")]
+
+
+def train_with_bad_pixel(build, m, inst: str, value: float, at: int = 2):
+    """Run the frames; at frame `at` one pixel of source `inst` is `value`. Returns per frame
+    (loss, weights, gradient finite?, skipped count)."""
+    src = next(n for n in build.schedule if n.kernel is None and n.is_source
+               and n.module.inst == inst)
+    buf = build.buffers[(id(src), "output")][0]
+    clean = None
+    rows = []
+    for f in range(build.frames):
+        if f == at:
+            clean = buf.download(np.float32).copy()
+            bad = clean.copy()
+            bad[4 * (5 * SIZE + 7) + 1] = value
+            buf.upload(bad)
+        elif f == at + 1:
+            buf.upload(clean)
+        build.run_frame(f)
+        rows.append((m.cls.hook("current_loss")(build, m), build.read(m.data["adam"], "w"),
+                     bool(np.isfinite(build.read(m.data["dw"], "dw")).all()),
+                     int(build.read(m.data["adam"], "stats")[0])))
+    return rows
+
+
+def assert_skipped_once(rows, build, m, at: int = 2):
+    for f, (_, w, _, skipped) in enumerate(rows):
+        assert np.isfinite(w).all(), f"weights of frame {f}"
+        assert skipped == (1 if f > at else 0), f"frame {f}: {skipped} skipped"
+    assert np.array_equal(rows[at + 1][1], rows[at][1])  # the update of frame at + 1 skipped
+    assert not np.array_equal(rows[at + 2][1], rows[at + 1][1])  # training goes on
+    assert all(np.isfinite(r[0]) for i, r in enumerate(rows) if i != at)
+    build.seconds = 1.0
+    assert m.cls.hook("stats")(build, m)["skipped"] == 1
+    assert "1 updates skipped (non-finite loss or gradient)" in m.cls.hook("summary")(build, m)
+
+
+def test_nan_pixel_skips_one_update(device, tmp_path):
+    build, m = kpn_build(device, tmp_path)
+    rows = train_with_bad_pixel(build, m, "main", np.nan)
+    assert np.isnan(rows[2][0]) and not rows[2][2]  # NaN loss and gradient at frame 2
+    assert_skipped_once(rows, build, m)
+
+
+def test_non_finite_loss_with_finite_gradient_skips_too(device, tmp_path):
+    """L2 on a reference pixel of 2e19: (o - r)^2 overflows, so the loss is inf/NaN, while
+    the gradient 2 (o - r) / N stays finite. The update must still be skipped."""
+    build, m = kpn_build(device, tmp_path, loss=1)
+    rows = train_with_bad_pixel(build, m, "ref", 2e19)
+    assert not np.isfinite(rows[2][0]) and rows[2][2]
+    assert_skipped_once(rows, build, m)
+
+
+def test_absurd_learning_rate_never_makes_weights_non_finite(tmp_path):
+    cfg = scene(tmp_path)
+    out, err = ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--frames", "5", "--progress",
+                          "--checkpoint", "c.npz", "--config", "param:kpn-t:01:alpha:1e30"))
+    assert "updates skipped (non-finite loss or gradient)" in out
+    assert "skipped=" in err  # the progress bar
+    w = arrays(tmp_path / "c.npz")["kpn-t:01/adam.w"]
+    assert np.isfinite(w).all() and np.abs(w).max() > 1e20  # huge, never inf or NaN
+    assert np.isfinite(read_lut(tmp_path / "w.lut")[0]).all()
+
+
+# ------------------------------------------------------------------------------------------
+# atomic outputs
+
+def interrupting_write(target: str, after: int = 7):
+    """os.write that raises KeyboardInterrupt after `after` bytes of a temp file of
+    `target` (atomic_write's `.<name>.<pid>.<hex>.tmp`); other files are written normally."""
+    real = os.write
+
+    def write(fd, data):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(f".{target}.") and name.endswith(".tmp"):
+            real(fd, bytes(memoryview(data)[:after]))
+            raise KeyboardInterrupt
+        return real(fd, data)
+
+    return write
+
+
+@pytest.mark.parametrize("target", ["main.pfm", "w.lut", "ck.npz"])
+def test_interrupted_write_keeps_previous_file(full, tmp_path, monkeypatch, target):
+    """A run interrupted while it writes one of its files (exit 130) leaves the previous
+    version of that file byte for byte and no partial or temp file."""
+    cfg = scene(tmp_path)
+    for name, src in (("main.pfm", "main.pfm"), ("w.lut", "w.lut"), ("ck.npz", "full.npz")):
+        (tmp_path / name).write_bytes((full[0] / src).read_bytes())
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.setattr(F.os, "write", interrupting_write(target))
+    rc, _, err = vkgraph(tmp_path, "-g", str(cfg), *OUT, "--frames", "1",
+                         "--checkpoint", "ck.npz", "--config", "param:kpn-t:01:alpha:0.5")
+    monkeypatch.undo()
+    assert rc == 130 and "interrupted" in err
+    assert (tmp_path / target).read_bytes() == before[target]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize("name,fmt", [("o-pfm", "pfm"), ("o-png", "png"), ("o-jpg", "jpg"),
+                                      ("o-exr", "exr"), ("o-lut", "lut")])
+def test_every_writer_module_writes_atomically(tmp_path, monkeypatch, name, fmt):
+    """Each writer module's write_sink, interrupted mid-write: old file intact, nothing else."""
+    from test_io_modules import FakeGraph, hook, sink
+
+    monkeypatch.chdir(tmp_path)
+    img = np.random.default_rng(1).random((8, 8, 4), dtype=np.float32)
+    m, c = sink(name, "rgba", "f32", Roi(8, 8), filename="out")
+    hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img)
+    previous = (tmp_path / f"out.{fmt}").read_bytes()
+    monkeypatch.setattr(F.os, "write", interrupting_write(f"out.{fmt}"))
+    with pytest.raises(KeyboardInterrupt):
+        hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img * 0.5)
+    monkeypatch.undo()
+    assert (tmp_path / f"out.{fmt}").read_bytes() == previous
+    assert [p.name for p in tmp_path.iterdir()] == [f"out.{fmt}"]
+
+
+def test_no_writer_bypasses_atomic_write():
+    """Files are written only through pipeline.formats.atomic_write: no other code in the
+    engine, the cli or a module opens a file for writing."""
+    root = Path(__file__).resolve().parent.parent
+    bad = re.compile(r"open\([^)]*['\"][wax]b?\+?['\"]|\.write_(bytes|text)\(|np\.save|"
+                     r"\.tofile\(|imwrite\((?!\"<bytes>\")")
+    found = []
+    for folder in ("pipeline", "cli", "modules"):
+        for path in (root / folder).rglob("*.py"):
+            if path.name == "reference.py":
+                continue
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if bad.search(line) and "savez(buf" not in line:
+                    found.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------------------------------
+# resource limits
+
+@pytest.fixture
+def huge_registry(tmp_path):
+    """A source module `huge` that declares a size param's ROI and has no data at all."""
+    mod = tmp_path / "mods" / "huge"
+    mod.mkdir(parents=True)
+    (mod / "connectors").write_text("output:source:rgba:f32\n")
+    (mod / "params").write_text("size:int:1:1024\n")
+    (mod / "module.py").write_text(
+        "from pipeline.module import Roi\n\n\n"
+        "def modify_roi_out(graph, module):\n"
+        "    n = module.param('size')\n"
+        "    module.connector('output').roi = Roi(n, n)\n\n\n"
+        "def read_source(graph, module, connector):\n"
+        "    raise AssertionError('a graph this big must not run')\n")
+    return Registry([tmp_path / "mods", DEFAULT_DIR])
+
+
+def test_graph_larger_than_device_memory(device, huge_registry):
+    g = graph_from_lines("""
+        module:huge:main
+        module:kpn-t:01
+        module:o-lut:w
+        param:huge:main:size:40000
+        connect:huge:main:output:kpn-t:01:input
+        connect:huge:main:output:kpn-t:01:ref
+        connect:kpn-t:01:w:o-lut:w:input""", registry=huge_registry)
+    with pytest.raises(GraphError) as e:
+        Build(g, device)
+    line = e.value.line()
+    assert "GiB of buffers but" in line and device.info.name in line
+    assert "largest: kpn-t:01/fwd:A 716800000000x1" in line  # 7 x 64 activations a pixel
+    assert "bck:G" in line
+
+
+def test_buffer_larger_than_a_storage_binding(device, huge_registry, monkeypatch):
+    """Fits in memory, but one buffer exceeds maxStorageBufferRange (lavapipe: 128 MiB)."""
+    monkeypatch.setattr(device.info, "memory_mib", 1 << 30)
+    monkeypatch.setattr(device.info, "max_storage_range", 64 << 20)
+    g = graph_from_lines("""
+        module:huge:main
+        module:exposure:01
+        module:o-pfm:main
+        param:huge:main:size:3000
+        connect:huge:main:output:exposure:01:input
+        connect:exposure:01:output:o-pfm:main:input""", registry=huge_registry)
+    with pytest.raises(GraphError) as e:
+        Build(g, device)
+    assert "needs 137 MiB but a storage buffer" in e.value.line()
+    assert "at most 64 MiB" in e.value.line()
+
+
+def test_memory_limit_is_a_clean_cli_error(tmp_path, monkeypatch):
+    """`vkgraph cli` on a device with (pretend) 1 MiB: exit 2, one line naming the largest
+    buffers, nothing allocated, nothing written."""
+    import pipeline.vk.device as D
+
+    real = D._describe
+
+    def describe(index, pd):
+        info = real(index, pd)
+        info.memory_mib = 1
+        return info
+
+    monkeypatch.setattr(D, "_describe", describe)
+    cfg = scene(tmp_path)
+    line = error_line(vkgraph(tmp_path, "-g", str(cfg), *OUT))
+    assert "GiB of buffers but" in line and "largest: kpn-t:01/" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.cfg", "x.pfm"]
