@@ -29,6 +29,8 @@ from pipeline.module import Roi
 from pipeline.registry import DEFAULT_DIR, Registry
 from pipeline.runner import Build
 
+ROOT = Path(__file__).resolve().parent.parent
+
 VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
 SIZE = 16
 TINY = """frames:6
@@ -526,3 +528,19 @@ def test_memory_limit_is_a_clean_cli_error(tmp_path, monkeypatch):
     line = error_line(vkgraph(tmp_path, "-g", str(cfg), *OUT))
     assert "GiB of buffers but" in line and "largest: kpn-t:01/" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.cfg", "x.pfm"]
+
+
+def test_mlp_t_resume_is_bit_exact(tmp_path):
+    """mlp-t (graphs/fit-poly.cfg, small batch): 6 frames in one run equal 3 + resume to 6."""
+    cfg = str(ROOT / "graphs" / "fit-poly.cfg")
+    args = ("--last-frame-only", "--format", "o-pfm", "--config", "param:mlp-t:01:batch:64")
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    ok(vkgraph(one, "-g", cfg, "--frames", "6", "--checkpoint", "end.npz", *args))
+    ok(vkgraph(two, "-g", cfg, "--frames", "3", "--checkpoint", "half.npz", *args))
+    out, _ = ok(vkgraph(two, "-g", cfg, "--frames", "6", "--resume", "half.npz",
+                        "--checkpoint", "end.npz", *args))
+    assert "mlp-t:01: 6 frames" in out
+    assert_same_state(arrays(one / "end.npz"), arrays(two / "end.npz"))
+    assert (one / "fit-poly-w.lut").read_bytes() == (two / "fit-poly-w.lut").read_bytes()

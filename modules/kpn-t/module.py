@@ -474,20 +474,12 @@ STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum"
 def state(graph, module) -> dict:
     """Checkpoint: fp32 weights, Adam moments, stats (skipped-update counter) and the loss
     history. The pending gradient and loss (feedback buffers) are saved by the engine."""
-    return {f"{n}.{c}": graph.read(module.data[n], c) for n, c in STATE}
+    from pipeline.checkpoint import trainer_state
+
+    return trainer_state(graph, module, STATE)
 
 
 def load_state(graph, module, arrays) -> None:
-    from pipeline.checkpoint import upload
+    from pipeline.checkpoint import load_trainer_state
 
-    arrays = dict(arrays)
-    old = arrays.get("lsum.hist")
-    if old is not None and old.ndim == 1 and old.size and old.size != module.data["hist_len"]:
-        # another frame count changed the history length: move entries to their new slots
-        new = np.zeros(module.data["hist_len"], old.dtype)
-        done = graph.frame + 1
-        f = np.arange(max(0, done - min(old.size, new.size)), done)
-        new[f % new.size] = old[f % old.size]
-        arrays["lsum.hist"] = new
-    for n, c in STATE:
-        upload(graph, module.data[n], c, arrays, f"{n}.{c}", module)
+    load_trainer_state(graph, module, arrays, STATE)

@@ -318,3 +318,20 @@ def summary(graph, module) -> str:
     if skipped:
         line += f", {skipped} net updates skipped (non-finite gradient)"
     return line
+
+
+# persistent buffers the engine cannot know about (feedback buffers it saves itself)
+STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
+
+
+def state(graph, module) -> dict:
+    """Checkpoint: fp32 weights, optimiser moments, stats and the loss history."""
+    from pipeline.checkpoint import trainer_state
+
+    return trainer_state(graph, module, STATE)
+
+
+def load_state(graph, module, arrays) -> None:
+    from pipeline.checkpoint import load_trainer_state
+
+    load_trainer_state(graph, module, arrays, STATE)
