@@ -3,6 +3,10 @@ helper to build a graph from cfg lines."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from pipeline.cfg import apply_line
@@ -24,3 +28,15 @@ def graph_from_lines(text: str, registry=None) -> Graph:
     for i, line in enumerate(text.strip().splitlines(), 1):
         apply_line(g, line.strip(), f"test:{i}")
     return g
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# `vkgraph` as a subprocess: the module, so tests need no console script on PATH
+VKGRAPH = [sys.executable, "-m", "cli.main"]
+
+
+def vkgraph_env(env: dict | None = None) -> dict:
+    """An environment in which `python -m cli.main` finds the package from any directory."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), out.get("PYTHONPATH")) if p)
+    return out

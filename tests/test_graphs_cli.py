@@ -13,25 +13,24 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import VKGRAPH, vkgraph_env
 
 from pipeline.cfg import read_cfg
 from pipeline.formats import read_lut, read_pfm, write_pfm
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "graphs"
-VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
 KPN_GRAPHS = ("train-kpn.cfg", "continue-kpn.cfg", "denoise.cfg", "gradcheck-kpn.cfg")
 CURVE = (1.0, 0.55, 0.1)
 
 
 def vkgraph(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    res = subprocess.run([VKGRAPH, "cli", *args], cwd=cwd, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run([*VKGRAPH, "cli", *args], cwd=cwd, capture_output=True, text=True,
+                         timeout=600, env=vkgraph_env())
     assert res.returncode == 0, f"vkgraph cli {' '.join(args)}: exit {res.returncode}\n" \
                                 f"{res.stdout}\n{res.stderr}"
     return res

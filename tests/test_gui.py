@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import VKGRAPH, vkgraph_env
 
 from pipeline.compose import STATUS_HT, fit, layout
 from pipeline.formats import linear_to_srgb, read_pfm, srgb_to_linear, write_pfm
 
-VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
 WD, HT = 320, 240  # enlarged in the main panel, shrunk in the side panel
 TIMEOUT = 120
 
@@ -126,7 +126,8 @@ def run_env(display: str | None) -> dict:
 
 
 def vkgraph(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([VKGRAPH, *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([*VKGRAPH, *args], cwd=cwd, env=vkgraph_env(env), capture_output=True,
+                          text=True,
                           timeout=TIMEOUT)
 
 

@@ -12,14 +12,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import graph_from_lines
+from conftest import VKGRAPH, graph_from_lines, vkgraph_env
 
 from cli.main import main
 from pipeline import formats as F
@@ -31,7 +30,6 @@ from pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 
-VKGRAPH = str(Path(sys.executable).with_name("vkgraph"))
 SIZE = 16
 TINY = """frames:6
 module:i-pfm:main
@@ -172,9 +170,10 @@ def test_sigterm_stops_a_running_cli(tmp_path):
     """A real process: SIGTERM while it trains ends it after that frame with exit 130, a
     checkpoint, complete output files and no temp files."""
     cfg = scene(tmp_path)
-    proc = subprocess.Popen([VKGRAPH, "cli", "-g", str(cfg), *OUT, "--frames", "100000",
+    proc = subprocess.Popen([*VKGRAPH, "cli", "-g", str(cfg), *OUT, "--frames", "100000",
                              "--checkpoint", "ck.npz", "--checkpoint-every", "1"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path, env=vkgraph_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             text=True)
     try:
         t0 = time.monotonic()
