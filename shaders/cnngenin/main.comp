@@ -22,10 +22,19 @@ SSBO_OUT(4, float, noiseab)
 const float NOISE_SCALE = 65535.0;
 const float HALF_MAX = 65504.0;
 
+// the nearest half-precision value (ties to even), in integer arithmetic: a driver may fold
+// unpackHalf2x16(packHalf2x16(x)) into x (NVIDIA's does)
+float round_half(float x) {
+  if (abs(x) < 6.103515625e-05) return roundEven(x * 16777216.0) / 16777216.0;  // subnormal
+  uint b = floatBitsToUint(x);
+  b += 0x0FFFu + ((b >> 13) & 1u);
+  return uintBitsToFloat(b & 0xFFFFE000u);
+}
+
 // what an rgba16f image would hold: round to the nearest half (finite range)
 vec4 to_half(vec4 v) {
   v = clamp(v, vec4(-HALF_MAX), vec4(HALF_MAX));
-  return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
+  return vec4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
 }
 
 void main() {

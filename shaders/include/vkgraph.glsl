@@ -28,9 +28,11 @@ layout(std430, set = 0, binding = 2) readonly buffer NodeInfo { ivec4 roi[]; } n
 #define SSBO_RW(b, T, name)  layout(std430, set = 1, binding = b) buffer name##_buf { T name[]; };
 
 // mirrored-repeat index for any reach: -1 -> 0, -2 -> 1, n -> n-1 (numpy pad "symmetric")
+// (GLSL leaves % of a negative operand undefined -- NVIDIA's differs from C's -- so negative
+// indices are reflected first: -1 -> 0, -2 -> 1, which the period-2n pattern agrees with.)
 int mirror(int i, int n) {
   int p = 2 * n;
-  i = ((i % p) + p) % p;
+  i = (i < 0 ? -1 - i : i) % p;
   return i < n ? i : p - 1 - i;
 }
 
