@@ -210,3 +210,10 @@ def test_progress_bar(tmp_path, capsys, image, monkeypatch):
                        "--last-frame-only")
     assert code == 0
     assert "3/3" in err
+
+
+def test_every_shader_variant_compiles(capsys):
+    code, out, err = run(capsys, "shaders", "--check")
+    assert code == 0, err
+    done, total = out.split()[0].split("/")
+    assert done == total and int(total) > 40
