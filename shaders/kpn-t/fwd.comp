@@ -56,12 +56,10 @@ void main() {
   int N = size.x * size.y;
   int p0 = int(gl_WorkGroupID.x) * MLP_BATCH;
   int c = int(gl_LocalInvocationIndex);
-  // feature c: luminance of |D| at offset (c div 8 - 4, c mod 8 - 4)
-  ivec2 off = ivec2(c / 8 - 4, c % 8 - 4);
   for (int r = 0; r < MLP_BATCH; r++) {
     int p = p0 + r;
     float f = 0.0;
-    if (p < N) f = dot(abs(detail[texel(0, ivec2(p % size.x, p / size.x) + off)].rgb), luma2020);
+    if (p < N) f = KPN_FEATURE(detail, 0, size, p, c);
 #ifdef PRECISE
     mlp_dact[r][c] = double(f);
 #else

@@ -18,6 +18,12 @@ const ivec2 taps[N_TAPS] = ivec2[](
 
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
+// MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
+// `conn`): the luminance of |D| at offset (c div 8 - 4, c mod 8 - 4), mirrored borders
+#define KPN_FEATURE(buf, conn, size, p, c)                                               \
+  dot(abs(buf[texel(conn, ivec2(int(p) % (size).x, int(p) / (size).x) +                   \
+                          ivec2(int(c) / 8 - 4, int(c) % 8 - 4))].rgb), luma2020)
+
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
 

@@ -1,0 +1,140 @@
+// Cooperative-matrix building blocks for MLP kernels (VK_KHR_cooperative_matrix): 16x16
+// tiles, f16 operands, f32 accumulation, one warp of 32 invocations per tile operation.
+// Include it first, right after #version: it enables the extensions it needs.
+//
+// Fragments (CM_A, CM_B: f16 operands; CM_ACC: f32 accumulator; CM_ACC16: f16 accumulator,
+// used to store activations and to mask gradients) are declared like any variable; every
+// operation is a macro, because a cooperative-matrix load or store needs the buffer itself:
+//   CM_LOAD_ROW(m, buf, off, stride)   m(r, c) = buf[off + r*stride + c]   (row-major)
+//   CM_LOAD_COL(m, buf, off, stride)   m(r, c) = buf[off + c*stride + r]   (column-major)
+//   CM_STORE_ROW(m, buf, off, stride)  the inverse of CM_LOAD_ROW
+//   CM_ZERO(m)  CM_MMA(c, a, b): c += a b  CM_TO_F16(d, c): d = f16(c) (CM_ACC -> CM_ACC16)
+//   CM_LENGTH(m), CM_AT(m, i): this invocation's elements of m, for element-wise maths
+//   CM_UNROLL: before loops that index arrays of fragments (they must stay in registers)
+// Offsets and strides are in buffer elements; keep them multiples of 8 halves (16 bytes).
+//
+// Rules (vkdt's defect D13 was breaking the first):
+// * element-wise maths that combines two fragments uses ONE fragment type for both: which
+//   invocation holds which element is implementation-defined per type, so the leaky-ReLU
+//   mask of a gradient comes from h loaded as the same type (CM_ACC16, same layout), never
+//   from an operand fragment. Element-wise maths on one fragment alone (an activation, a
+//   scale) is position-free and safe on any type.
+// * a fragment changes use (accumulator -> operand) only through memory: store, sync, load.
+// * a warp is 32 invocations, gl_LocalInvocationIndex / 32: the device's subgroup must be
+//   32 wide (the host selects these kernels only then).
+// * CM_SYNC() orders one warp's shared-memory writes before its later reads (a warp's
+//   invocations do not run in lockstep); put one between the loads of a tile and stores
+//   that overwrite it in place. Control flow around CM_* and CM_SYNC is uniform in the
+//   whole workgroup (the emulation below turns CM_SYNC into a workgroup barrier).
+//
+// CM_EMULATE: plain GLSL for devices without the extension (the CPU driver in tests): lane l
+// of a warp holds elements 8l..8l+7 of the row-major tile (for every type), products go
+// through shared memory. A kernel's indexing, padding, layouts and warp syncs can so be
+// checked against the portable kernels anywhere. Rounding matches (f16 storage, f32
+// accumulation); the order of the f32 sums differs. Every CM_MMA must be reached by the
+// whole workgroup there (it uses workgroup barriers). The emulation's loops are unrolled:
+// llvmpipe (Mesa 22) silently cuts loops short when a dispatch runs very many iterations.
+#ifndef MLP_COOPMAT_GLSL
+#define MLP_COOPMAT_GLSL
+
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : enable
+#ifndef CM_EMULATE
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#endif
+
+#ifndef LEAKY_SLOPE
+#define LEAKY_SLOPE 0.001  // as mlp.glsl
+#endif
+
+#define CM_WARP 32u
+uint cm_warp() { return gl_LocalInvocationIndex / CM_WARP; }
+uint cm_lane() { return gl_LocalInvocationIndex % CM_WARP; }
+
+#ifndef CM_EMULATE
+
+#define CM_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define CM_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define CM_ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define CM_ACC16 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+
+#define CM_LOAD_ROW(m, buf, off, stride) \
+  coopMatLoad(m, buf, uint(off), uint(stride), gl_CooperativeMatrixLayoutRowMajor)
+#define CM_LOAD_COL(m, buf, off, stride) \
+  coopMatLoad(m, buf, uint(off), uint(stride), gl_CooperativeMatrixLayoutColumnMajor)
+#define CM_STORE_ROW(m, buf, off, stride) \
+  coopMatStore(m, buf, uint(off), uint(stride), gl_CooperativeMatrixLayoutRowMajor)
+#define CM_ZERO(m) m = CM_ACC(0.0)
+#define CM_MMA(c, a, b) c = coopMatMulAdd(a, b, c)
+#define CM_TO_F16(d, c) d = CM_ACC16(c)
+#define CM_LENGTH(m) (m).length()
+#define CM_AT(m, i) (m)[i]
+#define CM_SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
+#define CM_UNROLL [[unroll]]
+
+#else  // CM_EMULATE
+
+// invocation (warp lane) l holds elements 8l .. 8l+7 of the row-major 16 x 16 tile
+struct CmH { float16_t v[8]; };
+struct CmF { float v[8]; };
+#define CM_A CmH
+#define CM_B CmH
+#define CM_ACC CmF
+#define CM_ACC16 CmH
+#ifndef CM_EMU_WARPS
+#define CM_EMU_WARPS 8u  // warps per workgroup at most
+#endif
+shared float16_t cm_emu[CM_EMU_WARPS * 512u];  // per warp: the A and B tiles of a product
+
+#define CM_EMU_ROW(i_) ((8u * cm_lane() + (i_)) >> 4u)
+#define CM_EMU_COL(i_) ((8u * cm_lane() + (i_)) & 15u)
+#define CM_LOAD_ROW(m, buf, off, stride) \
+  [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (m).v[i_] = buf[uint(off) + CM_EMU_ROW(i_) * uint(stride) + CM_EMU_COL(i_)]
+#define CM_LOAD_COL(m, buf, off, stride) \
+  [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (m).v[i_] = buf[uint(off) + CM_EMU_COL(i_) * uint(stride) + CM_EMU_ROW(i_)]
+#define CM_STORE_ROW(m, buf, off, stride) \
+  [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) buf[uint(off) + CM_EMU_ROW(i_) * uint(stride) + CM_EMU_COL(i_)] = (m).v[i_]
+#define CM_ZERO(m) [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (m).v[i_] = 0.0
+#define CM_TO_F16(d, c) [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (d).v[i_] = float16_t((c).v[i_])
+#define CM_LENGTH(m) 8
+#define CM_AT(m, i) (m).v[i]
+#define CM_SYNC() barrier()
+#define CM_UNROLL [[dont_unroll]]  // kernel loops stay loops: the CPU driver compiles fast
+
+// the product exchanges the operands through shared memory: workgroup barriers, so every
+// CM_MMA must be reached by the whole workgroup
+void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
+  uint base = cm_warp() * 512u;
+  barrier();  // the previous product has read cm_emu
+  [[unroll]] for (uint i = 0u; i < 8u; i++) {
+    cm_emu[base + 8u * cm_lane() + i] = a.v[i];
+    cm_emu[base + 256u + 8u * cm_lane() + i] = b.v[i];
+  }
+  barrier();
+  [[unroll]] for (uint i = 0u; i < 8u; i++) {
+    uint r = CM_EMU_ROW(i), n = CM_EMU_COL(i);
+    float s = c.v[i];
+    [[unroll]] for (uint k = 0u; k < 16u; k++)
+      s += float(cm_emu[base + r * 16u + k]) * float(cm_emu[base + 256u + k * 16u + n]);
+    c.v[i] = s;
+  }
+}
+#define CM_MMA(c, a, b) cm_mma_emulated(c, a, b)
+#endif
+
+// leaky ReLU on an accumulator, element by element (position-free)
+#define CM_LEAKY(c, slope) \
+  CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = CM_AT(c, i_) > 0.0 ? CM_AT(c, i_) : (slope) * CM_AT(c, i_)
+
+// g *= leaky'(h), with g and h both CM_ACC16 loaded/converted with the same layout: the
+// derivative from the activation's output h (sign of h = sign of z)
+#define CM_LEAKY_GRAD(g, h, slope) \
+  CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(g); i_++) \
+    CM_AT(g, i_) = CM_AT(h, i_) > float16_t(0.0) ? CM_AT(g, i_) : float16_t(slope) * CM_AT(g, i_)
+
+#define CM_SCALE(c, s) CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) *= (s)
+
+#endif

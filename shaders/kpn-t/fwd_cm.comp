@@ -1,0 +1,96 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#include "mlp_coopmat.glsl"
+#include "vkgraph.glsl"
+#include "kpn.glsl"
+// fwd.comp's function with cooperative matrices (f16 operands and activations, f32 sums):
+//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
+// A workgroup of FWD_WARPS warps takes FWD_TILE pixels, 16 FWD_ROWS per warp. A warp keeps
+// its pixels' activations in its own rows of shared memory (row = pixel, 64 columns + pad)
+// and never waits for the others. Per layer and 16 pixels: Z (16 x 64) = H (16 x 64) W_l^T
+// with H the A operand (from shared memory) and B[k][n] = W_l[n][k], a column-major load of
+// the row-major f16 weights (adam's w16, or a lut's). Every output tile of 16 neurons reuses
+// its four weight fragments for all of the warp's row blocks.
+// Buffers hold npad pixels (a multiple of FWD_TILE, module.py): rows p >= N get zero
+// features, hence zero activations and K, and are never read as pixels.
+// TRAIN stores h_0..h_6 (f16) for bck_cm/mulw_cm, slot s in its own buffer As at 64p + c
+// (one buffer per slot keeps every index below 2^32 at 4096^2).
+#define FWD_WARPS 2u
+#ifndef FWD_ROWS
+#define FWD_ROWS 4u
+#endif
+#define FWD_TILE (16u * FWD_ROWS * FWD_WARPS)
+#define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
+
+IMG_IN(0, detail)
+SSBO_IN(1, float16_t, w)
+SSBO_OUT(2, float, K)
+#ifdef TRAIN
+SSBO_OUT(3, float16_t, A0)
+SSBO_OUT(4, float16_t, A1)
+SSBO_OUT(5, float16_t, A2)
+SSBO_OUT(6, float16_t, A3)
+SSBO_OUT(7, float16_t, A4)
+SSBO_OUT(8, float16_t, A5)
+SSBO_OUT(9, float16_t, A6)
+#endif
+
+shared float16_t hs[FWD_TILE * HS];
+
+void main() {
+  ivec2 size = node.roi[0].xy;
+  uint N = uint(size.x * size.y);
+  uint warp = cm_warp(), lane = cm_lane();
+  uint row0 = warp * FWD_ROWS * 16u;  // this warp's first row in hs
+  uint p0 = gl_WorkGroupID.x * FWD_TILE + row0;  // and its first pixel
+
+  for (uint e = lane; e < FWD_ROWS * 16u * 64u; e += CM_WARP) {
+    uint r = e / 64u, c = e % 64u, p = p0 + r;
+    float f = p < N ? KPN_FEATURE(detail, 0, size, p, c) : 0.0;
+    hs[(row0 + r) * HS + c] = float16_t(f);
+#ifdef TRAIN
+    A0[p * 64u + c] = float16_t(f);
+#endif
+  }
+  CM_SYNC();
+
+  for (uint l = 0u; l < 7u; l++) {
+    CM_A a[FWD_ROWS][4];
+    CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++)
+      CM_UNROLL for (uint k = 0u; k < 4u; k++)
+        CM_LOAD_ROW(a[r][k], hs, (row0 + 16u * r) * HS + 16u * k, HS);
+    CM_SYNC();  // every invocation has its operands before the tiles are overwritten
+    uint nts = l < 6u ? 4u : 1u;  // the last layer has 16 outputs
+    for (uint nt = 0u; nt < nts; nt++) {
+      CM_B b[4];
+      CM_UNROLL for (uint k = 0u; k < 4u; k++)
+        CM_LOAD_COL(b[k], w, 4096u * l + 1024u * nt + 16u * k, 64u);
+      CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
+        CM_ACC z;
+        CM_ZERO(z);
+        CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
+        uint p = p0 + 16u * r;
+        if (l == 6u) {
+          CM_STORE_ROW(z, K, p * 16u, 16u);
+        } else {
+        CM_LEAKY(z, LEAKY_SLOPE);
+        CM_ACC16 h;
+        CM_TO_F16(h, z);
+        CM_STORE_ROW(h, hs, (row0 + 16u * r) * HS + 16u * nt, HS);
+#ifdef TRAIN
+        uint off = p * 64u + 16u * nt;
+        switch (l) {
+          case 0u: CM_STORE_ROW(h, A1, off, 64u); break;
+          case 1u: CM_STORE_ROW(h, A2, off, 64u); break;
+          case 2u: CM_STORE_ROW(h, A3, off, 64u); break;
+          case 3u: CM_STORE_ROW(h, A4, off, 64u); break;
+          case 4u: CM_STORE_ROW(h, A5, off, 64u); break;
+          default: CM_STORE_ROW(h, A6, off, 64u); break;
+        }
+#endif
+        }
+      }
+    }
+    CM_SYNC();
+  }
+}

@@ -1,0 +1,213 @@
+"""kpn-t's cooperative-matrix MLP kernels against the portable fp32 ones and the float64
+reference (modules/kpn-t/reference.py): "coopmat" (fwd_cm, bck_cm, mulw_cm: f16 activations
+stored) and "fused" (fwd_cm, bck_fused: the backward recomputes them).
+
+Both variants compute the same function as the portable kernels, in f16 operands and
+activations with f32 sums, from the f16 copy of the weights (adam's w16). Tolerances, against
+the float64 reference evaluated at those f16 weights:
+  E      relative error <= 2e-4
+  output |O - O_ref| <= 5e-4 (images in [0, 1])
+  dE/dW  <= 5e-3 of the largest entry of each matrix, after putting the reference on the
+         device's side of every leaky-ReLU kink that f16 rounding can flip (there the
+         derivative jumps by 1000x; see test_kpn_gpu.align_kinks): the flipped pre-activations
+         must be rounding-sized (<= 2e-3 of their layer's largest).
+  (Measured through the emulation on the test images: E 4e-6, O 2e-5, dE/dW 6e-4, flipped
+  |z| 4e-4; f16 rounding of h and g, 2^-11 relative, is the source.)
+  fused vs coopmat on one device (same f16 forward, same rounding; only the order of the f32
+  sums differs): dE/dW within 1e-4 of the largest entry, E and output equal.
+
+On the GPU machine (VK_KHR_cooperative_matrix, marker `coopmat`) the real kernels run; on any
+other device (the CPU driver) the same kernel sources run through the plain-GLSL emulation of
+the cooperative-matrix operations (CM_EMULATE in shaders/include/mlp_coopmat.glsl), which
+checks their indexing, padding and layouts everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights
+
+from pipeline.runner import Build
+
+CM_SHAPE = "16x16x16 f16*f16+f32->f32"
+MLP_KERNELS = {"portable": {"fwd", "bck", "mulw"}, "coopmat": {"fwd_cm", "bck_cm", "mulw_cm"},
+               "fused": {"fwd_cm", "bck_fused"}}
+LOSSES = {"smape": 0, "l2": 1, "l1": 2}
+
+
+def has_coopmat(device) -> bool:
+    return CM_SHAPE in device.info.coopmat and device.info.subgroup_size == 32
+
+
+@pytest.fixture
+def cm_device(device):
+    if not has_coopmat(device):
+        pytest.skip(f"{device.info.name} has no {CM_SHAPE} cooperative matrices")
+    if not os.environ.get("VKGRAPH_TEST_COOPMAT"):
+        pytest.skip("experimental kernels (issue 4): on the H100 the coopmat variant's "
+                    "pipeline crashes the driver; set VKGRAPH_TEST_COOPMAT=1 to run")
+    return device
+
+
+def use_variant(monkeypatch, variant: str, emulate: bool = False) -> None:
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    monkeypatch.setenv("VKGRAPH_KPN_MLP", variant)
+    if emulate:
+        monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
+    else:
+        monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
+
+
+def kernels(graph) -> set[str]:
+    return {n.kernel for n in graph.modules[("kpn-t", "01")].nodes}
+
+
+def run_variant(device, tmp_path, monkeypatch, variant, X, R, W, levels, loss="smape",
+                apply="plain", emulate=False):
+    """One frame at weights W (adam's alpha 0 keeps them): (build, graph, E, dW, O)."""
+    use_variant(monkeypatch, variant, emulate)
+    extra = (f"param:kpn-t:01:alpha:0\nparam:kpn-t:01:loss:{LOSSES[loss]}\n"
+             f"param:kpn-t:01:apply:{1 if apply == 'softmax' else 0}")
+    g = kpn_graph(tmp_path, X, R, levels, extra)
+    g.frames = 2
+    b, E, dW, O = run_with_weights(device, g, W)
+    assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
+    return b, g, E, dW, O
+
+
+def aligned_reference(build, graph, X, R, W16, levels, loss, apply):
+    """float64 E, O, dE/dW at the f16 weights, with every kink the device's f16 forward put
+    on the other side aligned to the device (from the coopmat variant's stored h_1..h_6).
+    Also returns the largest aligned |z| relative to its layer's largest."""
+    E, O, cache = ref.forward(X.astype(np.float64), R.astype(np.float64), W16, levels=levels,
+                              apply_mode=apply, loss=loss)
+    fwd = [n for n in graph.modules[("kpn-t", "01")].nodes if n.kernel == "fwd_cm"]
+    worst = 0.0
+    for node, acts in zip(fwd, cache.acts, strict=True):
+        n = acts.h[0].shape[0]
+        for layer in range(1, 7):
+            h = build.read(node, f"A{layer}")[: n * 64].reshape(n, 64).astype(np.float64)
+            z = acts.z[layer]
+            flip = (h > 0) != (z > 0)
+            if flip.any():
+                worst = max(worst, float(np.abs(z[flip]).max() / np.abs(z).max()))
+            z[flip] = np.where(h[flip] > 0, 1e-30, -1e-30)
+            acts.h[layer][flip] = ref.leaky(z[flip])
+    return E, O, ref.backward(cache), worst
+
+
+def check_against_reference(b, g, E, dW, O, X, R, W16, levels, loss, apply):
+    Eref, Oref, dWref, worst = aligned_reference(b, g, X, R, W16, levels, loss, apply)
+    assert worst <= 2e-3  # only rounding-sized pre-activations change sides
+    assert abs(E - Eref) <= 2e-4 * abs(Eref)
+    assert np.abs(O - Oref).max() <= 5e-4
+    for layer in range(7):
+        scale = np.abs(dWref[layer]).max()
+        assert scale > 0
+        assert np.abs(dW[layer] - dWref[layer]).max() <= 5e-3 * scale, layer
+    assert np.all(dW[6, 16:] == 0)
+
+
+def check_fused_matches(dW_cm, E_cm, O_cm, dW_f, E_f, O_f):
+    assert abs(E_f - E_cm) <= 1e-6 * abs(E_cm)
+    assert np.abs(O_f - O_cm).max() <= 1e-6
+    for layer in range(7):
+        scale = np.abs(dW_cm[layer]).max()
+        assert np.abs(dW_f[layer] - dW_cm[layer]).max() <= 1e-4 * scale, layer
+    assert np.all(dW_f[6, 16:] == 0)
+
+
+def test_emulated_kernels_match_reference(device, tmp_path, monkeypatch):
+    """The cooperative-matrix kernel sources through the plain-GLSL emulation, on any device:
+    odd size (tail tiles, padding), 3 levels."""
+    X, R = pair(37, 23)
+    W16 = conditioned_weights().astype(np.float16).astype(np.float64)
+    b, g, E, dW, O = run_variant(device, tmp_path, monkeypatch, "coopmat", X, R, W16, 3,
+                                 emulate=True)
+    check_against_reference(b, g, E, dW, O, X, R, W16, 3, "smape", "plain")
+    _, _, Ef, dWf, Of = run_variant(device, tmp_path, monkeypatch, "fused", X, R, W16, 3,
+                                    emulate=True)
+    check_fused_matches(dW, E, O, dWf, Ef, Of)
+
+
+def test_variant_selection(device, tmp_path, monkeypatch):
+    """portable by default; fused with VKGRAPH_KPN_MLP=fused where the device has cooperative
+    matrices; portable with VKGRAPH_PORTABLE, in precise mode, or without them."""
+    X, R = pair(16, 9)
+    monkeypatch.delenv("VKGRAPH_KPN_MLP", raising=False)
+    monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    g = kpn_graph(tmp_path, X, R, 2)
+    Build(g, device)
+    assert MLP_KERNELS["portable"] <= kernels(g)
+    monkeypatch.setenv("VKGRAPH_KPN_MLP", "fused")
+    g = kpn_graph(tmp_path, X, R, 2)
+    Build(g, device)
+    assert MLP_KERNELS["fused" if has_coopmat(device) else "portable"] <= kernels(g)
+    monkeypatch.setenv("VKGRAPH_PORTABLE", "1")
+    g = kpn_graph(tmp_path, X, R, 2)
+    Build(g, device)
+    assert MLP_KERNELS["portable"] <= kernels(g)
+    monkeypatch.delenv("VKGRAPH_PORTABLE")
+    g = kpn_graph(tmp_path, X, R, 2, "param:kpn-t:01:precise:1")
+    Build(g, device)
+    assert "fwd" in kernels(g) and "fwd_cm" not in kernels(g)
+
+
+@pytest.mark.coopmat
+@pytest.mark.parametrize("w,h,levels,loss,apply", [
+    (37, 23, 3, "smape", "plain"),
+    (64, 64, 4, "smape", "plain"),
+    (29, 31, 4, "l2", "softmax"),
+    (16, 9, 2, "l1", "plain"),
+    (256, 192, 4, "smape", "plain"),
+])
+def test_coopmat_matches_reference(cm_device, tmp_path, monkeypatch, w, h, levels, loss, apply):
+    X, R = pair(w, h)
+    W16 = conditioned_weights().astype(np.float16).astype(np.float64)
+    b, g, E, dW, O = run_variant(cm_device, tmp_path, monkeypatch, "coopmat", X, R, W16, levels,
+                                 loss, apply)
+    check_against_reference(b, g, E, dW, O, X, R, W16, levels, loss, apply)
+    _, _, Ef, dWf, Of = run_variant(cm_device, tmp_path, monkeypatch, "fused", X, R, W16,
+                                    levels, loss, apply)
+    check_fused_matches(dW, E, O, dWf, Ef, Of)
+
+
+@pytest.mark.coopmat
+def test_coopmat_matches_portable(cm_device, tmp_path, monkeypatch):
+    """Both kernel families on the same device and input: loss, output, and the gradient
+    wherever no kink separates them (relative to each matrix's largest entry)."""
+    X, R = pair(128, 96, seed=2)
+    W = conditioned_weights()
+    W16 = W.astype(np.float16).astype(np.float64)
+    _, _, Ep, dWp, Op = run_variant(cm_device, tmp_path, monkeypatch, "portable", X, R, W16, 4)
+    _, _, Ef, dWf, Of = run_variant(cm_device, tmp_path, monkeypatch, "fused", X, R, W16, 4)
+    assert abs(Ef - Ep) <= 2e-4 * abs(Ep)
+    assert np.abs(Of - Op).max() <= 5e-4
+    # a flipped kink moves single entries; the bulk must agree
+    for layer in range(7):
+        scale = np.abs(dWp[layer]).max()
+        err = np.abs(dWf[layer] - dWp[layer]) / scale
+        assert np.median(err) <= 1e-3 and np.quantile(err, 0.99) <= 2e-2, layer
+
+
+@pytest.mark.coopmat
+@pytest.mark.parametrize("variant", ["coopmat", "fused"])
+def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant):
+    from pipeline.runner import run_graph
+
+    use_variant(monkeypatch, variant)
+    monkeypatch.chdir(tmp_path)
+    X, R = pair(96, 64, seed=5)
+    g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
+    g.frames = 40
+    b = run_graph(g, cm_device, last_frame_only=True)
+    m = g.modules[("kpn-t", "01")]
+    assert MLP_KERNELS[variant] <= kernels(g)
+    hist = m.cls.hook("losses")(b, m)
+    assert len(hist) == 40 and np.all(np.isfinite(hist))
+    assert hist[-1] < 0.7 * hist[0]
+    assert int(b.read(m.data["adam"], "stats")[0]) == 0  # no skipped (non-finite) updates
