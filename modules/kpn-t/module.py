@@ -85,7 +85,8 @@ def _env_on(name: str) -> bool:
 def mlp_variant(graph, precise: bool = False) -> str:
     """The MLP kernels for this build: "portable" by default; cooperative matrices with
     VKGRAPH_KPN_MLP=fused or =coopmat where the device has 16x16x16 f16 x f16 + f32
-    cooperative matrices and 32-wide subgroups; "portable" elsewhere, with VKGRAPH_PORTABLE set, or in
+    cooperative matrices and 32-wide subgroups; "portable" elsewhere, with VKGRAPH_PORTABLE
+    set, or in
     `precise` mode (the gradient check's float64 forward). VKGRAPH_COOPMAT_EMULATE=1 runs
     the cooperative-matrix kernels in plain GLSL on any device (tests; slow)."""
     if precise or _env_on("VKGRAPH_PORTABLE"):
