@@ -1,0 +1,392 @@
+"""kpn-t training frame time (SPEC §9): vkgraph's MLP kernel variants against the same maths in
+PyTorch on the same GPU, in the same run.
+
+Per input size (full image, 4 levels, default params: smape loss, plain filter, Adam):
+  vkgraph  fused    fwd_cm + bck_fused (cooperative matrices; the backward recomputes the
+                    activations, the weight gradient is summed in registers per workgroup)
+           coopmat  fwd_cm + bck_cm + mulw_cm (cooperative matrices, f16 activations stored)
+           portable fwd + bck + mulw (fp32, any device; skipped where its fp32 activation
+                    buffer would exceed 4 GiB, 2048^2 and up)
+  torch    eager    bf16 autocast, eager
+           compile  the same frame through torch.compile (forward and backward graphs)
+ms/frame is wall time per frame (submit to fence) over --frames frames after 3 warm-up frames;
+Mpx/s = input pixels / time; "x eager" and "x compile" = PyTorch's time / ours; "roofline" =
+the time the design's roofline allows / measured time, with SPEC §9's figures: 0.19 MFLOP per
+input pixel (useful work, 4 levels) at the fp16 dense tensor peak, and per input pixel 5.5 KB of
+memory traffic (stored f16 activations) or 0.4 KB (fused), at the memory bandwidth; the
+larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s and 3.35 TB/s, H100
+PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
+
+    python bench/kpn_train.py [--sizes 256,1024,2048,4096] [--variants fused,coopmat,portable]
+                              [--torch eager,compile] [--frames 10] [--profile] [--json FILE]
+
+--profile prints each vkgraph run's per-node GPU timestamps (summed per kernel over the
+levels, and per node for the largest and smallest level) and PyTorch's check: its loss at the
+Xavier init against vkgraph's frame-0 loss on the same image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.cfg import apply_line  # noqa: E402
+from pipeline.formats import write_pfm  # noqa: E402
+from pipeline.graph import Graph  # noqa: E402
+from pipeline.runner import Build  # noqa: E402
+from pipeline.vk import Device  # noqa: E402
+
+LEVELS = 4
+FLOP_PER_PX = 0.19e6  # SPEC §9: forward + backward + weight gradient, 4 levels, per input px
+BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3, "portable": 11e3}  # fp32 stores: twice f16
+VARIANT_ENV = {"fused": {"VKGRAPH_KPN_MLP": "fused"}, "coopmat": {"VKGRAPH_KPN_MLP": "coopmat"},
+               "portable": {"VKGRAPH_PORTABLE": "1"}}
+
+
+def peaks(name: str) -> tuple[float, float, str]:
+    if "PCIe" in name or "PCIE" in name:
+        return 756e12, 2.0e12, "H100 PCIe: 756 TFLOP/s fp16 dense, 2.0 TB/s"
+    return 989e12, 3.35e12, "H100 SXM: 989 TFLOP/s fp16 dense, 3.35 TB/s"
+
+
+def image_pair(size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A smooth colour pattern (reference) and it with Gaussian noise (input), float32."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 8.0 * np.pi, size, dtype=np.float32)
+    ref = np.empty((size, size, 3), np.float32)
+    for c in range(3):
+        ref[..., c] = 0.5 + 0.3 * np.sin(t[None, :] * (1 + 0.3 * c)) * np.cos(t[:, None] * 0.7)
+    noisy = ref + rng.standard_normal(ref.shape, dtype=np.float32) * 0.05
+    return noisy, ref
+
+
+def kpn_graph(folder: Path) -> Graph:
+    g = Graph()
+    for line in ["module:i-pfm:main", "module:i-pfm:ref", "module:kpn-t:01", "module:o-lut:w",
+                 f"param:o-lut:w:filename:{folder / 'w'}", "connect:kpn-t:01:w:o-lut:w:input",
+                 f"param:i-pfm:main:filename:{folder / 'x.pfm'}",
+                 f"param:i-pfm:ref:filename:{folder / 'r.pfm'}",
+                 "param:kpn-t:01:init:1", f"param:kpn-t:01:levels:{LEVELS}",
+                 "connect:i-pfm:main:output:kpn-t:01:input",
+                 "connect:i-pfm:ref:output:kpn-t:01:ref"]:
+        apply_line(g, line, "bench")
+    return g
+
+
+def run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
+    """One fresh device per run (it owns and frees every buffer of the build)."""
+    saved = {k: os.environ.get(k) for k in ("VKGRAPH_KPN_MLP", "VKGRAPH_PORTABLE")}
+    for k in saved:
+        os.environ.pop(k, None)
+    os.environ.update(VARIANT_ENV[variant])
+    dev = Device.open()
+    try:
+        g = kpn_graph(folder)
+        g.frames = frames + 3
+        b = Build(g, dev, profile=profile)
+        m = g.modules[("kpn-t", "01")]
+        used = {n.kernel for n in m.nodes}
+        b.run_frame(0, download=False)
+        loss0 = m.cls.hook("current_loss")(b, m)
+        for f in range(1, 3):
+            b.run_frame(f, download=False)
+        t0 = time.perf_counter()
+        for f in range(3, 3 + frames):
+            b.run_frame(f, download=False)
+        ms = (time.perf_counter() - t0) / frames * 1e3
+        want = {"fused": "bck_fused", "coopmat": "mulw_cm", "portable": "mulw"}[variant]
+        if want not in used:  # e.g. a device without cooperative matrices
+            raise RuntimeError(f"the build chose other kernels: {sorted(used)}")
+        out = {"ms": ms, "loss0": loss0, "loss": m.cls.hook("current_loss")(b, m),
+               "kernels": sorted(used)}
+        if profile:
+            nodes = [n for n in b.schedule if n.kernel is not None]
+            times = b.timings()
+            out["nodes"] = [(n.kernel, n.dispatch[0], n.dispatch[1], t)
+                            for n, (_, t) in zip(nodes, times, strict=True)]
+        return out
+    finally:
+        dev.close()
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+# -- the same maths in PyTorch (SPEC §5), bf16 autocast for the MLP -----------------------
+
+TAPS = [(0, -2), (-2, -1), (-1, -1), (0, -1), (1, -1), (2, -1), (-1, 0), (0, 0), (1, 0),
+        (-2, 1), (-1, 1), (0, 1), (1, 1), (2, 1), (0, 2)]
+
+
+class TorchKpn:
+    """Pyramid (binomial Sub, U), features (|D| luminance, 8x8 window), 7-layer MLP (leaky
+    ReLU 0.001), plain 15-tap filter with vkdt's tap replacement, reconstruction, smape loss
+    (mean over pixels), autograd, Adam with global-norm clipping and L2 (SPEC §5)."""
+
+    def __init__(self, torch, size: int, W: np.ndarray, compiled: bool):
+        self.t = torch
+        dev = "cuda"
+        self.sizes = [(size, size)]
+        for _ in range(LEVELS):
+            w, h = self.sizes[-1]
+            self.sizes.append(((w + 1) // 2, (h + 1) // 2))
+        b = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0], device=dev) / 16.0
+        self.binom = (b[:, None] * b[None, :]).expand(3, 1, 5, 5).contiguous()
+        self.luma = torch.tensor([0.2627, 0.6780, 0.0593], device=dev).view(3, 1, 1)
+        self.W = torch.nn.Parameter(torch.tensor(W, dtype=torch.float32, device=dev))
+        self.opt = torch.optim.Adam([self.W], lr=0.01, betas=(0.99, 0.999), eps=1e-4,
+                                    weight_decay=2 * 0.001, fused=True)
+        self.idx = {}
+        self.loss_fn = torch.compile(self.frame_loss) if compiled else self.frame_loss
+
+    def sym(self, n: int, lo: int, hi: int):
+        """Mirrored (symmetric) indices -lo .. n+hi-1 -> 0 .. n-1."""
+        key = ("s", n, lo, hi)
+        if key not in self.idx:
+            i = np.arange(-lo, n + hi) % (2 * n)
+            i = np.where(i < n, i, 2 * n - 1 - i)
+            self.idx[key] = self.t.tensor(i, device="cuda")
+        return self.idx[key]
+
+    def pad(self, x, lo: int, hi: int):
+        h, w = x.shape[-2:]
+        return x.index_select(-2, self.sym(h, lo, hi)).index_select(-1, self.sym(w, lo, hi))
+
+    def sub(self, M):
+        return self.t.nn.functional.conv2d(self.pad(M, 2, 2)[None], self.binom, stride=2,
+                                           groups=3)[0]
+
+    def up_index(self, n: int, nc: int):
+        key = ("u", n, nc)
+        if key not in self.idx:
+            x = np.arange(n)
+            k = np.minimum(x >> 1, nc - 1)
+            k1 = np.minimum(k + (x & 1), nc - 1)
+            self.idx[key] = (self.t.tensor(k, device="cuda"), self.t.tensor(k1, device="cuda"))
+        return self.idx[key]
+
+    def up(self, C, w: int, h: int):
+        ky, ky1 = self.up_index(h, C.shape[-2])
+        kx, kx1 = self.up_index(w, C.shape[-1])
+        Cy = 0.5 * (C.index_select(-2, ky) + C.index_select(-2, ky1))
+        return 0.5 * (Cy.index_select(-1, kx) + Cy.index_select(-1, kx1))
+
+    def features(self, D):
+        """(N, 64): feature c = Y(|D|) at offset (c div 8 - 4, c mod 8 - 4)."""
+        h, w = D.shape[-2:]
+        Y = self.pad((D.abs() * self.luma).sum(0), 4, 3)
+        cols = self.t.nn.functional.unfold(Y[None, None], 8)  # (1, 64 = ky*8 + kx, N)
+        return cols[0].view(8, 8, h * w).transpose(0, 1).reshape(64, h * w).t()
+
+    def mlp(self, F, W):
+        h = F
+        for layer in range(6):
+            h = self.t.nn.functional.leaky_relu(h @ W[layer].t(), 0.001)
+        return h @ W[6, :16].t()
+
+    def apply(self, D, K):
+        h, w = D.shape[-2:]
+        Dp = self.pad(D, 2, 2)
+        k = K[:, :15].float().t().reshape(15, h, w)
+        ok = self.t.isfinite(k) & (k.abs() < 10.0)
+        k = self.t.where(ok, k, self.t.full_like(k, 0.001))
+        num = 0.0
+        for t, (dx, dy) in enumerate(TAPS):
+            num = num + k[t] * Dp[:, 2 + dy:2 + dy + h, 2 + dx:2 + dx + w]
+        return num / k.sum(0).clamp(min=0.001)
+
+    def frame_loss(self, X, R, W):
+        M = [X]
+        for _ in range(LEVELS):
+            M.append(self.sub(M[-1]))
+        I = []
+        for i in range(LEVELS):
+            w, h = self.sizes[i]
+            D = M[i] - self.up(M[i + 1], w, h)
+            with self.t.autocast("cuda", dtype=self.t.bfloat16):
+                K = self.mlp(self.features(D), W)
+            I.append(self.apply(D, K))
+        O = M[LEVELS]
+        for i in reversed(range(LEVELS)):
+            w, h = self.sizes[i]
+            O = self.up(O, w, h) + I[i]
+        return ((O - R).abs() / (O.abs() + R.abs() + 1e-3)).sum(0).mean()
+
+    def step(self, X, R):
+        self.opt.zero_grad(set_to_none=True)
+        E = self.loss_fn(X, R, self.W)
+        E.backward()
+        self.t.nn.utils.clip_grad_norm_([self.W], 1000.0)
+        self.opt.step()
+        return E
+
+
+def _torch_frames(torch, mode, X, R, W, frames) -> dict:
+    Xt = torch.tensor(X, device="cuda").permute(2, 0, 1).contiguous()
+    Rt = torch.tensor(R, device="cuda").permute(2, 0, 1).contiguous()
+    model = TorchKpn(torch, X.shape[0], W, compiled=(mode == "compile"))
+    with torch.no_grad():  # eager, also fills the index caches before any compile
+        loss0 = float(model.frame_loss(Xt, Rt, model.W))
+    t0 = time.perf_counter()
+    for _ in range(3):
+        model.step(Xt, Rt)
+    torch.cuda.synchronize()
+    warm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(frames):
+        E = model.step(Xt, Rt)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / frames * 1e3
+    return {"ms": ms, "loss0": loss0, "loss": float(E), "warmup_s": warm,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def run_torch(mode: str, X: np.ndarray, R: np.ndarray, W: np.ndarray, frames: int) -> dict:
+    import torch
+
+    try:
+        out = _torch_frames(torch, mode, X, R, W, frames)
+    except torch.cuda.OutOfMemoryError:
+        out = {"ms": None, "error": "OOM", "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    gc.collect()  # the model and its tensors are gone: give the memory back for the next run
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def fmt(v, spec=".2f"):
+    return "-" if v is None else format(v, spec)
+
+
+def profile_table(nodes, title: str) -> str:
+    agg: dict[str, list] = {}
+    for kernel, _, _, t in nodes:
+        agg.setdefault(kernel, [0.0, 0])
+        agg[kernel][0] += t
+        agg[kernel][1] += 1
+    total = sum(v[0] for v in agg.values())
+    lines = [f"{title}: GPU timestamps per kernel (summed over its nodes), total "
+             f"{total:.3f} ms", "| kernel | nodes | ms | share |", "|---|---|---|---|"]
+    for k, (t, n) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"| {k} | {n} | {t:.3f} | {100 * t / total:.1f}% |")
+    lines += ["", "nodes over 1% of the frame (dispatch = threads x, y):",
+              "| kernel | dispatch | ms |", "|---|---|---|"]
+    for kernel, dx, dy, t in nodes:
+        if t > 0.01 * total:
+            lines.append(f"| {kernel} | {dx} x {dy} | {t:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="256,1024,2048,4096")
+    ap.add_argument("--variants", default="fused,coopmat,portable")
+    ap.add_argument("--torch", default="eager,compile", help="'' to skip PyTorch")
+    ap.add_argument("--frames", type=int, default=10)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--budget", type=float, default=0, help="skip torch.compile runs once "
+                    "this many seconds have passed (0: never)")
+    ap.add_argument("--compile-max", type=int, default=1024,
+                    help="torch.compile only up to this size (each size compiles anew)")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    variants = [v for v in args.variants.split(",") if v]
+    torch_modes = [m for m in args.torch.split(",") if m]
+    dev = Device.open()
+    name = dev.info.name
+    dev.close()
+    flops, bw, peak_text = peaks(name)
+    print(f"device: {name}; roofline figures: {peak_text}", flush=True)
+    W0 = _reference_module().xavier_init().astype(np.float32)  # vkgraph's frame-0 weights
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for size in sizes:
+            X, R = image_pair(size)
+            write_pfm(folder / "x.pfm", X)
+            write_pfm(folder / "r.pfm", R)
+            row = {"size": size, "vk": {}, "torch": {}}
+            for v in variants:
+                if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
+                    row["vk"][v] = {"ms": None, "error": "fp32 A > 4 GiB"}
+                    continue
+                try:
+                    row["vk"][v] = run_vkgraph(v, folder, args.frames, args.profile)
+                except Exception as e:  # noqa: BLE001 - report and go on with the next
+                    row["vk"][v] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
+                r = row["vk"][v]
+                print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame "
+                      f"{r.get('error', '')} loss0 {r.get('loss0', '-')} kernels "
+                      f"{r.get('kernels', '')}", flush=True)
+                if args.profile and "nodes" in r:
+                    print(profile_table(r["nodes"], f"{size}^2 {v}"), flush=True)
+            for mode in torch_modes:
+                late = args.budget and time.perf_counter() - t_start > args.budget
+                if mode == "compile" and (late or size > args.compile_max):
+                    row["torch"][mode] = {"ms": None, "error": "not run (time budget)"}
+                    continue
+                try:
+                    row["torch"][mode] = run_torch(mode, X, R, W0, args.frames)
+                except Exception as e:  # noqa: BLE001
+                    row["torch"][mode] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
+                r = row["torch"][mode]
+                print(f"{size}^2 torch {mode}: {fmt(r['ms'])} ms/frame {r.get('error', '')} "
+                      f"loss0 {r.get('loss0', '-')} warm-up {fmt(r.get('warmup_s'), '.1f')} s "
+                      f"peak {fmt(r.get('peak_gib'), '.1f')} GiB", flush=True)
+            results.append(row)
+    print()
+    print(f"kpn-t training frame, {LEVELS} levels, full image; {name}; {args.frames} frames")
+    print("| input | impl | ms/frame | Mpx/s | x eager | x compile | roofline |")
+    print("|---|---|---|---|---|---|---|")
+    for row in results:
+        size = row["size"]
+        px = size * size
+        te = row["torch"].get("eager", {}).get("ms")
+        tc = row["torch"].get("compile", {}).get("ms")
+        for v, r in row["vk"].items():
+            ms = r["ms"]
+            if ms is None:
+                print(f"| {size}² | vkgraph {v} | {r['error']} | | | | |")
+                continue
+            bound = max(FLOP_PER_PX * px / flops, BYTES_PER_PX[v] * px / bw) * 1e3
+            print(f"| {size}² | vkgraph {v} | {ms:.2f} | {px / ms / 1e3:.0f} | "
+                  f"{fmt(te / ms if te else None, '.1f')} | "
+                  f"{fmt(tc / ms if tc else None, '.1f')} | {100 * bound / ms:.0f}% |")
+        for mode, r in row["torch"].items():
+            ms = r["ms"]
+            if ms is None:
+                print(f"| {size}² | torch {mode} | {r['error']} | | | | |")
+                continue
+            print(f"| {size}² | torch {mode} (bf16) | {ms:.2f} | {px / ms / 1e3:.0f} | | | |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def _reference_module():
+    """modules/kpn-t/reference.py (its folder name has a dash)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "kpn_reference", ROOT / "modules" / "kpn-t" / "reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+if __name__ == "__main__":
+    sys.exit(main())
