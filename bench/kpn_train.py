@@ -85,7 +85,29 @@ def kpn_graph(folder: Path) -> Graph:
 
 
 def run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
-    """One fresh device per run (it owns and frees every buffer of the build)."""
+    """In a child process (a driver crash costs only this row), with its own device (which
+    owns and frees every buffer of the build)."""
+    import subprocess
+
+    cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames)]
+    res = subprocess.run(cmd + (["--profile"] if profile else []), capture_output=True,
+                         text=True)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines:
+        tail = (res.stderr.strip().splitlines() or ["?"])[-1]
+        return {"ms": None, "error": f"exit {res.returncode}: {tail}"[:200]}
+    return json.loads(lines[-1])
+
+
+def _child(variant: str, folder: Path, frames: int, profile: bool) -> None:
+    try:
+        out = _run_vkgraph(variant, folder, frames, profile)
+    except Exception as e:  # noqa: BLE001 - reported as the row's result
+        out = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
+    print(json.dumps(out))
+
+
+def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
     saved = {k: os.environ.get(k) for k in ("VKGRAPH_KPN_MLP", "VKGRAPH_PORTABLE")}
     for k in saved:
         os.environ.pop(k, None)
@@ -290,6 +312,9 @@ def profile_table(nodes, title: str) -> str:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), "--profile" in sys.argv)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="256,1024,2048,4096")
     ap.add_argument("--variants", default="fused,coopmat,portable")
@@ -299,8 +324,8 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--budget", type=float, default=0, help="skip torch.compile runs once "
                     "this many seconds have passed (0: never)")
-    ap.add_argument("--compile-max", type=int, default=1024,
-                    help="torch.compile only up to this size (each size compiles anew)")
+    ap.add_argument("--compile-sizes", default="256,1024",
+                    help="torch.compile only at these sizes (each size compiles anew)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -324,10 +349,7 @@ def main() -> int:
                 if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
                     row["vk"][v] = {"ms": None, "error": "fp32 A > 4 GiB"}
                     continue
-                try:
-                    row["vk"][v] = run_vkgraph(v, folder, args.frames, args.profile)
-                except Exception as e:  # noqa: BLE001 - report and go on with the next
-                    row["vk"][v] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
+                row["vk"][v] = run_vkgraph(v, folder, args.frames, args.profile)
                 r = row["vk"][v]
                 print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame "
                       f"{r.get('error', '')} loss0 {r.get('loss0', '-')} kernels "
@@ -336,8 +358,8 @@ def main() -> int:
                     print(profile_table(r["nodes"], f"{size}^2 {v}"), flush=True)
             for mode in torch_modes:
                 late = args.budget and time.perf_counter() - t_start > args.budget
-                if mode == "compile" and (late or size > args.compile_max):
-                    row["torch"][mode] = {"ms": None, "error": "not run (time budget)"}
+                if mode == "compile" and (late or str(size) not in args.compile_sizes.split(",")):
+                    row["torch"][mode] = {"ms": None, "error": "not run (device time)"}
                     continue
                 try:
                     row["torch"][mode] = run_torch(mode, X, R, W0, args.frames)

@@ -134,8 +134,8 @@ def test_emulated_kernels_match_reference(device, tmp_path, monkeypatch):
 
 
 def test_variant_selection(device, tmp_path, monkeypatch):
-    """portable by default; fused with VKGRAPH_KPN_MLP=fused where the device has cooperative
-    matrices; portable with VKGRAPH_PORTABLE, in precise mode, or without them."""
+    """portable by default (module.py); VKGRAPH_KPN_MLP=fused picks the fused kernels where the
+    device has cooperative matrices; VKGRAPH_PORTABLE and precise mode keep portable."""
     X, R = pair(16, 9)
     monkeypatch.delenv("VKGRAPH_KPN_MLP", raising=False)
     monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)

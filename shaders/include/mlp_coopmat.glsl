@@ -20,8 +20,8 @@
 //   from an operand fragment. Element-wise maths on one fragment alone (an activation, a
 //   scale) is position-free and safe on any type.
 // * a fragment changes use (accumulator -> operand) only through memory: store, sync, load.
-// * a warp is 32 invocations, gl_LocalInvocationIndex / 32: the device's subgroup must be
-//   32 wide (the host selects these kernels only then).
+// * a warp is a subgroup of 32 invocations (cm_warp(), cm_lane()): the host selects these
+//   kernels only where subgroups are 32 wide; the emulation takes 32 consecutive invocations.
 // * CM_SYNC() orders one warp's shared-memory writes before its later reads (a warp's
 //   invocations do not run in lockstep); put one between the loads of a tile and stores
 //   that overwrite it in place. Control flow around CM_* and CM_SYNC is uniform in the
@@ -51,8 +51,14 @@
 #endif
 
 #define CM_WARP 32u
+#define CM_F16_MAX 65504.0
+#ifndef CM_EMULATE  // the device's subgroups (32 wide: checked by the host)
+uint cm_warp() { return gl_SubgroupID; }
+uint cm_lane() { return gl_SubgroupInvocationID; }
+#else
 uint cm_warp() { return gl_LocalInvocationIndex / CM_WARP; }
 uint cm_lane() { return gl_LocalInvocationIndex % CM_WARP; }
+#endif
 
 #ifndef CM_EMULATE
 
@@ -125,6 +131,24 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 #define CM_MMA(c, a, b) cm_mma_emulated(c, a, b)
 #endif
 
+// 8 halves of a shared float16_t array from index i <-> one uvec4, for wide per-invocation
+// copies between shared memory and f16 buffers declared as uvec4 arrays. (Global data whose
+// buffer depends on a run-time layer index moves this way, in plain code: the H100 driver's
+// compiler crashes on cooperative-matrix loads and stores inside such a switch.)
+#define CM_PACK8(sh, i)                                                                \
+  uvec4(packFloat2x16(f16vec2(sh[(i)], sh[(i) + 1u])),                                 \
+        packFloat2x16(f16vec2(sh[(i) + 2u], sh[(i) + 3u])),                            \
+        packFloat2x16(f16vec2(sh[(i) + 4u], sh[(i) + 5u])),                            \
+        packFloat2x16(f16vec2(sh[(i) + 6u], sh[(i) + 7u])))
+#define CM_UNPACK8(sh, i, v)                                                           \
+  {                                                                                    \
+    uvec4 u_ = (v);                                                                    \
+    f16vec2 a_ = unpackFloat2x16(u_.x), b_ = unpackFloat2x16(u_.y);                    \
+    f16vec2 c_ = unpackFloat2x16(u_.z), d_ = unpackFloat2x16(u_.w);                    \
+    sh[(i)] = a_.x; sh[(i) + 1u] = a_.y; sh[(i) + 2u] = b_.x; sh[(i) + 3u] = b_.y;     \
+    sh[(i) + 4u] = c_.x; sh[(i) + 5u] = c_.y; sh[(i) + 6u] = d_.x; sh[(i) + 7u] = d_.y; \
+  }
+
 // leaky ReLU on an accumulator, element by element (position-free)
 #define CM_LEAKY(c, slope) \
   CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = CM_AT(c, i_) > 0.0 ? CM_AT(c, i_) : (slope) * CM_AT(c, i_)
@@ -134,6 +158,12 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 #define CM_LEAKY_GRAD(g, h, slope) \
   CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(g); i_++) \
     CM_AT(g, i_) = CM_AT(h, i_) > float16_t(0.0) ? CM_AT(g, i_) : float16_t(slope) * CM_AT(g, i_)
+
+// saturate to +-lim, keeping NaN (a non-finite gradient must still skip the update)
+float cm_clamp(float x, float lim) { return isnan(x) ? x : clamp(x, -lim, lim); }
+// an f32 accumulator clamped before it becomes f16 (lim 65504: saturate, never inf)
+#define CM_CLAMP(c, lim) \
+  CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = cm_clamp(CM_AT(c, i_), lim)
 
 #define CM_SCALE(c, s) CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) *= (s)
 

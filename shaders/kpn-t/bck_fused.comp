@@ -10,7 +10,7 @@
 //   h_0 = f, h_{l+1} = leaky(W_l h_l)                       (l = 0..5; K is not needed)
 //   g_7 := s dK, g_l = leaky'(h_l) * (W_l^T g_{l+1})       (l = 6..1, W_6: rows 0..15)
 //   dW_l += G_{l+1}^T H_l over the tile's pixels              (l = 6..0)
-// s = `scale` is the loss scale of bck_cm (the level-0 pixel count); the partials are
+// s = `scale` is the loss scale of bck_cm (with its saturation at +-65504); the partials are
 // divided by it: part[wg * 28672 + 4096 l + 64 o + c] (rows 16..63 of W_6 stay zero), and
 // reduce.comp sums the workgroups.
 //
@@ -111,7 +111,8 @@ void back_step(uint l, uint kt) {
       }
     }
     CM_ACC16 g;
-    CM_TO_F16(g, z);
+    CM_CLAMP(z, CM_F16_MAX);
+      CM_TO_F16(g, z);
     CM_LEAKY_GRAD(g, m[nt], LEAKY_SLOPE);
     CM_STORE_ROW(g, gs, row0 * HS + 16u * nt, HS);
   }
@@ -151,7 +152,8 @@ void main() {
     // g_7 = scaled dK into columns 0..15 of this warp's rows of gs (16 x 16)
     for (uint e = lane; e < 256u; e += CM_WARP) {
       uint r = e / 16u, o = e % 16u, p = p0 + r;
-      gs[(row0 + r) * HS + o] = float16_t(p < push.N ? dK[p * 16u + o] * push.scale : 0.0);
+      float v = p < push.N ? dK[p * 16u + o] * push.scale : 0.0;
+      gs[(row0 + r) * HS + o] = float16_t(cm_clamp(v, CM_F16_MAX));
     }
     barrier();
     for (uint l = 6u; ; l--) {  // gs = g_{l+1}, hs = h_l

@@ -14,7 +14,8 @@
 // Buffers hold npad pixels (a multiple of FWD_TILE, module.py): rows p >= N get zero
 // features, hence zero activations and K, and are never read as pixels.
 // TRAIN stores h_0..h_6 (f16) for bck_cm/mulw_cm, slot s in its own buffer As at 64p + c
-// (one buffer per slot keeps every index below 2^32 at 4096^2).
+// (one buffer per slot keeps every index below 2^32 at 4096^2), copied from shared memory by
+// plain code (see CM_PACK8).
 #define FWD_WARPS 2u
 #ifndef FWD_ROWS
 #define FWD_ROWS 4u
@@ -25,17 +26,35 @@
 IMG_IN(0, detail)
 SSBO_IN(1, float16_t, w)
 SSBO_OUT(2, float, K)
-#ifdef TRAIN
+#ifdef TRAIN  // f16 activations, written 8 at a time
 SSBO_OUT(3, float16_t, A0)
-SSBO_OUT(4, float16_t, A1)
-SSBO_OUT(5, float16_t, A2)
-SSBO_OUT(6, float16_t, A3)
-SSBO_OUT(7, float16_t, A4)
-SSBO_OUT(8, float16_t, A5)
-SSBO_OUT(9, float16_t, A6)
+SSBO_OUT(4, uvec4, A1)
+SSBO_OUT(5, uvec4, A2)
+SSBO_OUT(6, uvec4, A3)
+SSBO_OUT(7, uvec4, A4)
+SSBO_OUT(8, uvec4, A5)
+SSBO_OUT(9, uvec4, A6)
 #endif
 
 shared float16_t hs[FWD_TILE * HS];
+
+#ifdef TRAIN
+// h_s of this warp's rows (in hs) -> buffer As (plain per-invocation copies)
+void store_slot(uint s, uint row0, uint p0) {
+  for (uint e = cm_lane(); e < FWD_ROWS * 16u * 8u; e += CM_WARP) {
+    uint r = e / 8u, q = e % 8u, i = (p0 + r) * 8u + q;
+    uvec4 v = CM_PACK8(hs, (row0 + r) * HS + 8u * q);
+    switch (s) {
+      case 1u: A1[i] = v; break;
+      case 2u: A2[i] = v; break;
+      case 3u: A3[i] = v; break;
+      case 4u: A4[i] = v; break;
+      case 5u: A5[i] = v; break;
+      default: A6[i] = v; break;
+    }
+  }
+}
+#endif
 
 void main() {
   ivec2 size = node.roi[0].xy;
@@ -77,20 +96,12 @@ void main() {
         CM_ACC16 h;
         CM_TO_F16(h, z);
         CM_STORE_ROW(h, hs, (row0 + 16u * r) * HS + 16u * nt, HS);
-#ifdef TRAIN
-        uint off = p * 64u + 16u * nt;
-        switch (l) {
-          case 0u: CM_STORE_ROW(h, A1, off, 64u); break;
-          case 1u: CM_STORE_ROW(h, A2, off, 64u); break;
-          case 2u: CM_STORE_ROW(h, A3, off, 64u); break;
-          case 3u: CM_STORE_ROW(h, A4, off, 64u); break;
-          case 4u: CM_STORE_ROW(h, A5, off, 64u); break;
-          default: CM_STORE_ROW(h, A6, off, 64u); break;
-        }
-#endif
         }
       }
     }
     CM_SYNC();
+#ifdef TRAIN
+    if (l < 6u) store_slot(l + 1u, row0, p0);
+#endif
   }
 }
