@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from pipeline.module import OPTIONAL, Roi
+from pipeline.trainer import current_loss, losses  # noqa: F401 (hooks)
 
 NW = 28672  # 7 matrices of 64 x 64
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
@@ -436,19 +437,6 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         graph.node_connect(n["diff"][0], "detail", node, "detail")
         graph.node_connect(n["fwd"][0], "K", node, "K")
         graph.bind(module, "debug", node, "debug")
-
-
-def losses(graph, module) -> np.ndarray:
-    """The per-frame loss history of this run (frames 0 .. graph.frame)."""
-    hist = graph.read(module.data["lsum"], "hist")
-    n = min(graph.frame + 1, module.data["hist_len"])
-    return hist[:n].astype(np.float64)
-
-
-def current_loss(graph, module) -> float:
-    """This frame's loss, from its double-float pair."""
-    cur = graph.read(module.data["lsum"], "cur").astype(np.float64)
-    return float(cur[0] + cur[1])
 
 
 def stats(graph, module) -> dict:

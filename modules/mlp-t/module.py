@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeline.errors import GraphError, closest
 from pipeline.module import OPTIONAL, Roi
+from pipeline.trainer import current_loss, losses  # noqa: F401 (hooks)
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2}
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky": 2, "sigmoid": 3, "tanh": 4, "exp": 5,
@@ -281,19 +282,6 @@ def create_nodes(graph, module):
     module.data.update(adam=adam, dw=reduce, lsum=lsum, train=train, eval=ev, arch=a,
                        used=a.used(), layout=(a.nets * a.layers, a.width),
                        hist_len=hist_len, lut_text=a.describe())
-
-
-def losses(graph, module) -> np.ndarray:
-    """The per-frame loss history of this run (frames 0 .. graph.frame)."""
-    hist = graph.read(module.data["lsum"], "hist")
-    n = min(graph.frame + 1, module.data["hist_len"])
-    return hist[:n].astype(np.float64)
-
-
-def current_loss(graph, module) -> float:
-    """This frame's loss E (what dw is the gradient of), from its (hi, lo) float pair."""
-    cur = graph.read(module.data["lsum"], "cur").astype(np.float64)
-    return float(cur[0] + cur[1])
 
 
 def _skipped(graph, module) -> int:
