@@ -325,6 +325,37 @@ class Build(NodeGraph):
         if download:
             self.download_sinks()
 
+    def run_upto(self, target: Node, stop: Node | None = None) -> None:
+        """Run only `target` and the nodes it reads from, again for the current frame: not
+        through feedback inputs, not `stop` nor what only `stop` reads. Sources keep what
+        they last uploaded. For tools that probe one output many times with a changed
+        buffer (the gradient check runs the forward up to the loss, without the backward
+        and the optimiser). The command lists are recorded once per (target, stop)."""
+        if not hasattr(self, "_partial"):
+            self._partial = {}
+        key = (id(target), id(stop))
+        lists = self._partial.get(key)
+        if lists is None:
+            need, stack = set(), [target]
+            while stack:
+                n = stack.pop()
+                if id(n) in need or n is stop:
+                    continue
+                need.add(id(n))
+                stack += [c.source[0] for c in n.connectors
+                          if c.is_input and c.source is not None and not c.feedback]
+            lists = []
+            for parity in range(len(self.commands)):
+                cl = self.device.commands().begin()
+                for node in self.schedule:
+                    if id(node) in need and node.kernel is not None:
+                        self._record_node(cl, node, parity)
+                lists.append(cl.end())
+            self._partial[key] = lists
+        cl = lists[self.frame % len(lists)]
+        cl.submit()
+        cl.wait()
+
     def timings(self) -> list[tuple[str, float]]:
         return self.commands[self.frame % len(self.commands)].timings()
 
