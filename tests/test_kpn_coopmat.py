@@ -24,12 +24,11 @@ checks their indexing, padding and layouts everywhere.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights
 
+from pipeline.errors import GraphError
 from pipeline.runner import Build
 
 CM_SHAPE = "16x16x16 f16*f16+f32->f32"
@@ -46,9 +45,6 @@ def has_coopmat(device) -> bool:
 def cm_device(device):
     if not has_coopmat(device):
         pytest.skip(f"{device.info.name} has no {CM_SHAPE} cooperative matrices")
-    if not os.environ.get("VKGRAPH_TEST_COOPMAT"):
-        pytest.skip("experimental kernels (issue 4): on the H100 the coopmat variant's "
-                    "pipeline crashes the driver; set VKGRAPH_TEST_COOPMAT=1 to run")
     return device
 
 
@@ -134,19 +130,22 @@ def test_emulated_kernels_match_reference(device, tmp_path, monkeypatch):
 
 
 def test_variant_selection(device, tmp_path, monkeypatch):
-    """portable by default (module.py); VKGRAPH_KPN_MLP=fused picks the fused kernels where the
-    device has cooperative matrices; VKGRAPH_PORTABLE and precise mode keep portable."""
+    """auto (the default) picks the fused kernels where the device has cooperative matrices,
+    portable elsewhere; so does VKGRAPH_KPN_MLP=fused; =portable, VKGRAPH_PORTABLE and
+    precise mode keep portable; a misspelt variant is an error."""
     X, R = pair(16, 9)
-    monkeypatch.delenv("VKGRAPH_KPN_MLP", raising=False)
     monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
     monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
-    g = kpn_graph(tmp_path, X, R, 2)
-    Build(g, device)
-    assert MLP_KERNELS["portable"] <= kernels(g)
+    best = "fused" if has_coopmat(device) else "portable"
+    for want, got in ((None, best), ("auto", best), ("fused", best), ("portable", "portable")):
+        if want is None:
+            monkeypatch.delenv("VKGRAPH_KPN_MLP", raising=False)
+        else:
+            monkeypatch.setenv("VKGRAPH_KPN_MLP", want)
+        g = kpn_graph(tmp_path, X, R, 2)
+        Build(g, device)
+        assert MLP_KERNELS[got] <= kernels(g), want
     monkeypatch.setenv("VKGRAPH_KPN_MLP", "fused")
-    g = kpn_graph(tmp_path, X, R, 2)
-    Build(g, device)
-    assert MLP_KERNELS["fused" if has_coopmat(device) else "portable"] <= kernels(g)
     monkeypatch.setenv("VKGRAPH_PORTABLE", "1")
     g = kpn_graph(tmp_path, X, R, 2)
     Build(g, device)
@@ -155,6 +154,9 @@ def test_variant_selection(device, tmp_path, monkeypatch):
     g = kpn_graph(tmp_path, X, R, 2, "param:kpn-t:01:precise:1")
     Build(g, device)
     assert "fwd" in kernels(g) and "fwd_cm" not in kernels(g)
+    monkeypatch.setenv("VKGRAPH_KPN_MLP", "fast")
+    with pytest.raises(GraphError, match="VKGRAPH_KPN_MLP=fast"):
+        Build(kpn_graph(tmp_path, X, R, 2), device)
 
 
 @pytest.mark.coopmat

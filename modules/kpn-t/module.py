@@ -15,13 +15,17 @@ adds the feedback buffers (the last frame's dw and loss).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
 import numpy as np
 
+from pipeline.errors import GraphError
 from pipeline.module import OPTIONAL, Roi
 from pipeline.trainer import current_loss, losses  # noqa: F401 (hooks)
+
+log = logging.getLogger("vkgraph")
 
 NW = 28672  # 7 matrices of 64 x 64
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
@@ -75,36 +79,63 @@ def mulw_chunks(n: int) -> tuple[int, int]:
 # fwd_cm, bck_cm, mulw_cm), "fused" (cooperative matrices, the backward recomputes the forward
 # and sums the weight gradient in registers: fwd_cm, bck_fused).
 CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the image)
-FUSED_WARPS = 8  # bck_fused: 8 warps, 128-pixel tiles (36 KiB of shared memory)
-FUSED_GROUPS = 512  # at most this many bck_fused workgroups (and weight-gradient partials)
+# launch shapes of the cooperative-matrix kernels (VKGRAPH_CM_TUNE=key=value,... overrides
+# them, for benchmarking): fwd_cm's warps per workgroup and 16-pixel row blocks per warp (the
+# tile, 16 rows warps pixels, must divide CM_PAD; shared memory 144 B a pixel + 9 KiB),
+# bck_fused's warps per workgroup (16 pixels each; 8: 45 KiB of shared memory) and its
+# largest number of workgroups (and weight-gradient partials). Measured on the H100 at 1024^2
+# (`VKGRAPH_CM_TUNE=... python bench/kpn_train.py --variants fused --sizes 1024 --profile`):
+# fwd_cm 1.43 ms at 2 warps x 4 rows, 0.77 at 4 x 4, 0.89 at 4 x 2, 0.91 at 2 x 2, 1.31 at
+# 2 x 8; bck_fused 2.64 / 2.68 / 2.69 ms at 264 / 512 / 1056 groups, 5.01 with 4 warps.
+CM_TUNING = {"fwd_warps": 4, "fwd_rows": 4, "fused_warps": 8, "fused_groups": 264}
 
 
 def _env_on(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
 
+def cm_capable(graph) -> bool:
+    """Whether the build's device runs the cooperative-matrix kernels: 16x16x16 f16 x f16 +
+    f32 matrices, 32-wide subgroups, f16 arithmetic and storage, 45 KiB of shared memory."""
+    info = getattr(getattr(graph, "device", None), "info", None)
+    return (info is not None and info.subgroup_size == 32 and info.fp16 and info.storage16
+            and "16x16x16 f16*f16+f32->f32" in info.coopmat and info.shared_memory >= 46080)
+
+
 def mlp_variant(graph, precise: bool = False) -> str:
-    """The MLP kernels for this build: "portable" by default; cooperative matrices with
-    VKGRAPH_KPN_MLP=fused or =coopmat where the device has 16x16x16 f16 x f16 + f32
-    cooperative matrices and 32-wide subgroups; "portable" elsewhere, with VKGRAPH_PORTABLE
-    set, or in
-    `precise` mode (the gradient check's float64 forward). VKGRAPH_COOPMAT_EMULATE=1 runs
-    the cooperative-matrix kernels in plain GLSL on any device (tests; slow)."""
+    """The MLP kernels for this build. VKGRAPH_KPN_MLP = auto (default: "fused" where the
+    device is cm_capable, else "portable"), fused, coopmat or portable; a cooperative-matrix
+    variant asked for on a device without them falls back to portable. VKGRAPH_PORTABLE=1
+    and `precise` mode (the gradient check's float64 forward) always run portable.
+    VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on any device
+    (tests; slow)."""
     if precise or _env_on("VKGRAPH_PORTABLE"):
         return "portable"
-    # experimental, opt-in: on the H100 the "coopmat" pipeline crashes the driver's compiler
-    # and neither variant is verified against the reference on real hardware yet (issue 4)
-    want = os.environ.get("VKGRAPH_KPN_MLP", "portable")
-    if want not in ("coopmat", "fused"):
-        return "portable"
-    if _env_on("VKGRAPH_COOPMAT_EMULATE"):
+    want = os.environ.get("VKGRAPH_KPN_MLP", "") or "auto"
+    if want not in ("auto", "fused", "coopmat", "portable"):
+        raise GraphError(f"VKGRAPH_KPN_MLP={want}: expected auto, fused, coopmat or portable")
+    if want == "portable":
         return want
-    info = getattr(getattr(graph, "device", None), "info", None)
-    if info is None or info.subgroup_size != 32 or not (info.fp16 and info.storage16):
-        return "portable"
-    if "16x16x16 f16*f16+f32->f32" not in info.coopmat or info.shared_memory < 37 * 1024:
-        return "portable"
-    return want
+    if want == "auto":
+        want = "fused"
+    if _env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph):
+        return want
+    return "portable"
+
+
+def cm_tuning() -> dict:
+    t = dict(CM_TUNING)
+    for item in filter(None, os.environ.get("VKGRAPH_CM_TUNE", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in t or not value.strip().isdigit():
+            raise GraphError(f"VKGRAPH_CM_TUNE: {item!r} is not one of "
+                             f"{', '.join(k + '=N' for k in t)}")
+        t[key.strip()] = int(value)
+    if CM_PAD % (16 * t["fwd_warps"] * t["fwd_rows"]):
+        raise GraphError(f"VKGRAPH_CM_TUNE: fwd_warps x fwd_rows must divide {CM_PAD // 16}")
+    if _env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
+        t["fwd_warps"], t["fused_warps"] = 2, 4
+    return t
 
 
 def _cm_defines(**extra) -> dict:
@@ -145,6 +176,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             variant = "portable"
         else:
             weights, w16 = weights16, True
+    log.info("%s: %s MLP kernels", module, variant)
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
     for i in range(levels):
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
@@ -171,12 +203,14 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             npad = _pad(npx)
             conns = [img("detail", "read"), ssbo("w", "read", fmt="f16"),
                      ssbo("K", "write", 16 * npad)]
-            defines = _cm_defines()
+            tune = cm_tuning()
+            warps, rows = tune["fwd_warps"], tune["fwd_rows"]
+            defines = _cm_defines(FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u")
             if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
                 conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
                 defines["TRAIN"] = 1
-            fwd = graph.add_node(module, "fwd_cm", (npad // 2, 1), conns, shader="kpn-t",
-                                 local=(64, 1, 1), defines=defines)
+            fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
+                                 shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
         app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
         if precise:
             app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
@@ -351,9 +385,10 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
     npad = _pad(npx)
     scale = max(1.0, npx / 16.0)
     if n["variant"] == "fused":
-        warps = 4 if _env_on("VKGRAPH_COOPMAT_EMULATE") else FUSED_WARPS  # 32 KiB shared
+        tune = cm_tuning()
+        warps = tune["fused_warps"]
         tiles = math.ceil(npx / (16 * warps))
-        per = math.ceil(tiles / min(tiles, FUSED_GROUPS))
+        per = math.ceil(tiles / min(tiles, tune["fused_groups"]))
         groups = math.ceil(tiles / per)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
             img("detail", "read"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),

@@ -1,7 +1,9 @@
 """Storage buffers with numpy in, numpy out.
 
 Device-local buffers are filled and read through a host-visible staging buffer and a one-off
-copy; host-visible buffers (uniforms, staging of sources and sinks) stay mapped.
+copy; host-visible buffers (uniforms, staging of sources and sinks) stay mapped. Transfers up to
+SMALL bytes share one staging buffer per device (tools that read a loss or write a weight
+thousands of times, like the gradient check, would otherwise allocate memory for each).
 """
 
 from __future__ import annotations
@@ -14,6 +16,18 @@ from .errors import VulkanError, call
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
 HOST = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+SMALL = 1 << 16
+
+
+def _staging(device, nbytes: int):
+    """(host buffer of >= nbytes, whether the caller destroys it)."""
+    if nbytes <= SMALL:
+        buf = getattr(device, "_small_staging", None)
+        if buf is None:
+            buf = device._own(Buffer(device, SMALL, host=True))
+            device._small_staging = buf
+        return buf, False
+    return Buffer(device, nbytes, host=True), True
 
 
 class Buffer:
@@ -57,19 +71,22 @@ class Buffer:
         if self.mapped is not None:
             self.view()[offset:offset + data.size] = data
             return
-        staging = Buffer(self.device, data.size, host=True)
+        staging, own = _staging(self.device, data.size)
         staging.view()[: data.size] = data
         self.device.oneshot().copy_now(staging, self, data.size, dst_offset=offset)
-        staging.destroy()
+        if own:
+            staging.destroy()
 
     def download(self, dtype=np.float32, count: int | None = None) -> np.ndarray:
         n = self.nbytes // np.dtype(dtype).itemsize if count is None else count
         if self.mapped is not None:
             return self.view(dtype)[:n].copy()
-        staging = Buffer(self.device, n * np.dtype(dtype).itemsize, host=True)
-        self.device.oneshot().copy_now(self, staging, staging.nbytes)
+        nbytes = n * np.dtype(dtype).itemsize
+        staging, own = _staging(self.device, nbytes)
+        self.device.oneshot().copy_now(self, staging, nbytes)
         out = staging.view(dtype)[:n].copy()
-        staging.destroy()
+        if own:
+            staging.destroy()
         return out
 
     def fill_zero(self) -> None:

@@ -149,6 +149,13 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
     sh[(i) + 4u] = c_.x; sh[(i) + 5u] = c_.y; sh[(i) + 6u] = d_.x; sh[(i) + 7u] = d_.y; \
   }
 
+// rows 0 .. nrows-1 of a 64-wide row-major f16 matrix at uvec4 offset off8 of buffer buf ->
+// shared array sh (row stride ss halves), by all invocations of the workgroup (wide loads;
+// fragments then load from shared memory). The caller puts barriers around it.
+#define CM_STAGE64(sh, ss, buf, off8, nrows)                                         \
+  for (uint e_ = gl_LocalInvocationIndex; e_ < (nrows) * 8u; e_ += gl_WorkGroupSize.x) \
+    CM_UNPACK8(sh, (e_ / 8u) * (ss) + 8u * (e_ % 8u), buf[(off8) + e_])
+
 // leaky ReLU on an accumulator, element by element (position-free)
 #define CM_LEAKY(c, slope) \
   CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = CM_AT(c, i_) > 0.0 ? CM_AT(c, i_) : (slope) * CM_AT(c, i_)

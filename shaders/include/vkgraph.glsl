@@ -31,6 +31,7 @@ layout(std430, set = 0, binding = 2) readonly buffer NodeInfo { ivec4 roi[]; } n
 // (GLSL leaves % of a negative operand undefined -- NVIDIA's differs from C's -- so negative
 // indices are reflected first: -1 -> 0, -2 -> 1, which the period-2n pattern agrees with.)
 int mirror(int i, int n) {
+  if (uint(i) < uint(n)) return i;  // inside: no division
   int p = 2 * n;
   i = (i < 0 ? -1 - i : i) % p;
   return i < n ? i : p - 1 - i;

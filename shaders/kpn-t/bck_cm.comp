@@ -91,15 +91,18 @@ void back_layer(uint l, uint kt) {
     CM_UNROLL for (uint k = 0u; k < 4u; k++)
       if (k < kt) CM_LOAD_ROW(b[k], w, 4096u * l + 1024u * k + 16u * nt, 64u);
     CM_UNROLL for (uint r = 0u; r < BCK_ROWS; r++) {
+      // the mask is loaded before the product: loaded after it, NVIDIA's driver 580 crashes
+      // in vkCreateComputePipelines (segfault; found by bisecting the kernel on the H100)
+      uint off = (row0 + 16u * r) * HS + 16u * nt;
+      CM_ACC16 h;
+      CM_LOAD_ROW(h, hm, off, HS);
       CM_ACC z;
       CM_ZERO(z);
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
         if (k < kt) CM_MMA(z, a[r][k], b[k]);
-      CM_ACC16 g, h;
+      CM_ACC16 g;
       CM_CLAMP(z, CM_F16_MAX);
       CM_TO_F16(g, z);
-      uint off = (row0 + 16u * r) * HS + 16u * nt;
-      CM_LOAD_ROW(h, hm, off, HS);
       CM_LEAKY_GRAD(g, h, LEAKY_SLOPE);
       CM_STORE_ROW(g, gs, off, HS);
     }

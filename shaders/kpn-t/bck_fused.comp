@@ -1,5 +1,9 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
+#ifndef WARPS
+#define WARPS 8u  // T = 128 pixels: 2 x 128 x 72 + 64 x 72 halves = 45 KiB of shared memory
+#endif
+#define CM_EMU_WARPS WARPS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
 #include "kpn.glsl"
@@ -21,41 +25,47 @@
 // over all T pixels of the tile, so shared memory holds two T x 64 f16 tiles: gs = g_{l+1}
 // and hs = h_l. The other activations h_1..h_5 of the warp's rows wait in a per-warp
 // scratch buffer (read back once, so it stays in L2); h_0 is recomputed from the image.
-// Accumulators: 6 (16 / WARPS) + 1 fragments per warp (13 at WARPS = 8), indexed by
+// The weights of the layer at hand are staged in shared memory by the whole workgroup (ws),
+// so the products' weight fragments load from there. Accumulators: 6 (16 / WARPS) + 1 fragments per warp (13 at WARPS = 8), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
-#ifndef WARPS
-#define WARPS 8u  // T = 128 pixels: 2 x 128 x 72 halves = 36 KiB of shared memory
-#endif
 #define T (16u * WARPS)
 #define NJ (16u / WARPS)
 #define HS 72u
 
 layout(push_constant) uniform Push { uint N; uint tiles; float scale; float inv_scale; } push;
 IMG_IN(0, detail)
-SSBO_IN(1, float16_t, w)
+SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_IN(2, float, dK)
 layout(std430, set = 1, binding = 3) coherent buffer scr_buf { float16_t scr[]; };
 SSBO_OUT(4, float, part)
 
 shared float16_t hs[T * HS];
 shared float16_t gs[T * HS];
+shared float16_t ws[64u * HS];  // W_l, staged by the workgroup per layer
 
 uint warp, lane, row0, p0;
-ivec2 size;
 
 // scratch slot of h_l (l = 1..5) for this warp's 16 rows: 16 x 64 halves, row-major
 uint scr_off(uint l) { return ((gl_WorkGroupID.x * WARPS + warp) * 5u + l - 1u) * 1024u; }
 
 // h_0 of this warp's rows into hs
-void features() {
-  for (uint e = lane; e < 1024u; e += CM_WARP) {
-    uint r = e / 64u, c = e % 64u, p = p0 + r;
-    hs[(row0 + r) * HS + c] = float16_t(p < push.N ? KPN_FEATURE(detail, 0, size, p, c) : 0.0);
+DEFINE_KPN_FEATURES(gather, detail, 0)
+void features() {  // lane: half lane % 2 of row lane / 2
+  uint r = lane / 2u, p = p0 + r, c0 = 32u * (lane % 2u);
+  float f[32];
+  if (p < push.N) {
+    gather(p, lane % 2u, f);
+  } else {
+    [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
   }
+  [[unroll]] for (uint j = 0u; j < 32u; j++) hs[(row0 + r) * HS + c0 + j] = float16_t(f[j]);
 }
 
 // this warp's rows of hs: h_l -> h_{l+1} (l = 0..5), and h_{l+1} to scratch (l + 1 <= 5)
 void forward_layer(uint l) {
+  barrier();  // every warp is done with the previous W
+  CM_STAGE64(ws, HS, w, 512u * l, 64u);
+  barrier();
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_LOAD_ROW(a[k], hs, row0 * HS + 16u * k, HS);
   CM_SYNC();
@@ -64,7 +74,7 @@ void forward_layer(uint l) {
     CM_ZERO(z);
     CM_UNROLL for (uint k = 0u; k < 4u; k++) {
       CM_B b;
-      CM_LOAD_COL(b, w, 4096u * l + 1024u * nt + 16u * k, 64u);
+      CM_LOAD_COL(b, ws, 16u * (HS * nt + k), HS);
       CM_MMA(z, a[k], b);
     }
     CM_LEAKY(z, LEAKY_SLOPE);
@@ -99,6 +109,7 @@ void back_step(uint l, uint kt) {
     if (k < kt) CM_LOAD_ROW(a[k], gs, row0 * HS + 16u * k, HS);
   CM_ACC16 m[4];
   CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_LOAD_ROW(m[nt], hs, row0 * HS + 16u * nt, HS);
+  CM_STAGE64(ws, HS, w, 512u * l, 16u * kt);  // the last reads of ws were before a barrier
   barrier();
   CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) {
     CM_ACC z;
@@ -106,7 +117,7 @@ void back_step(uint l, uint kt) {
     CM_UNROLL for (uint k = 0u; k < 4u; k++) {
       if (k < kt) {
         CM_B b;
-        CM_LOAD_ROW(b, w, 4096u * l + 1024u * k + 16u * nt, 64u);
+        CM_LOAD_ROW(b, ws, 16u * (HS * k + nt), HS);
         CM_MMA(z, a[k], b);
       }
     }
@@ -134,7 +145,6 @@ void back_step(uint l, uint kt) {
 #define DW_CASE_OUT(L) case L: CM_UNROLL for (uint j = 0u; j < NJ; j++) dwacc[L * NJ + j] = cur[j]; break;
 
 void main() {
-  size = node.roi[0].xy;
   warp = cm_warp();
   lane = cm_lane();
   row0 = 16u * warp;

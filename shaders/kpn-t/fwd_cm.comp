@@ -1,5 +1,9 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
+#ifndef FWD_WARPS
+#define FWD_WARPS 2u
+#endif
+#define CM_EMU_WARPS FWD_WARPS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
 #include "kpn.glsl"
@@ -10,13 +14,13 @@
 // and never waits for the others. Per layer and 16 pixels: Z (16 x 64) = H (16 x 64) W_l^T
 // with H the A operand (from shared memory) and B[k][n] = W_l[n][k], a column-major load of
 // the row-major f16 weights (adam's w16, or a lut's). Every output tile of 16 neurons reuses
-// its four weight fragments for all of the warp's row blocks.
+// its four weight fragments for all of the warp's row blocks. The workgroup stages each
+// layer's weights in shared memory first (wide loads; fragments load from there).
 // Buffers hold npad pixels (a multiple of FWD_TILE, module.py): rows p >= N get zero
 // features, hence zero activations and K, and are never read as pixels.
 // TRAIN stores h_0..h_6 (f16) for bck_cm/mulw_cm, slot s in its own buffer As at 64p + c
 // (one buffer per slot keeps every index below 2^32 at 4096^2), copied from shared memory by
 // plain code (see CM_PACK8).
-#define FWD_WARPS 2u
 #ifndef FWD_ROWS
 #define FWD_ROWS 4u
 #endif
@@ -24,7 +28,7 @@
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
 
 IMG_IN(0, detail)
-SSBO_IN(1, float16_t, w)
+SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_OUT(2, float, K)
 #ifdef TRAIN  // f16 activations, written 8 at a time
 SSBO_OUT(3, float16_t, A0)
@@ -37,6 +41,8 @@ SSBO_OUT(9, uvec4, A6)
 #endif
 
 shared float16_t hs[FWD_TILE * HS];
+shared float16_t ws[64u * HS];  // W_l
+DEFINE_KPN_FEATURES(features, detail, 0)
 
 #ifdef TRAIN
 // h_s of this warp's rows (in hs) -> buffer As (plain per-invocation copies)
@@ -63,17 +69,27 @@ void main() {
   uint row0 = warp * FWD_ROWS * 16u;  // this warp's first row in hs
   uint p0 = gl_WorkGroupID.x * FWD_TILE + row0;  // and its first pixel
 
-  for (uint e = lane; e < FWD_ROWS * 16u * 64u; e += CM_WARP) {
-    uint r = e / 64u, c = e % 64u, p = p0 + r;
-    float f = p < N ? KPN_FEATURE(detail, 0, size, p, c) : 0.0;
-    hs[(row0 + r) * HS + c] = float16_t(f);
+  for (uint rb = 0u; rb < FWD_ROWS; rb++) {  // lane: half lane % 2 of row 16 rb + lane / 2
+    uint r = 16u * rb + lane / 2u, p = p0 + r, c0 = 32u * (lane % 2u);
+    float f[32];
+    if (p < N) {
+      features(p, lane % 2u, f);
+    } else {
+      [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
+    }
+    [[unroll]] for (uint j = 0u; j < 32u; j++) {
+      hs[(row0 + r) * HS + c0 + j] = float16_t(f[j]);
 #ifdef TRAIN
-    A0[p * 64u + c] = float16_t(f);
+      A0[p * 64u + c0 + j] = float16_t(f[j]);
 #endif
+    }
   }
   CM_SYNC();
 
   for (uint l = 0u; l < 7u; l++) {
+    barrier();  // every warp is done with W_{l-1}
+    CM_STAGE64(ws, HS, w, 512u * l, l < 6u ? 64u : 16u);
+    barrier();
     CM_A a[FWD_ROWS][4];
     CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++)
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
@@ -83,7 +99,7 @@ void main() {
     for (uint nt = 0u; nt < nts; nt++) {
       CM_B b[4];
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
-        CM_LOAD_COL(b[k], w, 4096u * l + 1024u * nt + 16u * k, 64u);
+        CM_LOAD_COL(b[k], ws, 16u * (HS * nt + k), HS);
       CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
         CM_ACC z;
         CM_ZERO(z);

@@ -19,10 +19,24 @@ const ivec2 taps[N_TAPS] = ivec2[](
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
 // MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
-// `conn`): the luminance of |D| at offset (c div 8 - 4, c mod 8 - 4), mirrored borders
+// `conn`): the luminance of |D| at offset (c div 8 - 4, c mod 8 - 4), mirrored borders. diff
+// stores that luminance in D's alpha.
 #define KPN_FEATURE(buf, conn, size, p, c)                                               \
-  dot(abs(buf[texel(conn, ivec2(int(p) % (size).x, int(p) / (size).x) +                   \
-                          ivec2(int(c) / 8 - 4, int(c) % 8 - 4))].rgb), luma2020)
+  buf[texel(conn, ivec2(int(p) % (size).x, int(p) / (size).x) +                          \
+                  ivec2(int(c) / 8 - 4, int(c) % 8 - 4))].a
+
+// fname(p, h, f): features 32 h .. 32 h + 31 of pixel p at once (f[j] = feature 32 h + j:
+// x offset 4 h + j div 8 - 4, y offset j mod 8 - 4), with 12 mirrored coordinates instead
+// of 64 pairs. The cooperative-matrix kernels give each pixel to two invocations.
+#define DEFINE_KPN_FEATURES(fname, buf, conn)                                            \
+  void fname(uint p, uint h, out float f[32]) {                                          \
+    ivec2 n = node.roi[conn].xy;                                                          \
+    int y = int(p) / n.x, x = int(p) - y * n.x;                                           \
+    int row[8], col[4];                                                                   \
+    [[unroll]] for (int d = 0; d < 8; d++) row[d] = n.x * mirror(y + d - 4, n.y);         \
+    [[unroll]] for (int d = 0; d < 4; d++) col[d] = mirror(x + 4 * int(h) + d - 4, n.x);  \
+    [[unroll]] for (int j = 0; j < 32; j++) f[j] = buf[row[j % 8] + col[j / 8]].a;        \
+  }
 
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
