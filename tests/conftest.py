@@ -1,10 +1,13 @@
-"""Shared test fixtures: one Vulkan device per test session (closed at the end), and a
-helper to build a graph from cfg lines."""
+"""Shared test fixtures: one Vulkan device per test session (closed at the end), a helper to
+build a graph from cfg lines, and `vkgraph` as a subprocess or in this process."""
 
 from __future__ import annotations
 
+import io
 import os
+import signal
 import sys
+from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,40 @@ def vkgraph_env(env: dict | None = None) -> dict:
     out = dict(os.environ if env is None else env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), out.get("PYTHONPATH")) if p)
     return out
+
+
+class Hang(BaseException):
+    """Raised by the alarm: a BaseException, so main()'s error handling cannot swallow it."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    def alarm(signum, frame):
+        raise Hang(f"no result after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def vkgraph(cwd: Path, *args: str, quiet: bool = False,
+            limit_s: float | None = None) -> tuple[int, str, str]:
+    """`vkgraph [-q] cli ARGS` in this process (cli.main.main, much faster than a subprocess),
+    in `cwd`: (exit status, stdout, stderr). `limit_s` ends a run that takes longer with
+    Hang."""
+    from cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    limit = nullcontext() if limit_s is None else time_limit(limit_s)
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err), limit:
+            rc = main(["-q", "cli", *args] if quiet else ["cli", *args])
+    finally:
+        os.chdir(old)
+    return rc, out.getvalue(), err.getvalue()

@@ -11,20 +11,17 @@ VKGRAPH_FUZZ_EXAMPLES=500 (then hypothesis picks new random inputs each time).
 from __future__ import annotations
 
 import functools
-import io
 import os
-import signal
 import struct
 import tempfile
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
+from conftest import vkgraph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.main import main
 from pipeline import formats as F
 
 EXAMPLES = int(os.environ.get("VKGRAPH_FUZZ_EXAMPLES", "0"))
@@ -35,34 +32,7 @@ FUZZ = settings(max_examples=EXAMPLES or 100, deadline=None, derandomize=not EXA
 LIMIT_S = 60  # one run; lavapipe runs a valid fuzzed graph in well under a second
 
 
-class Hang(BaseException):
-    """Raised by the alarm: a BaseException, so main()'s error handling cannot swallow it."""
-
-
-@contextmanager
-def time_limit(seconds: float):
-    def alarm(signum, frame):
-        raise Hang(f"no result after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def run(folder: Path, *args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        with redirect_stdout(out), redirect_stderr(err), time_limit(LIMIT_S):
-            rc = main(["-q", "cli", *args])
-    finally:
-        os.chdir(old)
-    return rc, out.getvalue(), err.getvalue()
+run = functools.partial(vkgraph, quiet=True, limit_s=LIMIT_S)  # (rc, stdout, stderr)
 
 
 OUTCOMES: dict[int, int] = {}  # exit status -> count (VKGRAPH_FUZZ_EXAMPLES runs print it)

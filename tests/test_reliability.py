@@ -7,20 +7,17 @@ on a tiny kpn-t graph: a 16x16 image, cnngenin noise on the full image, 2 levels
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import signal
 import subprocess
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VKGRAPH, graph_from_lines, vkgraph_env
+from conftest import VKGRAPH, graph_from_lines, vkgraph, vkgraph_env
 
-from cli.main import main
 from pipeline import formats as F
 from pipeline.errors import GraphError
 from pipeline.formats import read_lut, read_pfm, write_pfm
@@ -61,19 +58,6 @@ def scene(folder: Path) -> Path:
     write_pfm(folder / "x.pfm", img.astype(np.float32))
     (folder / "tiny.cfg").write_text(TINY)
     return folder / "tiny.cfg"
-
-
-def vkgraph(cwd: Path, *args: str) -> tuple[int, str, str]:
-    """`vkgraph cli ARGS` in this process, in `cwd`: (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            rc = main(["cli", *args])
-    finally:
-        os.chdir(old)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def ok(res):
