@@ -82,12 +82,12 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 # launch shapes of the cooperative-matrix kernels (VKGRAPH_CM_TUNE=key=value,... overrides
 # them, for benchmarking): fwd_cm's warps per workgroup and 16-pixel row blocks per warp (the
 # tile, 16 rows warps pixels, must divide CM_PAD; shared memory 144 B a pixel + 9 KiB),
-# bck_fused's warps per workgroup (16 pixels each; 8: 45 KiB of shared memory) and its
+# bck_fused's warps per workgroup (8 pixels each; 16: 45 KiB of shared memory) and its
 # largest number of workgroups (and weight-gradient partials). Measured on the H100 at 1024^2
 # (`VKGRAPH_CM_TUNE=... python bench/kpn_train.py --variants fused --sizes 1024 --profile`):
 # fwd_cm 1.43 ms at 2 warps x 4 rows, 0.77 at 4 x 4, 0.89 at 4 x 2, 0.91 at 2 x 2, 1.31 at
 # 2 x 8; bck_fused 2.64 / 2.68 / 2.69 ms at 264 / 512 / 1056 groups, 5.01 with 4 warps.
-CM_TUNING = {"fwd_warps": 4, "fwd_rows": 4, "fused_warps": 8, "fused_groups": 264}
+CM_TUNING = {"fwd_warps": 4, "fwd_rows": 4, "fused_warps": 16, "fused_groups": 264}
 
 
 def _env_on(name: str) -> bool:
@@ -133,6 +133,8 @@ def cm_tuning() -> dict:
         t[key.strip()] = int(value)
     if CM_PAD % (16 * t["fwd_warps"] * t["fwd_rows"]):
         raise GraphError(f"VKGRAPH_CM_TUNE: fwd_warps x fwd_rows must divide {CM_PAD // 16}")
+    if t["fused_warps"] not in (4, 8, 16):
+        raise GraphError("VKGRAPH_CM_TUNE: fused_warps must be 4, 8 or 16")
     if _env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
         t["fwd_warps"], t["fused_warps"] = 2, 4
     return t
@@ -387,12 +389,12 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
     if n["variant"] == "fused":
         tune = cm_tuning()
         warps = tune["fused_warps"]
-        tiles = math.ceil(npx / (16 * warps))
+        tiles = math.ceil(npx / (8 * warps))  # warps pair up on 16-pixel row blocks
         per = math.ceil(tiles / min(tiles, tune["fused_groups"]))
         groups = math.ceil(tiles / per)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
             img("detail", "read"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
-            ssbo("scr", "write", groups * warps * 5 * 1024, "f16"),
+            ssbo("scr", "write", groups * warps // 2 * 5 * 1024, "f16"),
             ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
             push=[npx, per, scale, 1.0 / scale], defines=_cm_defines(WARPS=f"{warps}u"))
         graph.node_connect(n["diff"][i], "detail", node, "detail")

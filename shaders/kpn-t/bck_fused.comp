@@ -1,13 +1,13 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #ifndef WARPS
-#define WARPS 8u  // T = 128 pixels: 2 x 128 x 72 + 64 x 72 halves = 45 KiB of shared memory
+#define WARPS 16u  // T = 128 pixels: 2 x 128 x 72 + 64 x 72 halves = 45 KiB of shared memory
 #endif
 #define CM_EMU_WARPS WARPS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
 #include "kpn.glsl"
-// The fused MLP backward with cooperative matrices: for a tile of T = 16 WARPS pixels it
+// The fused MLP backward with cooperative matrices: for a tile of T = 8 WARPS pixels it
 // recomputes the forward (nothing is stored between fwd and the backward), back-propagates
 // and adds the tile's weight gradient to accumulators that stay in registers for all the
 // tiles of the workgroup; each workgroup writes its sum once:
@@ -18,17 +18,23 @@
 // divided by it: part[wg * 28672 + 4096 l + 64 o + c] (rows 16..63 of W_6 stay zero), and
 // reduce.comp sums the workgroups.
 //
-// Work split. Forward and backward products: warp w owns the tile's pixel rows 16w..16w+15
-// (as fwd_cm and bck_cm, 16 x 64 per layer). Weight gradient: the 16 output tiles (o, c) of
-// W_l are dealt round-robin over the warps, tile t = w + WARPS j (j < 16 / WARPS) at
-// (o, c) = (t mod 4, t div 4); W_6's four tiles (o = 0) go to warps 0..3. Its K loop runs
-// over all T pixels of the tile, so shared memory holds two T x 64 f16 tiles: gs = g_{l+1}
-// and hs = h_l. The other activations h_1..h_5 of the warp's rows wait in a per-warp
-// scratch buffer (read back once, so it stays in L2); h_0 is recomputed from the image.
-// The weights of the layer at hand are staged in shared memory by the whole workgroup (ws),
-// so the products' weight fragments load from there. Accumulators: 6 (16 / WARPS) + 1 fragments per warp (13 at WARPS = 8), indexed by
+// Work split. Forward and backward products: the warps pair up on the tile's 16-pixel row
+// blocks; warp w computes row block w div 2, output column tiles 2 (w mod 2) and +1 (32 of
+// the 64 neurons), and it also owns those columns when h_0 is gathered and h_l is restored.
+// Weight gradient: the 16 output tiles (o, c) of W_l are dealt round-robin over the warps,
+// tile t = w + WARPS j (j < 16 / WARPS) at (o, c) = (t mod 4, t div 4); W_6's four tiles
+// (o = 0) go to warps 0..3. Its K loop runs over all T pixels of the tile, so shared memory
+// holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_1..h_5 wait in a
+// scratch buffer per workgroup and row block (read back once, so it stays in L2); h_0 is
+// gathered again from the image. The weights of the layer at hand are staged in shared
+// memory by the whole workgroup (ws), so the weight fragments load from there.
+// Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
-#define T (16u * WARPS)
+// Barriers: two per layer and direction; the operands of a product are loaded before the
+// barrier that precedes any overwrite of them (the other warp of the row block reads the
+// same rows).
+#define T (8u * WARPS)
+#define RB (WARPS / 2u)
 #define NJ (16u / WARPS)
 #define HS 72u
 
@@ -43,33 +49,33 @@ shared float16_t hs[T * HS];
 shared float16_t gs[T * HS];
 shared float16_t ws[64u * HS];  // W_l, staged by the workgroup per layer
 
-uint warp, lane, row0, p0;
+uint warp, lane, half_, row0, p0;
 
-// scratch slot of h_l (l = 1..5) for this warp's 16 rows: 16 x 64 halves, row-major
-uint scr_off(uint l) { return ((gl_WorkGroupID.x * WARPS + warp) * 5u + l - 1u) * 1024u; }
+// scratch slot of h_l (l = 1..5) for this warp's row block: 16 x 64 halves, row-major
+uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 5u + l - 1u) * 1024u; }
 
-// h_0 of this warp's rows into hs
-DEFINE_KPN_FEATURES(gather, detail, 0)
-void features() {  // lane: half lane % 2 of row lane / 2
-  uint r = lane / 2u, p = p0 + r, c0 = 32u * (lane % 2u);
-  float f[32];
+// h_0 of this warp's row block and columns into hs: lane -> pixel lane / 2, 16 features
+DEFINE_KPN_FEATURES(gather, detail, 0, 2)
+void features() {
+  uint r = lane / 2u, p = p0 + r, q = 2u * half_ + lane % 2u;
+  float f[16];
   if (p < push.N) {
-    gather(p, lane % 2u, f);
+    gather(p, q, f);
   } else {
-    [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
+    [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
-  [[unroll]] for (uint j = 0u; j < 32u; j++) hs[(row0 + r) * HS + c0 + j] = float16_t(f[j]);
+  [[unroll]] for (uint j = 0u; j < 16u; j++) hs[(row0 + r) * HS + 16u * q + j] = float16_t(f[j]);
 }
 
-// this warp's rows of hs: h_l -> h_{l+1} (l = 0..5), and h_{l+1} to scratch (l + 1 <= 5)
+// hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns, and h_{l+1} to scratch
 void forward_layer(uint l) {
-  barrier();  // every warp is done with the previous W
-  CM_STAGE64(ws, HS, w, 512u * l, 64u);
-  barrier();
+  barrier();  // h_l complete; every warp is done with the previous W
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_LOAD_ROW(a[k], hs, row0 * HS + 16u * k, HS);
-  CM_SYNC();
-  for (uint nt = 0u; nt < 4u; nt++) {
+  CM_STAGE64(ws, HS, w, 512u * l, 64u);
+  barrier();  // W_l staged; both warps of the row block hold their operands
+  CM_UNROLL for (uint i = 0u; i < 2u; i++) {
+    uint nt = 2u * half_ + i;
     CM_ACC z;
     CM_ZERO(z);
     CM_UNROLL for (uint k = 0u; k < 4u; k++) {
@@ -83,13 +89,12 @@ void forward_layer(uint l) {
     CM_STORE_ROW(h, hs, row0 * HS + 16u * nt, HS);
     if (l < 5u) CM_STORE_ROW(h, scr, scr_off(l + 1u) + 16u * nt, 64u);
   }
-  CM_SYNC();
 }
 
 // dW_l += G_{l+1}^T H_l over the tile (gs, hs: all rows), this warp's tiles of layer l < 6,
 // summed into `cur` (the caller swaps the layer's accumulators in and out)
 void dw_hidden(inout CM_ACC cur[NJ]) {
-  for (uint q = 0u; q < WARPS; q++) {
+  for (uint q = 0u; q < RB; q++) {
     CM_A g;
     CM_LOAD_COL(g, gs, 16u * q * HS + 16u * (warp % 4u), HS);
     CM_UNROLL for (uint j = 0u; j < NJ; j++) {
@@ -100,18 +105,21 @@ void dw_hidden(inout CM_ACC cur[NJ]) {
   }
 }
 
-// one backward step through W_l for this warp's rows: gs = g_{l+1} (kt column tiles: 1 for
-// dK, else 4), hs = h_l on entry; gs = g_l and hs = h_{l-1} on exit. The barrier in the
-// middle lets every warp finish its weight-gradient reads of gs and hs first.
+// one backward step through W_l for this warp's rows and columns: gs = g_{l+1} (kt column
+// tiles: 1 for dK, else 4), hs = h_l on entry; gs = g_l and hs = h_{l-1} on exit. The first
+// barrier lets every warp finish its weight-gradient reads of gs and hs, the second makes
+// g_l and h_{l-1} whole.
 void back_step(uint l, uint kt) {
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++)
     if (k < kt) CM_LOAD_ROW(a[k], gs, row0 * HS + 16u * k, HS);
-  CM_ACC16 m[4];
-  CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_LOAD_ROW(m[nt], hs, row0 * HS + 16u * nt, HS);
+  CM_ACC16 m[2];
+  CM_UNROLL for (uint i = 0u; i < 2u; i++)
+    CM_LOAD_ROW(m[i], hs, row0 * HS + 16u * (2u * half_ + i), HS);
   CM_STAGE64(ws, HS, w, 512u * l, 16u * kt);  // the last reads of ws were before a barrier
   barrier();
-  CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) {
+  CM_UNROLL for (uint i = 0u; i < 2u; i++) {
+    uint nt = 2u * half_ + i;
     CM_ACC z;
     CM_ZERO(z);
     CM_UNROLL for (uint k = 0u; k < 4u; k++) {
@@ -123,16 +131,17 @@ void back_step(uint l, uint kt) {
     }
     CM_ACC16 g;
     CM_CLAMP(z, CM_F16_MAX);
-      CM_TO_F16(g, z);
-    CM_LEAKY_GRAD(g, m[nt], LEAKY_SLOPE);
+    CM_TO_F16(g, z);
+    CM_LEAKY_GRAD(g, m[i], LEAKY_SLOPE);
     CM_STORE_ROW(g, gs, row0 * HS + 16u * nt, HS);
   }
   if (l > 1u) {
     memoryBarrierBuffer();
-    CM_UNROLL for (uint k = 0u; k < 4u; k++) {
+    CM_UNROLL for (uint i = 0u; i < 2u; i++) {
+      uint nt = 2u * half_ + i;
       CM_A x;
-      CM_LOAD_ROW(x, scr, scr_off(l - 1u) + 16u * k, 64u);
-      CM_STORE_ROW(x, hs, row0 * HS + 16u * k, HS);
+      CM_LOAD_ROW(x, scr, scr_off(l - 1u) + 16u * nt, 64u);
+      CM_STORE_ROW(x, hs, row0 * HS + 16u * nt, HS);
     }
   } else {
     features();
@@ -147,7 +156,8 @@ void back_step(uint l, uint kt) {
 void main() {
   warp = cm_warp();
   lane = cm_lane();
-  row0 = 16u * warp;
+  half_ = warp % 2u;
+  row0 = 16u * (warp / 2u);
   CM_ACC dwacc[6u * NJ + 1u];
   CM_UNROLL for (uint i = 0u; i < 6u * NJ + 1u; i++) CM_ZERO(dwacc[i]);
   uint ntiles = (push.N + T - 1u) / T;
@@ -156,20 +166,19 @@ void main() {
     p0 = t * T + row0;
     barrier();  // the previous tile's dW_0 has read hs and gs
     features();
-    CM_SYNC();
     for (uint l = 0u; l < 6u; l++) forward_layer(l);
     memoryBarrierBuffer();  // scratch: written above, read back by the same warp below
-    // g_7 = scaled dK into columns 0..15 of this warp's rows of gs (16 x 16)
-    for (uint e = lane; e < 256u; e += CM_WARP) {
-      uint r = e / 16u, o = e % 16u, p = p0 + r;
+    // g_7 = scaled dK into columns 0..15 of gs: rows 8 half_ .. 8 half_ + 7 of the block
+    for (uint e = lane; e < 128u; e += CM_WARP) {
+      uint r = 8u * half_ + e / 16u, o = e % 16u, p = p0 + r;
       float v = p < push.N ? dK[p * 16u + o] * push.scale : 0.0;
       gs[(row0 + r) * HS + o] = float16_t(cm_clamp(v, CM_F16_MAX));
     }
-    barrier();
+    barrier();  // h_6 (the last forward layer's stores) and g_7 complete
     for (uint l = 6u; ; l--) {  // gs = g_{l+1}, hs = h_l
       if (l == 6u) {
         if (warp < 4u) {  // dW_6 (rows 0..15): dK^T h_6, this warp's 16 columns
-          for (uint q = 0u; q < WARPS; q++) {
+          for (uint q = 0u; q < RB; q++) {
             CM_A g;
             CM_LOAD_COL(g, gs, 16u * q * HS, HS);
             CM_B h;

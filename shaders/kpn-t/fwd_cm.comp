@@ -42,7 +42,7 @@ SSBO_OUT(9, uvec4, A6)
 
 shared float16_t hs[FWD_TILE * HS];
 shared float16_t ws[64u * HS];  // W_l
-DEFINE_KPN_FEATURES(features, detail, 0)
+DEFINE_KPN_FEATURES(features, detail, 0, 4)
 
 #ifdef TRAIN
 // h_s of this warp's rows (in hs) -> buffer As (plain per-invocation copies)

@@ -25,17 +25,18 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
   buf[texel(conn, ivec2(int(p) % (size).x, int(p) / (size).x) +                          \
                   ivec2(int(c) / 8 - 4, int(c) % 8 - 4))].a
 
-// fname(p, h, f): features 32 h .. 32 h + 31 of pixel p at once (f[j] = feature 32 h + j:
-// x offset 4 h + j div 8 - 4, y offset j mod 8 - 4), with 12 mirrored coordinates instead
-// of 64 pairs. The cooperative-matrix kernels give each pixel to two invocations.
-#define DEFINE_KPN_FEATURES(fname, buf, conn)                                            \
-  void fname(uint p, uint h, out float f[32]) {                                          \
+// fname(p, h, f): features 8 NX h .. 8 NX (h + 1) - 1 of pixel p at once (f[j] = feature
+// 8 NX h + j: x offset NX h + j div 8 - 4, y offset j mod 8 - 4), with NX + 8 mirrored
+// coordinates instead of 2 per feature. The cooperative-matrix kernels split a pixel's 64
+// features over 8 / NX invocations.
+#define DEFINE_KPN_FEATURES(fname, buf, conn, NX)                                        \
+  void fname(uint p, uint h, out float f[8 * NX]) {                                      \
     ivec2 n = node.roi[conn].xy;                                                          \
     int y = int(p) / n.x, x = int(p) - y * n.x;                                           \
-    int row[8], col[4];                                                                   \
+    int row[8], col[NX];                                                                  \
     [[unroll]] for (int d = 0; d < 8; d++) row[d] = n.x * mirror(y + d - 4, n.y);         \
-    [[unroll]] for (int d = 0; d < 4; d++) col[d] = mirror(x + 4 * int(h) + d - 4, n.x);  \
-    [[unroll]] for (int j = 0; j < 32; j++) f[j] = buf[row[j % 8] + col[j / 8]].a;        \
+    [[unroll]] for (int d = 0; d < NX; d++) col[d] = mirror(x + NX * int(h) + d - 4, n.x); \
+    [[unroll]] for (int j = 0; j < 8 * NX; j++) f[j] = buf[row[j % 8] + col[j / 8]].a;    \
   }
 
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
