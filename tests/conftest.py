@@ -17,7 +17,6 @@ from pipeline.graph import Graph
 
 # The suite tests the portable fp32 kpn-t kernels against fp32 tolerances, also on a GPU where
 # the default would be the fused f16 ones; tests/test_kpn_coopmat.py picks its variants itself.
-# (VKGRAPH_KPN_MLP=auto pytest runs everything else on the default variant.)
 os.environ.setdefault("VKGRAPH_KPN_MLP", "portable")
 
 
