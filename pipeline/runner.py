@@ -58,6 +58,7 @@ class Build(NodeGraph):
         self.staging: dict[int, object] = {}  # id(node) -> host buffer of a source or sink
         self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
         self.commands: list = []
+        self._partial: dict = {}  # run_upto's command lists
         self.streaming: list[Node] = []
         self.wait_seconds = 0.0  # time spent waiting for the device (bench/overhead.py)
         self.first_frame = 0  # where this run started (> 0 when resumed from a checkpoint)
@@ -182,17 +183,23 @@ class Build(NodeGraph):
                 hook = node.module.cls.hook("source_due")
                 if hook and hook(self, node.module):
                     self.streaming.append(node)
-        self.commands = []
+        self.commands = self._command_lists(parities, self.schedule, self.streaming,
+                                            len(self.schedule) if self.profile else 0)
+
+    def _command_lists(self, parities: int, nodes, streaming=(), timestamps: int = 0) -> list:
+        """One command list per frame parity: the streaming sources' copies, then `nodes`."""
+        lists = []
         for parity in range(parities):
-            cl = dev.commands(timestamps=len(self.schedule) if self.profile else 0).begin()
-            for node in self.streaming:
+            cl = self.device.commands(timestamps=timestamps).begin()
+            for node in streaming:
                 c0 = node.connectors[0]
                 cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
                         c0.nbytes())
             cl.barrier()
-            for node in self.schedule:
+            for node in nodes:
                 self._record_node(cl, node, parity)
-            self.commands.append(cl.end())
+            lists.append(cl.end())
+        return lists
 
     def _record_node(self, cl, node: Node, parity: int) -> None:
         if node.kernel is None:
@@ -331,8 +338,6 @@ class Build(NodeGraph):
         they last uploaded. For tools that probe one output many times with a changed
         buffer (the gradient check runs the forward up to the loss, without the backward
         and the optimiser). The command lists are recorded once per (target, stop)."""
-        if not hasattr(self, "_partial"):
-            self._partial = {}
         key = (id(target), id(stop))
         lists = self._partial.get(key)
         if lists is None:
@@ -344,14 +349,8 @@ class Build(NodeGraph):
                 need.add(id(n))
                 stack += [c.source[0] for c in n.connectors
                           if c.is_input and c.source is not None and not c.feedback]
-            lists = []
-            for parity in range(len(self.commands)):
-                cl = self.device.commands().begin()
-                for node in self.schedule:
-                    if id(node) in need and node.kernel is not None:
-                        self._record_node(cl, node, parity)
-                lists.append(cl.end())
-            self._partial[key] = lists
+            nodes = [n for n in self.schedule if id(n) in need and n.kernel is not None]
+            lists = self._partial[key] = self._command_lists(len(self.commands), nodes)
         cl = lists[self.frame % len(lists)]
         cl.submit()
         cl.wait()
