@@ -291,6 +291,7 @@ class Device:
                              queueFamilyIndex=self.queue_family), None)
         self._pipelines: dict = {}
         self._oneshot = None
+        self._small_staging = None
         self.closed = False
         log.info("device: %s", info.summary())
 
@@ -337,6 +338,13 @@ class Device:
         if self._oneshot is None:
             self._oneshot = self.commands()
         return self._oneshot
+
+    def small_staging(self):
+        """The host buffer that transfers of up to memory.SMALL bytes share."""
+        if self._small_staging is None:
+            from .memory import SMALL
+            self._small_staging = self.buffer(SMALL, host=True)
+        return self._small_staging
 
     def _own(self, child):
         self.children.append(child)

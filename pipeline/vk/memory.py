@@ -22,11 +22,7 @@ SMALL = 1 << 16
 def _staging(device, nbytes: int):
     """(host buffer of >= nbytes, whether the caller destroys it)."""
     if nbytes <= SMALL:
-        buf = getattr(device, "_small_staging", None)
-        if buf is None:
-            buf = device._own(Buffer(device, SMALL, host=True))
-            device._small_staging = buf
-        return buf, False
+        return device.small_staging(), False
     return Buffer(device, nbytes, host=True), True
 
 
