@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.errors import GraphError
 from pipeline.module import OPTIONAL, Roi
-from pipeline.trainer import current_loss, losses  # noqa: F401 (hooks)
+from pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
 
 log = logging.getLogger("vkgraph")
 
@@ -476,41 +476,15 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         graph.bind(module, "debug", node, "debug")
 
 
-def stats(graph, module) -> dict:
-    out = {"loss": current_loss(graph, module)}
-    skipped = int(graph.read(module.data["adam"], "stats")[0])
-    if skipped:
-        out["skipped"] = skipped
-    return out
-
-
 def summary(graph, module) -> str:
     hist = losses(graph, module)
     frames = graph.frame + 1
     ran = frames - getattr(graph, "first_frame", 0)  # a resumed run ran only its part
     fps = ran / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
-    skipped = int(graph.read(module.data["adam"], "stats")[0])
+    n_skipped = skipped(graph, module)
     best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4f}, loss {hist[-1]:.4f}, "
             f"best {best:.4f}, {fps:.1f} frames/s")
-    if skipped:
-        line += f", {skipped} updates skipped (non-finite loss or gradient)"
+    if n_skipped:
+        line += f", {n_skipped} updates skipped (non-finite loss or gradient)"
     return line
-
-
-# persistent buffers the engine cannot know about: read before they are written each frame
-STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
-
-
-def state(graph, module) -> dict:
-    """Checkpoint: fp32 weights, Adam moments, stats (skipped-update counter) and the loss
-    history. The pending gradient and loss (feedback buffers) are saved by the engine."""
-    from pipeline.checkpoint import trainer_state
-
-    return trainer_state(graph, module, STATE)
-
-
-def load_state(graph, module, arrays) -> None:
-    from pipeline.checkpoint import load_trainer_state
-
-    load_trainer_state(graph, module, arrays, STATE)

@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import GraphError, closest
 from pipeline.module import OPTIONAL, Roi
-from pipeline.trainer import current_loss, losses  # noqa: F401 (hooks)
+from pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2}
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky": 2, "sigmoid": 3, "tanh": 4, "exp": 5,
@@ -284,42 +284,13 @@ def create_nodes(graph, module):
                        hist_len=hist_len, lut_text=a.describe())
 
 
-def _skipped(graph, module) -> int:
-    return int(graph.read(module.data["adam"], "stats")[0])
-
-
-def stats(graph, module) -> dict:
-    out = {"loss": current_loss(graph, module)}
-    skipped = _skipped(graph, module)
-    if skipped:
-        out["skipped"] = skipped
-    return out
-
-
 def summary(graph, module) -> str:
     hist = losses(graph, module)
     frames = graph.frame + 1
     fps = frames / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
             f"best {np.nanmin(hist):.4g}, {fps:.1f} frames/s")
-    skipped = _skipped(graph, module)
-    if skipped:
-        line += f", {skipped} net updates skipped (non-finite gradient)"
+    n_skipped = skipped(graph, module)
+    if n_skipped:
+        line += f", {n_skipped} net updates skipped (non-finite gradient)"
     return line
-
-
-# persistent buffers the engine cannot know about (feedback buffers it saves itself)
-STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
-
-
-def state(graph, module) -> dict:
-    """Checkpoint: fp32 weights, optimiser moments, stats and the loss history."""
-    from pipeline.checkpoint import trainer_state
-
-    return trainer_state(graph, module, STATE)
-
-
-def load_state(graph, module, arrays) -> None:
-    from pipeline.checkpoint import load_trainer_state
-
-    load_trainer_state(graph, module, arrays, STATE)
