@@ -147,6 +147,22 @@ def atomic_write(path: PathLike, data: bytes | Iterable[bytes]) -> None:
         pass
 
 
+def read_cached(cache: dict, slot: str, path: PathLike, reader):
+    """reader(path), kept in cache[slot] while the file (path, mtime, size) is unchanged:
+    source modules read their file in the ROI pass and again for the upload."""
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None  # the reader names the problem
+    cached = cache.get(slot)
+    if key is not None and cached is not None and cached[0] == key:
+        return cached[1]
+    value = reader(path)
+    cache[slot] = (key, value)
+    return value
+
+
 def frame_name(name: str, number: int) -> str:
     """vkdt's file sequences: the literal `%04d` replaced by the 4-digit number (no other
     printf pattern is honoured)."""

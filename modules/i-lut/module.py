@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from pipeline.formats import fit_channels, read_lut
+from pipeline.formats import fit_channels, read_cached, read_lut
 from pipeline.module import Roi
 
 _CHAN = {1: "r", 2: "rg", 3: "rgba", 4: "rgba"}
 
 
 def _load(graph, module):
-    """(data, header, text), cached while the file is unchanged."""
-    path = graph.resolve(module.param("filename"))
-    try:
-        st = os.stat(path)
-        key = (str(path), st.st_mtime_ns, st.st_size)
-    except OSError:
-        key = None  # read_lut names the problem
-    cached = module.data.get("lut")
-    if key is not None and cached is not None and cached[0] == key:
-        return cached[1]
-    lut = read_lut(path, finite=True)
-    module.data["lut"] = (key, lut)
-    return lut
+    """(data, header, text), cached between the ROI pass and the upload."""
+    return read_cached(module.data, "lut", graph.resolve(module.param("filename")),
+                       lambda path: read_lut(path, finite=True))
 
 
 def modify_roi_out(graph, module) -> None:
