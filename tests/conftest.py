@@ -20,6 +20,27 @@ from pipeline.graph import Graph
 os.environ.setdefault("VKGRAPH_KPN_MLP", "portable")
 
 
+# a small training graph: x.pfm -> cnngenin -> kpn-t (2 levels) -> o-lut "w" and display
+TINY_KPN_LINES = """module:i-pfm:main
+module:cnngenin:01
+module:kpn-t:01
+module:o-lut:w
+module:display:main
+connect:i-pfm:main:output:cnngenin:01:imgi
+connect:i-pfm:main:output:cnngenin:01:refi
+connect:cnngenin:01:imgo:kpn-t:01:input
+connect:cnngenin:01:refo:kpn-t:01:ref
+connect:cnngenin:01:noiseab:kpn-t:01:noiseab
+connect:kpn-t:01:w:o-lut:w:input
+connect:kpn-t:01:output:display:main:input
+param:i-pfm:main:filename:x.pfm
+param:cnngenin:01:generate:2
+param:cnngenin:01:tiles:0
+param:kpn-t:01:levels:2
+param:kpn-t:01:init:1
+param:o-lut:w:filename:w"""
+
+
 @pytest.fixture(scope="session")
 def device():
     from pipeline.vk import Device

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
-from conftest import vkgraph
+from conftest import TINY_KPN_LINES, vkgraph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -186,25 +186,7 @@ def test_fuzz_seeds_run():
 # ------------------------------------------------------------------------------------------
 # cfg text
 
-KPN = """frames:3
-module:i-pfm:main
-module:cnngenin:01
-module:kpn-t:01
-module:o-lut:w
-module:display:main
-connect:i-pfm:main:output:cnngenin:01:imgi
-connect:i-pfm:main:output:cnngenin:01:refi
-connect:cnngenin:01:imgo:kpn-t:01:input
-connect:cnngenin:01:refo:kpn-t:01:ref
-connect:cnngenin:01:noiseab:kpn-t:01:noiseab
-connect:kpn-t:01:w:o-lut:w:input
-connect:kpn-t:01:output:display:main:input
-param:i-pfm:main:filename:x.pfm
-param:cnngenin:01:generate:2
-param:cnngenin:01:tiles:0
-param:kpn-t:01:levels:2
-param:kpn-t:01:init:1
-param:o-lut:w:filename:w"""
+KPN = "frames:3\n" + TINY_KPN_LINES
 ACCUM = """frames:3
 module:i-pfm:main
 module:exposure:01

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights
+from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights, train
 
 from pipeline.errors import GraphError
 from pipeline.runner import Build
@@ -199,17 +199,10 @@ def test_coopmat_matches_portable(cm_device, tmp_path, monkeypatch):
 @pytest.mark.coopmat
 @pytest.mark.parametrize("variant", ["coopmat", "fused"])
 def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant):
-    from pipeline.runner import run_graph
-
     use_variant(monkeypatch, variant)
     monkeypatch.chdir(tmp_path)
-    X, R = pair(96, 64, seed=5)
-    g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
-    g.frames = 40
-    b = run_graph(g, cm_device, last_frame_only=True)
-    m = g.modules[("kpn-t", "01")]
+    b, g, m, hist = train(cm_device, tmp_path, 96, 64)
     assert MLP_KERNELS[variant] <= kernels(g)
-    hist = m.cls.hook("losses")(b, m)
     assert len(hist) == 40 and np.all(np.isfinite(hist))
     assert hist[-1] < 0.7 * hist[0]
     assert int(b.read(m.data["adam"], "stats")[0]) == 0  # no skipped (non-finite) updates

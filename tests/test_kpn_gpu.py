@@ -159,15 +159,22 @@ def test_adam_step_matches_reference(device, tmp_path):
     assert np.abs(w1 - w0).max() > 1e-3  # it moved
 
 
-def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    X, R = pair(32, 32, seed=5)
-    g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
-    g.frames = 40
+def train(device, tmp_path, w, h, frames=40):
+    """`frames` frames of kpn-t (3 levels, alpha 0.003, no L2) on a seeded w x h pair:
+    (build, graph, module, loss history)."""
     from pipeline.runner import run_graph
+
+    X, R = pair(w, h, seed=5)
+    g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
+    g.frames = frames
     b = run_graph(g, device, last_frame_only=True)
     m = g.modules[("kpn-t", "01")]
-    hist = m.cls.hook("losses")(b, m)
+    return b, g, m, m.cls.hook("losses")(b, m)
+
+
+def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    b, _, m, hist = train(device, tmp_path, 32, 32)
     assert len(hist) == 40 and np.all(np.isfinite(hist))
     assert hist[-1] < 0.7 * hist[0]
     lut = tmp_path / "mlp-w.lut"

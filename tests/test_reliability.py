@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VKGRAPH, graph_from_lines, vkgraph, vkgraph_env
+from conftest import TINY_KPN_LINES, VKGRAPH, graph_from_lines, vkgraph, vkgraph_env
+from test_kpn_gpu import kpn_graph
 
 from pipeline import formats as F
 from pipeline.errors import GraphError
@@ -28,26 +29,7 @@ from pipeline.runner import Build
 ROOT = Path(__file__).resolve().parent.parent
 
 SIZE = 16
-TINY = """frames:6
-module:i-pfm:main
-module:cnngenin:01
-module:kpn-t:01
-module:o-lut:w
-module:display:main
-connect:i-pfm:main:output:cnngenin:01:imgi
-connect:i-pfm:main:output:cnngenin:01:refi
-connect:cnngenin:01:imgo:kpn-t:01:input
-connect:cnngenin:01:refo:kpn-t:01:ref
-connect:cnngenin:01:noiseab:kpn-t:01:noiseab
-connect:kpn-t:01:w:o-lut:w:input
-connect:kpn-t:01:output:display:main:input
-param:i-pfm:main:filename:x.pfm
-param:cnngenin:01:generate:2
-param:cnngenin:01:tiles:0
-param:kpn-t:01:levels:2
-param:kpn-t:01:init:1
-param:o-lut:w:filename:w
-"""
+TINY = "frames:6\n" + TINY_KPN_LINES + "\n"
 OUT = ("--last-frame-only", "--format", "o-pfm")  # main.pfm and w.lut after the last frame
 
 
@@ -288,20 +270,8 @@ def test_trainer_without_state_hooks_is_refused(device, tmp_path):
 def kpn_build(device, tmp_path, loss=0, frames=6):
     """kpn-t straight on two i-pfm sources (no cnngenin, which would clamp bad pixels)."""
     scene(tmp_path)
-    g = graph_from_lines(f"""
-        module:i-pfm:main
-        module:i-pfm:ref
-        module:kpn-t:01
-        module:o-lut:w
-        param:i-pfm:main:filename:{tmp_path / 'x.pfm'}
-        param:i-pfm:ref:filename:{tmp_path / 'x.pfm'}
-        param:kpn-t:01:levels:2
-        param:kpn-t:01:loss:{loss}
-        param:kpn-t:01:init:1
-        connect:i-pfm:main:output:kpn-t:01:input
-        connect:i-pfm:ref:output:kpn-t:01:ref
-        connect:kpn-t:01:w:o-lut:w:input
-        param:o-lut:w:filename:{tmp_path / 'w'}""")
+    X = read_pfm(tmp_path / "x.pfm")
+    g = kpn_graph(tmp_path, X, X, 2, f"param:kpn-t:01:loss:{loss}")
     g.frames = frames
     build = Build(g, device)
     return build, g.modules[("kpn-t", "01")]
