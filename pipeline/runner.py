@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .datasets import PKG, package_file
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
@@ -71,7 +72,10 @@ class Build(NodeGraph):
 
     # -- hooks' helpers
     def resolve(self, filename: str) -> Path:
-        """A file named in a cfg: absolute, next to the cfg, or in the working directory."""
+        """A file named in a cfg: `pkg:<package>/<path>` (inside an installed Python package),
+        absolute, next to the cfg, or in the working directory."""
+        if filename.startswith(PKG):
+            return package_file(filename)
         path = Path(filename).expanduser()
         if path.is_absolute():
             return path
