@@ -113,7 +113,7 @@ def reference(img, ref, generate, tiles, frame, seed=0):
         im[..., :3] = np.take_along_axis(im[..., :3], ch[..., None], -1)
     im[..., 3] = 1
     rf[..., 3] = 1
-    nab = np.array([a, b, 0, 0], F32)
+    nab = np.array([a, b, TILE if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
     return to_half(im), to_half(rf), nab
 
 
@@ -263,11 +263,11 @@ def test_noiseab(device, images):
             for f in range(FRAMES):
                 nab = out[f][2]
                 assert 0 <= nab[0] < 65535000 and 0 <= nab[1] < 1000 and nab[1] > 0
-                assert nab[2] == nab[3] == 0
+                assert nab[2] == (TILE if tiles else 0) and nab[3] == 1
     # tiles=1 draws ev, flip and the offset first, so a and b differ from tiles=0's
     assert run(device, images, 2, 1)[0][2][0] != run(device, images, 2, 0)[0][2][0]
     for generate in (0, 1, 3):
-        assert not np.any(run(device, images, generate, 1)[0][2])
+        assert not np.any(run(device, images, generate, 1)[0][2][:2])
 
 
 def test_seed_param_adds_to_frame_seed(device, images):

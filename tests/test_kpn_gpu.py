@@ -181,3 +181,81 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
     assert lut.stat().st_size == 16 + 64 * 448 * 2 + len(m.data["lut_text"]) + 1
     summary = m.cls.hook("summary")(b, m)
     assert summary.startswith("kpn-t:01: 40 frames, first loss ")
+
+
+def kpn_kernels():
+    spec = importlib.util.spec_from_file_location("kpn_t_module_test",
+                                                  ROOT / "modules" / "kpn-t" / "module.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_band_noise_matches_monte_carlo():
+    """The exact per-level noise std of the detail bands (module.py, from the 1-D pyramid
+    maps) agrees with a Monte-Carlo estimate on 1024^2 white noise (the reference's) to the
+    estimate's own error: the bands are spatially correlated, so level i's middle holds about
+    (256 / 2^i)^2 independent samples (2% std error at level 2, 4% at level 3)."""
+    exact = kpn_kernels().band_noise(4)
+    mc = ref.band_noise_mc(4)
+    assert exact[0] > exact[1] > exact[2] > exact[3] > 0
+    for e, m, tol in zip(exact, mc, (0.005, 0.01, 0.04, 0.08), strict=True):
+        assert abs(e - m) <= tol * e, (exact, mc)
+
+
+@pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "softmax"), (64, 48, 4, "plain")])
+def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
+    """feat 1: the noise map from cnngenin's noiseab, the pyramid of the variance and the
+    signal-to-noise features give the reference's E, output and dE/dW (same tolerances as
+    vkdt's features)."""
+    X, R = pair(w, h)
+    write_pfm(tmp_path / "r.pfm", R)
+    g = graph_from_lines(f"""
+        module:i-pfm:ref
+        module:cnngenin:01
+        module:kpn-t:01
+        module:o-lut:w
+        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
+        param:cnngenin:01:generate:2
+        param:cnngenin:01:tiles:0
+        param:cnngenin:01:noise:0.05
+        connect:i-pfm:ref:output:cnngenin:01:imgi
+        connect:i-pfm:ref:output:cnngenin:01:refi
+        connect:cnngenin:01:imgo:kpn-t:01:input
+        connect:cnngenin:01:refo:kpn-t:01:ref
+        connect:cnngenin:01:noiseab:kpn-t:01:noiseab
+        connect:kpn-t:01:w:o-lut:w:input
+        param:o-lut:w:filename:{tmp_path / 'mlp-w'}
+        param:kpn-t:01:levels:{levels}
+        param:kpn-t:01:init:1
+        param:kpn-t:01:alpha:0
+        param:kpn-t:01:feat:1
+        param:kpn-t:01:apply:{1 if apply == 'softmax' else 0}""")
+    g.frames = 2
+    W = conditioned_weights()
+    b, E, dW, O = run_with_weights(device, g, W)
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    Xd = b.read(gen, "imgo")[..., :3].astype(np.float64)
+    Rd = b.read(gen, "refo")[..., :3].astype(np.float64)
+    nab = b.read(gen, "noiseab").ravel()
+    assert nab[0] > 0 and nab[1] > 0 and nab[2] == 0 and nab[3] == 1
+    Wf = W.astype(np.float32).astype(np.float64)
+    Eref, Oref, cache = ref.forward(Xd, Rd, Wf, levels=levels, apply_mode=apply,
+                                    noise=(float(nab[0]), float(nab[1])),
+                                    bands=kpn_kernels().band_noise(levels))
+    assert align_kinks(b, g.modules[("kpn-t", "01")], cache) <= 1e-5
+    dWref = ref.backward(cache)
+    assert abs(E - Eref) <= 1e-5 * abs(Eref)
+    assert np.abs(O - Oref).max() <= 1e-4
+    assert np.abs(dW - dWref).max() <= 1e-4 * np.abs(dWref).max()
+    # the features really are signal-to-noise ratios: O(1) for noise, not vkdt's |D|
+    f0 = ref.features(cache.D[0], None)
+    assert np.median(cache.acts[0].h[0]) > 10 * np.median(f0)
+
+
+def test_noise_features_need_noiseab(device, tmp_path):
+    X, R = pair(16, 16)
+    g = kpn_graph(tmp_path, X, R, 2, "param:kpn-t:01:feat:1")
+    from pipeline.errors import GraphError
+    with pytest.raises(GraphError, match="noiseab"):
+        Build(g, device)

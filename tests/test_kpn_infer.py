@@ -83,6 +83,8 @@ def run_output(device, module: str, lut: Path, x: Path, apply: int = 0, extra=No
     m = g.add_module(module, "01")
     m.set_param("levels", LEVELS)
     m.set_param("apply", apply)
+    for name, value in (extra or {}).items():
+        m.set_param(name, value)
     g.connect("i-pfm", "main", "output", module, "01", "input")
     if module == "kpn-t":
         m.set_param("init", 0)
@@ -112,9 +114,20 @@ def test_lut_layout_and_weights(trained):
     assert np.abs(w16.astype(np.float64) - ref.xavier_init()).max() > 1e-3
 
 
+def relabel(lut: Path, out: Path, old: str, new: str) -> Path:
+    """A copy of the lut whose trailing text says `new` where it said `old`."""
+    data, info, text = read_lut(lut)
+    assert old in text
+    write_lut(out, data.reshape(-1), info.channels, info.format, info.wd, info.ht,
+              ssbo=info.ssbo, text=text.replace(old, new))
+    return out
+
+
 @pytest.mark.parametrize("apply", [0, 1])
-def test_kpn_equals_kpn_t_output(device, trained, apply):
+def test_kpn_equals_kpn_t_output(device, trained, apply, tmp_path):
     d, _, lut, _, _ = trained
+    if apply:  # the same weights, labelled as softmax-trained
+        lut = relabel(lut, tmp_path / "soft.lut", "plain kernel", "softmax kernel")
     out_t, b, m = run_output(device, "kpn-t", lut, d / "x.pfm", apply)
     # kpn-t started from the lut's f16 values (init 0: the checkpoint)
     w0 = b.read(m.data["adam"], "w")
@@ -142,3 +155,55 @@ def test_kpn_rejects_other_weights(device, trained, tmp_path):
     write_lut(bad, np.zeros(64 * 64, np.float16), 1, "f16", 64, 64, ssbo=True)
     with pytest.raises(GraphError, match="64x448"):
         run_output(device, "kpn", bad, d / "x.pfm")
+
+
+def test_kpn_refuses_a_mismatch_with_the_weights(device, trained, tmp_path):
+    """The .lut's text says how the weights were trained; kpn set otherwise is an error."""
+    d, _, lut, _, _ = trained
+    with pytest.raises(GraphError, match="plain taps.*set param:kpn:01:apply:0"):
+        run_output(device, "kpn", lut, d / "x.pfm", apply=1)
+    other = relabel(lut, tmp_path / "l3.lut", f"{LEVELS} pyramid levels", "3 pyramid levels")
+    with pytest.raises(GraphError, match="3 pyramid levels.*levels:3"):
+        run_output(device, "kpn", other, d / "x.pfm")
+
+
+def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path):
+    """feat 1: kpn with the noise profile in its params gives exactly what kpn-t shows for
+    the same (f16) weights and input, whose profile comes from cnngenin's noiseab."""
+    d, _, lut, _, _ = trained
+    lut = relabel(lut, tmp_path / "feat.lut", "pyramid levels",
+                  "pyramid levels\nnoise-normalised features")
+    reg = registry()
+    g = Graph(reg)
+    g.add_module("i-pfm", "ref").set_param("filename", str(d / "r.pfm"))
+    g.add_module("i-lut", "w").set_param("filename", str(lut))
+    gen = g.add_module("cnngenin", "01")
+    for name, value in (("generate", 2), ("tiles", 0), ("noise", 0.05)):
+        gen.set_param(name, value)
+    k = g.add_module("kpn-t", "01")
+    for name, value in (("levels", LEVELS), ("init", 0), ("feat", 1)):
+        k.set_param(name, value)
+    g.connect("i-pfm", "ref", "output", "cnngenin", "01", "imgi")
+    g.connect("i-pfm", "ref", "output", "cnngenin", "01", "refi")
+    g.connect("i-lut", "w", "output", "kpn-t", "01", "wcp")
+    for c, to in (("imgo", "input"), ("refo", "ref"), ("noiseab", "noiseab")):
+        g.connect("cnngenin", "01", c, "kpn-t", "01", to)
+    for c in ("imgo", "noiseab"):
+        g.add_module("capture", c)
+        g.connect("cnngenin", "01", c, "capture", c, "input")
+    g.add_module("capture", "out")
+    g.connect("kpn-t", "01", "output", "capture", "out", "input")
+    captured = reg.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=1)
+    out_t, x, nab = captured[("out", 0)], captured[("imgo", 0)], captured[("noiseab", 0)]
+    assert nab[0] > 0 and nab[1] > 0
+    write_pfm(tmp_path / "x1.pfm", x[..., :3])
+    out_k, _, m = run_output(device, "kpn", lut, tmp_path / "x1.pfm",
+                             extra={"noise a": float(nab[0]), "noise b": float(nab[1])})
+    assert any(n.kernel == "nmap" for n in m.nodes)
+    np.testing.assert_array_equal(out_k, out_t)
+    # and the profile matters: another one gives another image
+    other, _, _ = run_output(device, "kpn", lut, tmp_path / "x1.pfm",
+                             extra={"noise a": 4 * float(nab[0]), "noise b": float(nab[1])})
+    assert np.abs(other - out_k).max() > 1e-4

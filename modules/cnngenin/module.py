@@ -1,31 +1,76 @@
-"""cnngenin: training pairs (input, reference, noise profile) for kpn-t, as vkdt's module.
+"""cnngenin: training pairs (input, reference, noise profile) for kpn-t, as vkdt's module,
+with batches of tiles and training sets.
 
-One node runs shaders/cnngenin/main.comp over the output size (the engine's default node:
-its dispatch is the size of the first output, `imgo`). This file only sizes the outputs.
+One node runs shaders/cnngenin/main.comp over the output size. The inputs are two rgba images
+(vkdt's way) or two training sets from `i-set` (storage buffers: the `SET` variant of the
+kernel cuts each tile from a randomly drawn image of the set). With `tiles 1` the outputs are
+a grid of `batch` tiles of `tile` x `tile` pixels, each with its own draws.
 """
 
 from __future__ import annotations
 
+import math
+
 from pipeline.errors import GraphError
 from pipeline.module import Roi
 
-TILE = 64  # vkdt's tile size with tiles=1
+
+def grid(batch: int) -> tuple[int, int]:
+    """(columns, rows) of the batch's tile grid: the factorisation of `batch` closest to a
+    square, wider than high (16 -> 4 x 4, 8 -> 4 x 2, 7 -> 7 x 1)."""
+    rows = max(r for r in range(1, math.isqrt(batch) + 1) if batch % r == 0)
+    return batch // rows, rows
+
+
+def set_mode(module) -> bool:
+    return module.connector("imgi").is_ssbo
 
 
 def modify_roi_out(graph, module) -> None:
     imgi = module.connector("imgi")
     refi = module.connector("refi")
-    for c in (imgi, refi):
-        if c.is_ssbo or c.nchan != 4:
-            raise GraphError(f"{module}: input '{c.name}' is {c.chan}; cnngenin reads rgba "
-                             "images")
-    if (imgi.roi.wd, imgi.roi.ht) != (refi.roi.wd, refi.roi.ht):
-        raise GraphError(f"{module}: input 'imgi' is {imgi.roi.wd}x{imgi.roi.ht} but 'refi' is "
-                         f"{refi.roi.wd}x{refi.roi.ht}; a training pair needs equal sizes")
-    if module.param("tiles"):
-        out = Roi(TILE, TILE)
+    batch, tile, tiles = (int(module.param(p)) for p in ("batch", "tile", "tiles"))
+    if batch < 1 or tile < 8:
+        raise GraphError(f"{module}: batch {batch} and tile {tile}: need batch >= 1 and "
+                         "tile >= 8")
+    if imgi.is_ssbo != refi.is_ssbo:
+        raise GraphError(f"{module}: 'imgi' and 'refi' must both be images or both be "
+                         "training sets (i-set)")
+    if imgi.is_ssbo:
+        if imgi.roi.wd != refi.roi.wd:
+            raise GraphError(f"{module}: the sets on 'imgi' and 'refi' differ in size; a set "
+                             "of pairs needs images of equal sizes in the same order")
+        if not tiles:
+            raise GraphError(f"{module}: a training set needs tiles 1 (its images differ "
+                             "in size)")
     else:
+        for c in (imgi, refi):
+            if c.nchan != 4:
+                raise GraphError(f"{module}: input '{c.name}' is {c.chan}; cnngenin reads "
+                                 "rgba images or i-set training sets")
+        if (imgi.roi.wd, imgi.roi.ht) != (refi.roi.wd, refi.roi.ht):
+            raise GraphError(f"{module}: input 'imgi' is {imgi.roi.wd}x{imgi.roi.ht} but "
+                             f"'refi' is {refi.roi.wd}x{refi.roi.ht}; a training pair needs "
+                             "equal sizes")
+    if tiles:
+        cols, rows = grid(batch)
+        out = Roi(cols * tile, rows * tile)
+    else:
+        if batch != 1:
+            raise GraphError(f"{module}: batch {batch} needs tiles 1 (tiles 0 passes the "
+                             "whole image)")
         out = Roi(imgi.roi.wd, imgi.roi.ht)
     module.connector("imgo").roi = Roi(out.wd, out.ht)
     module.connector("refo").roi = Roi(out.wd, out.ht)
-    module.connector("noiseab").roi = Roi(2, 2)  # 4 floats: (noise a, noise b, 0, 0)
+    # per tile (noise a, noise b, tile size or 0 for the whole image, tile columns)
+    module.connector("noiseab").roi = Roi(4, batch)
+
+
+def create_nodes(graph, module) -> None:
+    conns = [(c.name, c.type, c.chan, c.format, c.roi) for c in module.connectors]
+    out = module.connector("imgo").roi
+    node = graph.add_node(module, "main", (out.wd, out.ht), conns,
+                          defines={"SET": 1} if set_mode(module) else {})
+    for c in module.connectors:
+        if c.is_output or c.source is not None:
+            graph.bind(module, c.name, node, c.name)

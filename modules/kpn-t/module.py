@@ -15,6 +15,7 @@ adds the feedback buffers (the last frame's dw and loss).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -39,14 +40,75 @@ LUT_TEXT = "\n".join([
     "leaky relu mlp activation",
     "{loss} loss",
 ])
+# the line kpn-t adds for weights that need the noise profile (kpn reads it back)
+FEAT_TEXT = "noise-normalised features"
 LOSS_NAMES = {0: "SMAPE", 1: "L2", 2: "L1"}
 APPLY_NAMES = {0: "plain", 1: "softmax"}
 
 
+LEVELS_TEXT = "{} pyramid levels"
+
+
+def lut_text(apply: int, loss: int, feat: int, levels: int) -> str:
+    """The .lut's trailing text: vkdt's description, then what kpn must match (levels, and
+    the noise-normalised features when used)."""
+    text = LUT_TEXT.format(apply=APPLY_NAMES.get(apply, "plain"),
+                           loss=LOSS_NAMES.get(loss, "SMAPE"))
+    return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else []))
+
+
 def init(module):
-    module.data["lut_text"] = LUT_TEXT.format(
-        apply=APPLY_NAMES.get(module.param("apply"), "plain"),
-        loss=LOSS_NAMES.get(module.param("loss"), "SMAPE"))
+    module.data["lut_text"] = lut_text(int(module.param("apply")), int(module.param("loss")),
+                                       int(module.param("feat")), int(module.param("levels")))
+
+
+def _sub_matrix(n: int) -> np.ndarray:
+    """1-D `sub`: coarse q = sum_d b_d fine(2q + d), b = (1,4,6,4,1)/16, mirrored borders."""
+    nc = (n + 1) // 2
+    out = np.zeros((nc, n))
+    for q in range(nc):
+        for d, b in zip(range(-2, 3), (1, 4, 6, 4, 1), strict=True):
+            j = 2 * q + d
+            j = -1 - j if j < 0 else (2 * n - 1 - j if j >= n else j)
+            out[q, j] += b / 16
+    return out
+
+
+def _up_matrix(n: int) -> np.ndarray:
+    """1-D U: fine 2k -> C[k], 2k+1 -> (C[k] + C[k+1]) / 2, C[nc] := C[nc-1]."""
+    nc = (n + 1) // 2
+    out = np.zeros((n, nc))
+    for x in range(n):
+        k = x // 2
+        out[x, k] += 0.5 if x % 2 else 1.0
+        if x % 2:
+            out[x, min(k + 1, nc - 1)] += 0.5
+    return out
+
+
+@functools.cache
+def band_noise(levels: int) -> tuple[float, ...]:
+    """The std of D_i (i < levels) for unit white noise at level 0, exactly: the pyramid is
+    separable and linear, D_i = (A (x) A - B (x) B) x with the 1-D level maps A = S^i and
+    B = U S^(i+1), so var D_i(p) = |a_x|^2 |a_y|^2 - 2 (a_x.b_x)(a_y.b_y) + |b_x|^2 |b_y|^2
+    (rows of A and B at p's coordinates), averaged over the middle half of a 1024-pixel-wide
+    level 0 (away from the mirrored borders; levels past 7 repeat level 7's ratio)."""
+    n = 1024
+    A = np.eye(n)
+    out = []
+    for _ in range(min(levels, 8)):
+        size = A.shape[0]
+        S = _sub_matrix(size)
+        B = _up_matrix(size) @ (S @ A)
+        aa, ab, bb = (A * A).sum(1), (A * B).sum(1), (B * B).sum(1)
+        mid = slice(size // 4, max(size // 4 + 1, 3 * size // 4))
+        var = (np.outer(aa[mid], aa[mid]) - 2 * np.outer(ab[mid], ab[mid])
+               + np.outer(bb[mid], bb[mid]))
+        out.append(float(np.sqrt(var.mean())))
+        A = S @ A
+    while len(out) < levels:
+        out.append(out[-1] * out[-1] / out[-2])
+    return tuple(out)
 
 
 def modify_roi_out(graph, module):
@@ -156,8 +218,12 @@ def ssbo(name, ctype, n=None, fmt="f32"):
     return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
 
 
-def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None):
+def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None,
+                  noise=None):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
+    `noise`: None for vkdt's features; for the noise-normalised features (`feat 1`) where the
+    noise profile comes from: "noiseab" (kpn-t: the module input carrying cnngenin's per-tile
+    records) or "params" (kpn: its params `noise a`, `noise b`).
     `weights`: the (node, connector) that writes the weights (kpn-t: adam's f32 master
     weights), or the name of a module input (kpn: `w`, f16 from a lut), which is bound to
     every fwd node. f16 weights select fwd's W16 variant. `weights16`: an f16 copy for the
@@ -180,13 +246,27 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             weights, w16 = weights16, True
     log.info("%s: %s MLP kernels", module, variant)
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
+    nmap = None
+    if noise is not None:  # level 0 with the noise variance in alpha
+        w0, h0 = sizes[0]
+        nmap = graph.add_node(module, "nmap", (w0, h0), [
+            img("input", "read"), ssbo("noiseab", "read"), img("output", "write", Roi(w0, h0))],
+            shader="kpn-t", defines={} if noise == "noiseab" else {"FROM_PARAMS": 1})
+        graph.bind(module, "input", nmap, "input")
+        if noise == "noiseab":
+            graph.bind(module, noise, nmap, "noiseab")
+        else:
+            nmap.connector("noiseab").flags |= OPTIONAL
+    bands = band_noise(levels)
     for i in range(levels):
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
         npx = w * h
         sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
                              img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
         diff = graph.add_node(module, "diff", (w, h), [img("fine", "read"), img("coarse", "read"),
-                              img("detail", "write", Roi(w, h))], shader="kpn-t")
+                              img("detail", "write", Roi(w, h))], shader="kpn-t",
+                              **({"push": [bands[i]], "defines": {"NOISE_FEATURES": 1}}
+                                 if nmap else {}))
         if variant == "portable":
             conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
             defines = {}
@@ -220,7 +300,10 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                              push=[apply_mode], defines={"PRECISE": 1} if precise else {})
         if precise:
             graph.node_connect(fwd, "Kd", app, "Kd")
-        if i == 0:
+        if i == 0 and nmap is not None:
+            graph.node_connect(nmap, "output", sub, "fine")
+            graph.node_connect(nmap, "output", diff, "fine")
+        elif i == 0:
             graph.bind(module, "input", sub, "fine")
             graph.bind(module, "input", diff, "fine")
         else:
@@ -283,7 +366,14 @@ def create_nodes(graph, module):
     if module.connector("wcp").source is not None:
         graph.bind(module, "wcp", adam, "wcp")
     graph.bind(module, "w", adam, "w16")
-    n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"))
+    noise = None
+    if int(module.param("feat")):
+        if module.connector("noiseab").source is None:
+            raise GraphError(f"{module}: feat 1 (noise-normalised features) needs the noise "
+                             "profile: connect cnngenin's noiseab to kpn-t's noiseab")
+        noise = "noiseab"
+    n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"),
+                      noise=noise)
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)

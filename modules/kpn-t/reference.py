@@ -202,10 +202,42 @@ def luminance_abs(D: np.ndarray) -> np.ndarray:
     return np.abs(D[..., :3]) @ LUMA
 
 
-def features(D: np.ndarray) -> np.ndarray:
-    """(H*W, 64): f_c(p) = Y(|D(p + (c div 8 - 4, c mod 8 - 4))|), mirrored borders."""
-    f = shifted(luminance_abs(np.asarray(D, dtype=np.float64)), FEATURE_OFFSETS)  # (64, H, W)
+def features(D: np.ndarray, source: np.ndarray | None = None) -> np.ndarray:
+    """(H*W, 64): f_c(p) = Y(|D(p + (c div 8 - 4, c mod 8 - 4))|), mirrored borders; or, with
+    `source` (H, W), the same window of that per-pixel feature source."""
+    if source is None:
+        source = luminance_abs(np.asarray(D, dtype=np.float64))
+    f = shifted(np.asarray(source, dtype=np.float64), FEATURE_OFFSETS)  # (64, H, W)
     return f.reshape(WIDTH, -1).T.copy()
+
+
+SIGMA_FLOOR = 1e-6
+
+
+def noise_variance(X: np.ndarray, a: float, b: float) -> np.ndarray:
+    """(H, W): the noise variance of each pixel of the noisy X under cnngenin's model,
+    (a + 65535 max(Y(X), 0) b) / 65535^2, Y the Rec.2020 luminance."""
+    x = np.maximum(np.asarray(X, dtype=np.float64)[..., :3] @ LUMA, 0.0)
+    return np.maximum(a + 65535.0 * x * b, 0.0) / 65535.0**2
+
+
+def band_noise_mc(levels: int, size: int = 1024, seed: int = 0) -> list[float]:
+    """Monte-Carlo estimate of the std of D_i for unit white noise at level 0 (the middle half
+    of a size x size image), the constants of the noise-normalised features."""
+    x = np.random.default_rng(seed).standard_normal((size, size, 1))
+    _, D = pyramid(x, levels)
+    out = []
+    for d in D:
+        n = d.shape[0]
+        out.append(float(d[n // 4: 3 * n // 4, n // 4: 3 * n // 4].std()))
+    return out
+
+
+def noise_features(D: np.ndarray, var: np.ndarray, band: float) -> np.ndarray:
+    """(H, W): the signal-to-noise feature log2(1 + Y(|D|) / sigma), sigma = band sqrt(var)
+    floored at SIGMA_FLOOR; var is the level's blurred noise variance."""
+    sigma = np.maximum(band * np.sqrt(np.maximum(var, 0.0)), SIGMA_FLOOR)
+    return np.log2(1.0 + luminance_abs(D) / sigma)
 
 
 # ------------------------------------------------------------------------------------- MLP
@@ -396,14 +428,26 @@ def forward(
     levels: int = 4,
     apply_mode: str = "plain",
     loss: str = "smape",
+    noise: tuple[float, float] | None = None,
+    bands: list[float] | None = None,
 ) -> tuple[float, np.ndarray, Cache]:
-    """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss."""
+    """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss.
+    With `noise` = (a, b) the features are noise-normalised: the noise variance of each pixel
+    goes through the same pyramid (sub), and level i's feature source is noise_features with
+    bands[i] (default: band_noise_mc)."""
     X = np.asarray(X, dtype=np.float64)[..., :3]
     W = np.asarray(W, dtype=np.float64)
     M, D = pyramid(X, levels)
+    source = [None] * levels
+    if noise is not None:
+        bands = band_noise_mc(levels) if bands is None else bands
+        var = [noise_variance(X, *noise)[..., None]]
+        for _ in range(levels):
+            var.append(sub(var[-1]))
+        source = [noise_features(D[i], var[i][..., 0], bands[i]) for i in range(levels)]
     K, acts, I = [], [], []
     for i in range(levels):
-        k, a = mlp_forward(features(D[i]), W)
+        k, a = mlp_forward(features(D[i], source[i]), W)
         K.append(k)
         acts.append(a)
         I.append(apply(D[i], k, apply_mode))

@@ -34,6 +34,37 @@ def _kpn_t():
     return mod
 
 
+def weights_text(module) -> str | None:
+    """The trailing text of the weights' .lut (i-lut hands it on), or None."""
+    src = module.connector("w").source
+    return src[0].data.get("lut_text") if src is not None else None
+
+
+def variant(module) -> tuple[int, int]:
+    """(apply, feat) the weights were trained with: from the .lut's text where it says (kpn-t
+    writes it), else kpn's `apply` and vkdt's features. A `apply` param that contradicts the
+    text is an error: the weights would give garbage."""
+    apply = int(module.param("apply"))
+    text = weights_text(module)
+    if text is None:
+        return apply, 0
+    feat = int(_kpn_t().FEAT_TEXT in text)
+    said = {v: k for k, v in _kpn_t().APPLY_NAMES.items()}
+    for name, value in said.items():
+        if f"{name} kernel weight activation" in text and value != apply:
+            raise GraphError(f"{module}: the weights were trained with {name} taps (apply "
+                             f"{value}, says the .lut's text) but apply is {apply}; set "
+                             f"param:{module.name}:{module.inst}:apply:{value}")
+    levels = int(module.param("levels"))
+    for line in text.splitlines():
+        words = line.split()
+        if line.endswith(" pyramid levels") and words[0].isdigit() and int(words[0]) != levels:
+            raise GraphError(f"{module}: the weights were trained with {words[0]} pyramid "
+                             f"levels (says the .lut's text) but levels is {levels}; set "
+                             f"param:{module.name}:{module.inst}:levels:{words[0]}")
+    return apply, feat
+
+
 def modify_roi_out(graph, module) -> None:
     inp = module.connector("input").roi
     module.connector("output").roi = Roi(inp.wd, inp.ht)
@@ -41,12 +72,15 @@ def modify_roi_out(graph, module) -> None:
     if w.roi.wd * w.roi.ht != NW:
         raise GraphError(f"{module}: input 'w' holds {w.roi.wd}x{w.roi.ht} elements; kpn "
                          f"needs kpn-t's weights, 64x448 (a .lut written by kpn-t's w output)")
+    variant(module)
 
 
 def create_nodes(graph, module) -> None:
     levels = max(1, min(12, int(module.param("levels"))))
     module.data["levels"] = levels
-    n = _kpn_t().forward_nodes(graph, module, levels, False, "w")
+    _, feat = variant(module)
+    n = _kpn_t().forward_nodes(graph, module, levels, False, "w",
+                               noise="params" if feat else None)
     if module.connector("ref").source is None:
         return
     # optional reference: squared errors of input and output for the PSNR summary

@@ -4,13 +4,18 @@
 #include "rng.glsl"
 
 // cnngenin: training pairs for kpn-t (see modules/cnngenin/README.md for the maths).
-// One thread per output pixel; every thread redraws the per-frame numbers from the same seed.
+// One thread per output pixel; every thread redraws its tile's numbers from the same seed.
+// SET: imgi and refi are training sets from i-set (a header of image offsets and sizes, then
+// the pixels); each tile draws its image.
 
 layout(std430, set = 0, binding = 1) readonly buffer Params {
   int generate;  // 0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both
-  int tiles;     // 1: 64x64 tiles, 0: full image
+  int tiles;     // 1: a grid of `batch` tiles of tile x tile, 0: full image
   int seed;      // added to vkdt's per-frame seed
   float noise;   // scales the drawn noise a and b (1: vkdt's range)
+  int batch;     // tiles per frame
+  int tile;      // tile size (vkdt: 64)
+  int nlog;      // 1: a and b log-uniform over three decades below their maximum
 } params;
 
 IMG_IN(0, imgi)
@@ -37,35 +42,78 @@ vec4 to_half(vec4 v) {
   return vec4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
 }
 
+#ifdef SET
+uint header(int i, int c) { return floatBitsToUint(imgi[i][c]); }
+#endif
+
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
   if (!inside(2, p)) return;
   ivec2 osize = node.roi[2].xy;
+  int T = params.tiles != 0 ? params.tile : 0;
+  ivec2 cell = T > 0 ? p / T : ivec2(0);
+  int cols = T > 0 ? osize.x / T : 1;
+  int t = cell.x + cell.y * cols;           // the tile of this pixel
+  ivec2 tsize = T > 0 ? ivec2(T) : osize;
+  ivec2 lp = p - cell * T;                  // position inside the tile
 
+  // tile 0 draws vkdt's numbers; tile t > 0 starts from a hash of that state and t
   uint s = 123456789u + 133700u * uint(global.frame) + uint(params.seed);
+  if (t > 0) s = hash32(s ^ hash32(uint(t))) | 1u;
   float ev = 0.0;
   int flip = 0;
   ivec2 off = ivec2(0);
-  if (params.tiles != 0 && params.generate != 0) {  // drawn in this order
+#ifdef SET
+  uint n = header(0, 0);
+  int k = 0;
+  if (T > 0 && params.generate != 0) {  // drawn in this order
+    ev = -2.0 + 4.0 * mrand(s);
+    flip = int(8.0 * mrand(s));  // bit 2: transpose
+    k = min(int(float(n) * mrand(s)), int(n) - 1);
+  }
+  uint base = header(1 + k, 0);
+  ivec2 isize = ivec2(header(1 + k, 1), header(1 + k, 2));
+  if (T > 0 && params.generate != 0) {  // a crop inside the image where it is large enough
+    float ux = mrand(s);
+    float uy = mrand(s);
+    off = ivec2(vec2(max(isize - tsize + 1, ivec2(1))) * vec2(ux, uy));
+  }
+#else
+  if (T > 0 && params.generate != 0) {  // drawn in this order
     ev = -2.0 + 4.0 * mrand(s);
     flip = int(4.0 * mrand(s));
     float ux = mrand(s);
     float uy = mrand(s);
     off = ivec2(vec2(node.roi[0].xy) * vec2(ux, uy));
   }
+#endif
 
-  ivec2 q = p;
-  if ((flip & 1) != 0) q.x = osize.x - 1 - p.x;
-  if ((flip & 2) != 0) q.y = osize.y - 1 - p.y;
+  ivec2 q = lp;
+  if ((flip & 4) != 0) q = q.yx;  // tiles are square
+  if ((flip & 1) != 0) q.x = tsize.x - 1 - q.x;
+  if ((flip & 2) != 0) q.y = tsize.y - 1 - q.y;
   q += off;
   float gain = exp2(ev);
+#ifdef SET
+  ivec2 m = mirror2(q, isize);
+  uint at = base + uint(m.x) + uint(m.y) * uint(isize.x);
+  vec4 img = imgi[at] * gain;
+  vec4 ref = refi[at] * gain;
+#else
   vec4 img = imgi[texel(0, q)] * gain;
   vec4 ref = refi[texel(1, q)] * gain;
+#endif
 
   float noise_a = 0.0, noise_b = 0.0;
   if (params.generate == 2 || params.generate == 4) {
-    noise_a = params.noise * 65535000.0 * mrand(s);  // 1000 * 65535 * u (vkdt, noise 1)
-    noise_b = params.noise * 1000.0 * mrand(s);
+    float ua = mrand(s);
+    float ub = mrand(s);
+    if (params.nlog != 0) {  // log-uniform: 10^(-3u) of the maximum
+      ua = pow(10.0, -3.0 * ua);
+      ub = pow(10.0, -3.0 * ub);
+    }
+    noise_a = params.noise * 65535000.0 * ua;  // 1000 * 65535 * u (vkdt, noise 1)
+    noise_b = params.noise * 1000.0 * ub;
     uint sp = s + 7654u * uint(p.x) + 1357900u * uint(p.y);
     sp = (xorshift32(sp) >> 8) << 5;  // = uint(2^29 * mrand(sp)), exactly
     vec2 u0 = vec2(mrand(sp), mrand(sp));
@@ -80,11 +128,11 @@ void main() {
     img.rgb = vec3(v);
   }
 
-  if (p.x == 0 && p.y == 0) {
-    noiseab[0] = noise_a;
-    noiseab[1] = noise_b;
-    noiseab[2] = 0.0;
-    noiseab[3] = 0.0;
+  if (lp.x == 0 && lp.y == 0) {  // the tile's record
+    noiseab[4 * t] = noise_a;
+    noiseab[4 * t + 1] = noise_b;
+    noiseab[4 * t + 2] = float(T);
+    noiseab[4 * t + 3] = float(cols);
   }
 
   img.a = 1.0;

@@ -8,7 +8,9 @@
 // Adam on fp32 master weights; frame f applies the gradient of frame f-1 (dw, gn are read
 // through feedback edges), step t = f:
 //   g *= gradclip / ||g|| if ||g|| > gradclip;  g += 2 L2 w;
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= alpha (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= a_t (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+// with a_t = alpha (schedule 0) or alpha (1 + cos(pi t / frames)) / 2 (schedule 1: cosine decay
+// to 0 at the run's last frame).
 // A non-finite gradient (gn[1] == 0) or a non-finite result skips the update; stats[0]
 // counts skipped frames. Frame 0 initialises: Xavier-uniform +-sqrt(6/128) from vkdt's
 // xorshift with seed 133700013 i (init 1, or no wcp), else the checkpoint wcp; m = v = 0.
@@ -54,7 +56,10 @@ void main() {
       float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
       float mh = mi / (1.0 - pow(params.beta1, t));
       float vh = vi / (1.0 - pow(params.beta2, t));
-      float wn = wi - params.alpha * mh / (sqrt(vh) + params.eps);
+      float lr = params.alpha;
+      if (params.schedule == 1)
+        lr *= 0.5 * (1.0 + cos(M_PI * min(t / float(max(global.frame_cnt, 1)), 1.0)));
+      float wn = wi - lr * mh / (sqrt(vh) + params.eps);
       if (finite(wn) && finite(mi) && finite(vi)) {
         wi = wn;
         m[i] = mi;

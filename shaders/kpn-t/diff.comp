@@ -2,16 +2,28 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
-// D_i = M_i - U(M_{i+1}); alpha = the luminance of |D_i|, the MLP's feature (kpn.glsl)
+// D_i = M_i - U(M_{i+1}); alpha = the MLP's feature source (kpn.glsl): the luminance of |D_i|,
+// or with NOISE_FEATURES its signal-to-noise ratio log2(1 + Y(|D_i|) / sigma_i), where
+// sigma_i = band * sqrt(M_i.alpha): M_i's alpha holds the local noise variance of a level-0
+// pixel (nmap, blurred by sub) and `band` is the std of D_i for unit white noise at level 0.
 IMG_IN(0, fine)
 IMG_IN(1, coarse)
 IMG_OUT(2, detail)
 DEFINE_UPSAMPLE(upsample, coarse, 1)
+#ifdef NOISE_FEATURES
+layout(push_constant) uniform Push { float band; } push;
+#endif
 
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
   if (!inside(2, p)) return;
   int i = p.x + p.y * node.roi[2].x;
-  vec3 d = fine[i].rgb - upsample(p).rgb;
-  detail[i] = vec4(d, dot(abs(d), luma2020));
+  vec4 m = fine[i];
+  vec3 d = m.rgb - upsample(p).rgb;
+  float f = dot(abs(d), luma2020);
+#ifdef NOISE_FEATURES
+  float sigma = push.band * sqrt(max(m.a, 0.0));
+  f = log2(1.0 + f / max(sigma, SIGMA_FLOOR));
+#endif
+  detail[i] = vec4(d, f);
 }

@@ -8,6 +8,7 @@
 #define TAP_LIMIT 10.0
 #define TAP_FALLBACK 0.001
 #define S_FLOOR 0.001
+#define SIGMA_FLOOR 1e-6  // noise std floor of the noise-normalised features
 
 const ivec2 taps[N_TAPS] = ivec2[](
   ivec2(0, -2),

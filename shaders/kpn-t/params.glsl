@@ -3,5 +3,6 @@ layout(std430, set = 0, binding = 1) readonly buffer Params {
   float alpha, beta1, beta2, eps;
   int init;
   float L2, gradclip;
-  int levels, loss, apply, precise_fd;
+  int levels, loss, apply, precise_;  // "precise" is a GLSL keyword
+  int schedule, feat;
 } params;

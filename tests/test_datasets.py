@@ -1,0 +1,177 @@
+"""Training sets: pipeline/datasets.py (folders, globs, list files, pkg: paths), i-set's
+packing, and cnngenin's batches of tiles from an image or a set."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.datasets import image_set, package_file
+from pipeline.errors import GraphError
+from pipeline.formats import write_pfm
+from pipeline.graph import Graph
+from pipeline.registry import Registry
+from pipeline.runner import run_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "sinks"
+
+
+def _iset():
+    spec = importlib.util.spec_from_file_location("i_set_test", ROOT / "modules/i-set/module.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_package_file_and_errors():
+    pytest.importorskip("skimage")
+    assert package_file("pkg:skimage/data/astronaut.png").is_file()
+    with pytest.raises(GraphError, match="not installed"):
+        package_file("pkg:no_such_package_xyz/a.png")
+    with pytest.raises(GraphError, match="has no file"):
+        package_file("pkg:skimage/data/missing.png")
+    with pytest.raises(GraphError, match="expected pkg"):
+        package_file("pkg:skimage")
+
+
+def test_image_sets(tmp_path):
+    for name in ("b.pfm", "a.pfm", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    near = lambda n: tmp_path / n  # noqa: E731
+    assert [p.name for p in image_set(".", near)] == ["a.pfm", "b.pfm"]  # a folder, sorted
+    assert [p.name for p in image_set("*.pfm", near)] == ["a.pfm", "b.pfm"]
+    (tmp_path / "list.txt").write_text("# a list\nb.pfm  # comment\n\na.pfm\n")
+    assert [p.name for p in image_set("list.txt", near)] == ["b.pfm", "a.pfm"]
+    (tmp_path / "bad.txt").write_text("a.pfm\nmissing.png\n")
+    with pytest.raises(GraphError, match="bad.txt:2: no such image file 'missing.png'"):
+        image_set("bad.txt", near)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GraphError, match="holds no images"):
+        image_set("empty", near)
+    with pytest.raises(GraphError, match="no such file or folder"):
+        image_set("nothing-here", near)
+
+
+def test_shipped_photo_lists_are_disjoint():
+    pytest.importorskip("skimage")
+    here = ROOT / "graphs" / "photos"
+    near = lambda n: here / n  # noqa: E731
+    train = {p.resolve() for p in image_set("train.txt", near)}
+    held = {p.resolve() for p in image_set("held-out.txt", near)}
+    assert len(held) >= 4 and len(train) >= 10 and not train & held
+
+
+def test_pack_layout():
+    a = np.full((3, 2, 4), 0.25, np.float32)
+    b = np.arange(5 * 4 * 4, dtype=np.float32).reshape(5, 4, 4)
+    data = _iset().pack([a, b]).reshape(-1, 4)
+    head = data[:3].view(np.uint32)
+    assert head[0, 0] == 2
+    assert tuple(head[1, :3]) == (3, 2, 3) and tuple(head[2, :3]) == (9, 4, 5)
+    np.testing.assert_array_equal(data[3:9], a.reshape(-1, 4))
+    np.testing.assert_array_equal(data[9:29], b.reshape(-1, 4))
+
+
+# -- cnngenin batches ----------------------------------------------------------------------
+
+def _graph(tmp_path, source: str, **params):
+    reg = Registry([ROOT / "modules", FIXTURES])
+    g = Graph(registry=reg)
+    if source == "set":
+        g.add_module("i-set", "s").set_param("filename", str(tmp_path / "set"))
+        src = ("i-set", "s")
+    else:
+        g.add_module("i-pfm", "s").set_param("filename", str(tmp_path / "img.pfm"))
+        src = ("i-pfm", "s")
+    gen = g.add_module("cnngenin", "01")
+    for k, v in params.items():
+        gen.set_param(k, v)
+    g.connect(*src, "output", "cnngenin", "01", "imgi")
+    g.connect(*src, "output", "cnngenin", "01", "refi")
+    for conn in ("imgo", "refo", "noiseab"):
+        g.add_module("capture", conn)
+        g.connect("cnngenin", "01", conn, "capture", conn, "input")
+    cap = reg.get("capture").hooks.CAPTURED
+    cap.clear()
+    return g, cap
+
+
+def _frame(cap, f):
+    return tuple(cap[(c, f)] for c in ("imgo", "refo", "noiseab"))
+
+
+VALUES = (0.001, 0.1, 10.0)
+
+
+@pytest.fixture
+def pictures(tmp_path):
+    rng = np.random.default_rng(1)
+    write_pfm(tmp_path / "img.pfm", rng.uniform(0, 1, (70, 80, 3)).astype(np.float32))
+    (tmp_path / "set").mkdir()
+    # constant images of distinct values (ratios > 16, the exposure's range) and sizes (one
+    # smaller than a tile)
+    for k, (wd, ht) in enumerate([(40, 30), (100, 20), (8, 8)]):
+        write_pfm(tmp_path / "set" / f"{k}.pfm", np.full((ht, wd, 3), VALUES[k], np.float32))
+    return tmp_path
+
+
+def test_batch_grid_tile0_is_vkdts_tile(device, pictures):
+    """A batch of 6 tiles of 64 is a 3 x 2 grid; tile 0 is exactly the single tile that
+    batch 1 (vkdt's behaviour) gives; the other tiles differ; each tile has its record."""
+    g1, cap1 = _graph(pictures, "img", generate=4, tiles=1)
+    run_graph(g1, device, frames=2)
+    one = {f: _frame(cap1, f) for f in range(2)}
+    g6, cap6 = _graph(pictures, "img", generate=4, tiles=1, batch=6)
+    run_graph(g6, device, frames=2)
+    for f in range(2):
+        imgo, refo, nab = _frame(cap6, f)
+        assert imgo.shape == (128, 192, 4)
+        np.testing.assert_array_equal(imgo[:64, :64], one[f][0])
+        np.testing.assert_array_equal(refo[:64, :64], one[f][1])
+        rec = nab.reshape(6, 4)
+        np.testing.assert_array_equal(rec[0, :3], one[f][2][:3])  # [3]: tile columns
+        assert np.all(rec[:, 2] == 64) and np.all(rec[:, 3] == 3)
+        assert len(set(rec[:, 0].tolist())) == 6  # a noise draw per tile
+        tiles = [refo[64 * (t // 3):64 * (t // 3 + 1), 64 * (t % 3):64 * (t % 3 + 1)]
+                 for t in range(6)]
+        assert all(not np.array_equal(tiles[0], t) for t in tiles[1:])
+
+
+def test_batch_needs_tiles(device, pictures):
+    g, _ = _graph(pictures, "img", generate=1, tiles=0, batch=2)
+    with pytest.raises(GraphError, match="needs tiles 1"):
+        run_graph(g, device, frames=1)
+
+
+def test_set_tiles_come_from_one_image_each(device, pictures):
+    """From a set of constant images, every tile is constant (one image per tile) and its
+    value is an image's value times 2^ev with ev in [-2, 2]; over frames every image is
+    drawn; generate 0 repeats image 0's top-left crop."""
+    g, cap = _graph(pictures, "set", generate=1, tiles=1, batch=4, tile=16)
+    run_graph(g, device, frames=12)
+    seen = set()
+    for f in range(12):
+        refo = _frame(cap, f)[1]
+        assert refo.shape == (32, 32, 4)
+        for ty in range(2):
+            for tx in range(2):
+                t = refo[16 * ty:16 * ty + 16, 16 * tx:16 * tx + 16, :3]
+                assert np.ptp(t) == 0
+                v = float(t[0, 0, 0])
+                k = [k for k in range(3) if 0.24 <= v / VALUES[k] <= 4.01]
+                assert len(k) == 1
+                seen.update(k)
+    assert seen == {0, 1, 2}
+    g, cap = _graph(pictures, "set", generate=0, tiles=1, batch=2, tile=16)
+    run_graph(g, device, frames=1)
+    np.testing.assert_allclose(_frame(cap, 0)[1][..., :3], VALUES[0], rtol=1e-3)
+
+
+def test_set_needs_tiles_and_pairs_of_equal_sets(device, pictures):
+    g, _ = _graph(pictures, "set", generate=1, tiles=0)
+    with pytest.raises(GraphError, match="needs tiles 1"):
+        run_graph(g, device, frames=1)
