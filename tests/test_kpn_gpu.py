@@ -29,6 +29,7 @@ def load_reference():
 
 
 ref = load_reference()
+APPLY = {"plain": 0, "softmax": 1, "blend": 2}
 
 
 def pair(w, h, seed=0):
@@ -106,12 +107,13 @@ def run_with_weights(device, graph, W):
     (64, 64, 4, "smape", "plain"),
     (29, 31, 4, "l2", "softmax"),
     (16, 9, 2, "l1", "plain"),
+    (33, 17, 3, "l2", "blend"),
 ])
 def test_forward_backward_match_reference(device, tmp_path, w, h, levels, loss, apply):
     X, R = pair(w, h)
     kinds = {"smape": 0, "l2": 1, "l1": 2}
     extra = (f"param:kpn-t:01:alpha:0\nparam:kpn-t:01:loss:{kinds[loss]}\n"
-             f"param:kpn-t:01:apply:{1 if apply == 'softmax' else 0}")
+             f"param:kpn-t:01:apply:{APPLY[apply]}")
     g = kpn_graph(tmp_path, X, R, levels, extra)
     g.frames = 2
     W = conditioned_weights()
@@ -203,7 +205,7 @@ def test_band_noise_matches_monte_carlo():
         assert abs(e - m) <= tol * e, (exact, mc)
 
 
-@pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "softmax"), (64, 48, 4, "plain")])
+@pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "blend"), (64, 48, 4, "plain")])
 def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
     """feat 1: the noise map from cnngenin's noiseab, the pyramid of the variance and the
     signal-to-noise features give the reference's E, output and dE/dW (same tolerances as
@@ -230,7 +232,7 @@ def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
         param:kpn-t:01:init:1
         param:kpn-t:01:alpha:0
         param:kpn-t:01:feat:1
-        param:kpn-t:01:apply:{1 if apply == 'softmax' else 0}""")
+        param:kpn-t:01:apply:{APPLY[apply]}""")
     g.frames = 2
     W = conditioned_weights()
     b, E, dW, O = run_with_weights(device, g, W)

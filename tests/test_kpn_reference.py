@@ -279,6 +279,21 @@ def test_apply_backward_softmax(w, h):
     assert _rel(ana, num) < 1e-6
 
 
+@pytest.mark.parametrize("w,h", SIZES)
+def test_apply_backward_blend(w, h):
+    """apply 2: the softmax filter times the band gain sigmoid(K_15); K_15 gets a gradient."""
+    rng = np.random.default_rng(9)
+    D = _image(rng, w, h)
+    G = _image(rng, w, h)
+    K = rng.normal(0.0, 2.0, (w * h, 16))
+    ana = ref.apply_backward(G, D, K, "blend")
+    num = _apply_fd(D, K, G, "blend", 1e-6)
+    assert np.abs(ana[:, 15]).max() > 1e-3
+    assert _rel(ana, num) < 1e-6
+    K[:, 15] = 40.0  # gain 1: the softmax filter
+    np.testing.assert_allclose(ref.apply(D, K, "blend"), ref.apply(D, K, "softmax"), atol=1e-12)
+
+
 # --------------------------------------------------------------------------------- MLP
 
 

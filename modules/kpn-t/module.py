@@ -36,14 +36,14 @@ LUT_TEXT = "\n".join([
     "6 hidden layers",
     "64 network width",
     "{apply} kernel weight activation",
-    "const alpha blending activation",
+    "{blend} alpha blending activation",
     "leaky relu mlp activation",
     "{loss} loss",
 ])
 # the line kpn-t adds for weights that need the noise profile (kpn reads it back)
 FEAT_TEXT = "noise-normalised features"
 LOSS_NAMES = {0: "SMAPE", 1: "L2", 2: "L1"}
-APPLY_NAMES = {0: "plain", 1: "softmax"}
+APPLY_NAMES = {0: "plain", 1: "softmax", 2: "softmax"}  # 2: softmax taps, sigmoid blend
 
 
 LEVELS_TEXT = "{} pyramid levels"
@@ -53,6 +53,7 @@ def lut_text(apply: int, loss: int, feat: int, levels: int) -> str:
     """The .lut's trailing text: vkdt's description, then what kpn must match (levels, and
     the noise-normalised features when used)."""
     text = LUT_TEXT.format(apply=APPLY_NAMES.get(apply, "plain"),
+                           blend="sigmoid" if apply == 2 else "const",
                            loss=LOSS_NAMES.get(loss, "SMAPE"))
     return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else []))
 

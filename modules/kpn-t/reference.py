@@ -321,13 +321,20 @@ def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
         I = np.einsum("nk,knc->nc", w, taps) / np.maximum(S, S_FLOOR)[:, None]
     elif mode == "softmax":
         I = np.einsum("nk,knc->nc", softmax_weights(K), taps)
+    elif mode == "blend":  # softmax taps times the band's gain sigmoid(K_15)
+        I = np.einsum("nk,knc->nc", softmax_weights(K), taps) * blend_gain(K)[:, None]
     else:
-        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax)")
+        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax, blend)")
     return I.reshape(H, W, 3)
 
 
+def blend_gain(K: np.ndarray) -> np.ndarray:
+    """(N,): beta = sigmoid(K_15), the per-pixel gain of the filtered band (apply 2)."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(K, dtype=np.float64)[:, N_TAPS]))
+
+
 def apply_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
-    """dE/dK (N, 16) for the upstream dE/dI (H, W, 3); column 15 is always 0."""
+    """dE/dK (N, 16) for the upstream dE/dI (H, W, 3); column 15 is 0 but for "blend"."""
     D = np.asarray(D, dtype=np.float64)
     H, W = D.shape[:2]
     taps = gather_taps(D)
@@ -346,8 +353,14 @@ def apply_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray, mode: str = "pl
     elif mode == "softmax":
         s = softmax_weights(K)
         dK[:, :N_TAPS] = s * np.einsum("nc,knc->nk", g, taps - I[None])
+    elif mode == "blend":  # I = beta F, F = sum s_k D_k
+        s = softmax_weights(K)
+        beta = blend_gain(K)
+        F = np.einsum("nk,knc->nc", s, taps)
+        dK[:, :N_TAPS] = beta[:, None] * s * np.einsum("nc,knc->nk", g, taps - F[None])
+        dK[:, N_TAPS] = np.einsum("nc,nc->n", g, F) * beta * (1.0 - beta)
     else:
-        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax)")
+        raise ValueError(f"unknown apply mode {mode!r} (plain, softmax, blend)")
     return dK
 
 

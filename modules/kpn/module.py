@@ -40,6 +40,9 @@ def weights_text(module) -> str | None:
     return src[0].data.get("lut_text") if src is not None else None
 
 
+_APPLY_WORDS = {0: "plain taps", 1: "softmax taps", 2: "softmax taps and a sigmoid band gain"}
+
+
 def variant(module) -> tuple[int, int]:
     """(apply, feat) the weights were trained with: from the .lut's text where it says (kpn-t
     writes it), else kpn's `apply` and vkdt's features. A `apply` param that contradicts the
@@ -49,12 +52,15 @@ def variant(module) -> tuple[int, int]:
     if text is None:
         return apply, 0
     feat = int(_kpn_t().FEAT_TEXT in text)
-    said = {v: k for k, v in _kpn_t().APPLY_NAMES.items()}
-    for name, value in said.items():
-        if f"{name} kernel weight activation" in text and value != apply:
-            raise GraphError(f"{module}: the weights were trained with {name} taps (apply "
-                             f"{value}, says the .lut's text) but apply is {apply}; set "
-                             f"param:{module.name}:{module.inst}:apply:{value}")
+    trained = None
+    if "softmax kernel weight activation" in text:
+        trained = 2 if "sigmoid alpha blending activation" in text else 1
+    elif "plain kernel weight activation" in text:
+        trained = 0
+    if trained is not None and trained != apply:
+        raise GraphError(f"{module}: the weights were trained with apply {trained} "
+                         f"({_APPLY_WORDS[trained]}, says the .lut's text) but apply is "
+                         f"{apply}; set param:{module.name}:{module.inst}:apply:{trained}")
     levels = int(module.param("levels"))
     for line in text.splitlines():
         words = line.split()

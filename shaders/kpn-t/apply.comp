@@ -7,6 +7,8 @@
 #include "kpn.glsl"
 // I(p) = sum_k w_k D(p + T_k) / max(S, 0.001), S = sum_k w_k   (plain, mode 0)
 // I(p) = sum_k softmax(K)_k D(p + T_k)                          (softmax, mode 1)
+// I(p) = sigmoid(K_15) sum_k softmax(K)_k D(p + T_k)             (blend, mode 2: the band's
+//        gain beta = sigmoid(K_15) lets the network remove a band where it is only noise)
 // PRECISE (plain mode, gradient check): K, the sums and I in float64 (Kd in, Id out).
 layout(push_constant) uniform Push { int mode; } push;
 IMG_IN(0, detail)
@@ -42,11 +44,12 @@ void main() {
 #endif
   float wk[N_TAPS];
   float S = 0.0;
-  if (push.mode == 1) {
+  if (push.mode >= 1) {
     float mx = -1e30;
     for (int k = 0; k < N_TAPS; k++) mx = max(mx, K[i * N_OUT + k]);
     for (int k = 0; k < N_TAPS; k++) { wk[k] = exp(K[i * N_OUT + k] - mx); S += wk[k]; }
-    for (int k = 0; k < N_TAPS; k++) wk[k] /= S;
+    float gain = push.mode == 2 ? sigmoid(K[i * N_OUT + N_TAPS]) : 1.0;
+    for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
     S = 1.0;
   } else {
     for (int k = 0; k < N_TAPS; k++) {

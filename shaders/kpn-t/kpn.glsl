@@ -17,6 +17,8 @@ const ivec2 taps[N_TAPS] = ivec2[](
   ivec2(-2, 1), ivec2(-1, 1), ivec2(0, 1), ivec2(1, 1), ivec2(2, 1),
   ivec2(0, 2));
 
+float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
+
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
 // MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
