@@ -12,9 +12,9 @@ import logging
 import math
 from pathlib import Path
 
-from .errors import GraphError, closest
+from .errors import GraphError, clip, closest
 from .graph import Graph
-from .module import ModuleInstance, Param, check_name
+from .module import INT32, ModuleInstance, Param, check_name
 from .registry import Registry
 
 # vkdt spells the easing of a keyframe with the capitalisation of the command
@@ -23,6 +23,8 @@ KEYFRAME_COMMANDS = {"keyframe": "linear", "keyframE": "ease-out", "Keyframe": "
 EASING_COMMANDS = {mode: cmd for cmd, mode in KEYFRAME_COMMANDS.items()}
 
 log = logging.getLogger(__name__)
+
+MAX_FRAMES = INT32[1]
 
 
 class _Skippable(GraphError):
@@ -102,20 +104,22 @@ def _number(token: str, what: str, where: str | None) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise GraphError(f"bad {what} value '{token}' (a number)", where=where)
+        raise GraphError(f"bad {what} value '{clip(token, 40)}' (a number)", where=where)
     return value
 
 
 # -- commands ------------------------------------------------------------------------------
 
 def _frames(graph: Graph, cmd: str, fields: list[str], where: str | None) -> None:
+    """The frame index reaches the kernels as a GLSL int, so frames stay below 2^31."""
     _arity(cmd, fields, 1, 1, "N", where)
     try:
         frames = int(fields[0])
     except ValueError:
         frames = -1
-    if frames < 0:
-        raise GraphError(f"bad frames value '{fields[0]}' (an integer >= 0)", where=where)
+    if not 0 <= frames <= MAX_FRAMES:
+        raise GraphError(f"bad frames value '{clip(fields[0], 40)}' (an integer 0.."
+                         f"{MAX_FRAMES})", where=where)
     graph.frames = frames
 
 

@@ -269,7 +269,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
 
 
 def create_nodes(graph, module):
-    levels = max(1, min(12, int(module.param("levels"))))
+    levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     # adam first: every forward reads this frame's weights
     adam = graph.add_node(module, "adam", (NW, 1), [
