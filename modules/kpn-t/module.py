@@ -280,7 +280,12 @@ def create_nodes(graph, module):
         shader="kpn-t", local=(256, 1, 1),
         push=[1 if module.connector("wcp").source is not None else 0])
     adam.connector("wcp").flags |= OPTIONAL
-    if module.connector("wcp").source is not None:
+    wcp = module.connector("wcp")
+    if wcp.source is not None:
+        if wcp.roi.wd * wcp.roi.ht != NW:  # adam would read past it, or stop short
+            raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
+                             f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
+                             f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
         graph.bind(module, "wcp", adam, "wcp")
     graph.bind(module, "w", adam, "w16")
     n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"))
