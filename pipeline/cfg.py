@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from .errors import GraphError, clip, closest
+from .formats import read_bounded
 from .graph import Graph
 from .module import INT32, ModuleInstance, Param, check_name
 from .registry import Registry
@@ -25,6 +26,7 @@ EASING_COMMANDS = {mode: cmd for cmd, mode in KEYFRAME_COMMANDS.items()}
 log = logging.getLogger(__name__)
 
 MAX_FRAMES = INT32[1]
+CFG_MAX = 16 << 20  # bytes: a graph file is a few hundred lines
 
 
 class _Skippable(GraphError):
@@ -35,9 +37,7 @@ def read_cfg(path: str | Path, graph: Graph | None = None, registry: Registry | 
              lenient: bool = False) -> Graph:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise GraphError(f"cannot read graph file: {e.strerror or e}", where=str(path)) from None
+        text = read_bounded(path, CFG_MAX, "graph file").decode()
     except UnicodeDecodeError:
         raise GraphError("graph file is not UTF-8 text", where=str(path)) from None
     if graph is None:

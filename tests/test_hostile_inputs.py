@@ -97,3 +97,115 @@ def test_ssbo_of_another_format_from_a_kernel_is_refused(device, tmp_path):
     with pytest.raises(GraphError, match="input 'w' of eat16:01 reads f16 values, but "
                                          "gen:01:out delivers f32"):
         Build(g, device)
+
+
+# ------------------------------------------------------------------------------------------
+# bounded reads: regular files only, sizes from the header checked before reading
+
+IO_GRAPH = """module:{src}:main
+module:o-pfm:main
+connect:{src}:main:output:o-pfm:main:input
+param:{src}:main:filename:{name}
+param:o-pfm:main:filename:out
+"""
+
+
+def one_error(res) -> str:
+    rc, out, err = res
+    assert rc == 2, f"exit {rc}\n{out}\n{err}"
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("vkgraph: error: ") and "Traceback" not in err, err
+    assert len(lines[-1]) < 600, lines[-1]
+    return lines[-1]
+
+
+@pytest.mark.parametrize("src", ["i-lut", "i-img", "i-pfm"])
+def test_dev_zero_as_input_file_fails_fast(tmp_path, src):
+    """It was read without bound (6 GB in 6 s), deaf to Ctrl-C."""
+    from conftest import vkgraph
+
+    (tmp_path / "g.cfg").write_text(IO_GRAPH.format(src=src, name="/dev/zero"))
+    line = one_error(vkgraph(tmp_path, "-g", "g.cfg", limit_s=30))
+    assert "/dev/zero: cannot read file: it is a device, pipe or socket" in line
+
+
+def test_dev_zero_fifo_and_folder_as_cfg(tmp_path):
+    import os
+
+    from conftest import vkgraph
+
+    assert "cannot read graph file: it is a device" in one_error(
+        vkgraph(tmp_path, "-g", "/dev/zero", limit_s=30))
+    os.mkfifo(tmp_path / "pipe.cfg")  # no writer: opening it for reading would block
+    assert "it is a device, pipe" in one_error(vkgraph(tmp_path, "-g", "pipe.cfg", limit_s=30))
+    (tmp_path / "dir.cfg").mkdir()
+    assert "it is a folder" in one_error(vkgraph(tmp_path, "-g", "dir.cfg", limit_s=30))
+
+
+def test_resume_from_a_folder_says_so(tmp_path):
+    from conftest import vkgraph
+
+    (tmp_path / "g.cfg").write_text("module:exposure:01\n")
+    line = one_error(vkgraph(tmp_path, "-g", "g.cfg", "--resume", str(tmp_path)))
+    assert "is a folder, not a checkpoint file" in line
+
+
+def png_declaring(wd: int, ht: int) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", wd, ht, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b""))
+
+
+def test_png_bombs_name_their_cause(tmp_path):
+    """A PNG declaring 10^10 pixels said 'An unknown error occurred while initializing
+    plugin pillow'."""
+    from pipeline.formats import read_image
+
+    (tmp_path / "huge.png").write_bytes(png_declaring(100000, 100000))
+    with pytest.raises(GraphError, match="the header declares 100000x100000 pixels "
+                                         r"\(160000000000 bytes of data\), more than vkgraph"):
+        read_image(tmp_path / "huge.png")
+    # under vkgraph's cap, over Pillow's: its guard is named
+    (tmp_path / "big.png").write_bytes(png_declaring(15000, 15000))
+    with pytest.raises(GraphError, match="exceeds limit .* decompression bombs"):
+        read_image(tmp_path / "big.png")
+
+
+def test_huge_declared_lut_and_pfm_are_refused_before_reading(tmp_path, monkeypatch):
+    from pipeline import formats as F
+
+    monkeypatch.setattr(F, "READ_MAX", 1000)
+    F.write_lut(tmp_path / "w.lut", np.zeros(64 * 8, np.float32), 1, "f32", 64, 8, ssbo=True)
+    with pytest.raises(GraphError, match="declares 64x8x1 elements .2048 bytes of data"):
+        F.read_lut(tmp_path / "w.lut")
+    F.write_pfm(tmp_path / "x.pfm", np.zeros((10, 10, 3), np.float32))
+    with pytest.raises(GraphError, match="declares 10x10 pixels .1200 bytes"):
+        F.read_pfm(tmp_path / "x.pfm")
+
+
+def test_lut_text_is_bounded(tmp_path):
+    from pipeline import formats as F
+
+    F.write_lut(tmp_path / "w.lut", np.zeros(4, np.float16), 1, "f16", 4, 1,
+                text="x" * (F.LUT_TEXT_MAX + 10))
+    with pytest.raises(GraphError, match="byte 24: expected at most 1048576 bytes of text"):
+        F.read_lut(tmp_path / "w.lut")
+
+
+def test_exr_nan_names_the_pixel_not_a_byte_past_the_end(tmp_path):
+    from pipeline import formats as F
+
+    img = np.ones((6, 5, 3), np.float32)
+    img[4, 3, 1] = np.nan
+    F.write_exr(tmp_path / "n.exr", img)
+    with pytest.raises(GraphError) as e:
+        F.read_exr(tmp_path / "n.exr", finite=True)
+    line = e.value.line()
+    assert "expected finite values, found nan at x=3 y=4 channel 1" in line
+    assert "byte" not in line
