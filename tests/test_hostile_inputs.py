@@ -209,3 +209,92 @@ def test_exr_nan_names_the_pixel_not_a_byte_past_the_end(tmp_path):
     line = e.value.line()
     assert "expected finite values, found nan at x=3 y=4 channel 1" in line
     assert "byte" not in line
+
+
+# ------------------------------------------------------------------------------------------
+# the command line
+
+
+def test_closed_stdout_ends_quietly():
+    """`vkgraph modules | head -1` was an internal error (BrokenPipeError)."""
+    import subprocess
+
+    from conftest import VKGRAPH, vkgraph_env
+
+    res = subprocess.run(f"{' '.join(VKGRAPH)} modules | head -c 10; exit ${{PIPESTATUS[0]}}",
+                         shell=True, executable="/bin/bash", env=vkgraph_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert len(res.stdout) == 10
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["cli", "-g", "g.cfg", "--frames", "-5"], "cli: argument --frames: expected an integer "
+                                               "1..2147483647, got '-5'"),
+    (["cli", "-g", "g.cfg", "--frames", "3000000000"], "argument --frames: expected"),
+    (["cli", "-g", "g.cfg", "--config", "frames:3000000000"],
+     "--config 1: bad frames value '3000000000' (an integer 0..2147483647)"),
+    (["gradcheck", "-g", "g.cfg", "--eps", "-1"], "gradcheck: argument --eps: expected a "
+                                                  "number > 0, got '-1'"),
+    (["gradcheck", "-g", "g.cfg", "--eps", "nan"], "expected a number > 0"),
+    (["gradcheck", "-g", "g.cfg", "--count", "0"], "argument --count: expected an integer"),
+    (["gui", "-g", "g.cfg", "--exit-after", "0"], "argument --exit-after"),
+    (["cli"], "vkgraph: error: cli: the following arguments are required: -g/--graph"),
+])
+def test_bad_arguments_are_one_clean_line(tmp_path, capsys, args, needle):
+    from cli.main import main
+
+    (tmp_path / "g.cfg").write_text("module:exposure:01\n")
+    import os
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        rc = main(args)
+    finally:
+        os.chdir(old)
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "vkgraph: error: vkgraph" not in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_huge_name_is_clipped_in_the_message(tmp_path):
+    from conftest import vkgraph
+
+    (tmp_path / "g.cfg").write_text(f"module:exposure:{'x' * 100000}\n")
+    line = one_error(vkgraph(tmp_path, "-g", "g.cfg"))
+    assert "instance name 'xxxx" in line and "more characters" in line and len(line) < 400
+
+
+def test_gradcheck_samples_exactly_count():
+    """--count 64 on 7 layers checked 63 (64 // 7 from each)."""
+    from cli.gradcheck import sample
+
+    used = np.zeros(7 * 4096, bool)
+    used[: 6 * 4096] = True
+    used[6 * 4096: 6 * 4096 + 16 * 64] = True  # kpn-t: the last matrix has 16 rows
+    for count in (7, 14, 64, 100):
+        idx = sample(used, 7, count, seed=1)
+        assert idx.size == count == np.unique(idx).size and used[idx].all()
+    tiny = np.zeros(7 * 16, bool)
+    tiny[:3] = tiny[16:32] = True  # a layer with fewer used weights than its share
+    assert sample(tiny, 7, 10, seed=1).size == 10
+    assert sample(tiny, 7, 500, seed=1).size == 19  # all of them
+
+
+def test_gradcheck_stops_at_a_signal():
+    from cli.gradcheck import run_differences
+
+    class Probe:
+        def __init__(self):
+            self.w = np.zeros(8, np.float32)
+
+        def set(self, j, v):
+            self.w[j] = v
+
+        def forward_loss(self):
+            return float(np.sum(self.w.astype(np.float64) ** 2))
+
+    calls = iter(range(100))
+    numeric, kinks = run_differences(Probe(), np.ones(8, np.float32), np.arange(8), 1e-3, 0.0,
+                                     stop=lambda: next(calls) >= 2)
+    assert numeric.size == kinks.size == 3 and np.allclose(numeric, 2.0, rtol=1e-3)
