@@ -1,6 +1,6 @@
 """vkdt's `.cfg` graph files: one `command:field:field...` per line.
 
-Reading differs from vkdt on purpose (vkdt-study D16): every line is processed, including a
+Reading differs from vkdt on purpose: every line is processed, including a
 last line without a newline, empty lines are skipped instead of repeating the line before,
 and a bad line is an error naming `file:line` instead of a log message. `lenient` turns the
 lines vkdt itself would skip (unknown commands, modules and params) into warnings.

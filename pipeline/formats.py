@@ -9,7 +9,7 @@ or a folder is refused before a byte is read), check the data size a header decl
 against the file and against READ_MAX before reading the data, and read in chunks, so a
 long read stays interruptible.
 
-PFM as vkdt reads and writes it (`reference/vkdt-study.md` §7.1/7.2):
+PFM as vkdt reads and writes it:
 
 * header `PF` (rgb) or `Pf` (grey), width, height and a scale, separated by any whitespace;
   exactly one whitespace character (or `\\r\\n`) ends the header and the data follows;

@@ -334,8 +334,8 @@ class Graph:
 
     def apply_keyframes(self, frame: int) -> None:
         """Set every keyframed param to its value at `frame`. Each (param, element range) is
-        animated on its own; values are stored for their range (vkdt's beg > 0 bug, D17,
-        is not reproduced)."""
+        animated on its own; values are stored for their range (vkdt stores the values of a
+        range with beg > 0 from the wrong offset; that is not reproduced)."""
         for module in self.modules.values():
             tracks: dict[tuple[str, int, int], list] = {}
             for k in module.keyframes:

@@ -314,7 +314,7 @@ class Build(NodeGraph):
 
     # -- frames
     def _frame_hooks(self) -> None:
-        """Per-frame work lists, looked up once (host time per frame matters, SPEC §9)."""
+        """Per-frame work lists, looked up once (host time per frame matters: bench/overhead.py)."""
         self._commit = [(m, m.cls.hook("commit_params")) for m in self.active
                         if m.cls.hook("commit_params")]
         self._after = [(m, m.cls.hook("after_frame")) for m in self.active

@@ -10,6 +10,7 @@ from test_kpn_infer import run_output, trained  # noqa: F401 (a fixture)
 
 from pipeline.errors import GraphError
 from pipeline.formats import read_lut, write_lut
+from pipeline.graph import Graph
 
 # ------------------------------------------------------------------------------------------
 # data meets a connector: kpn's `w`, kpn-t's `wcp`
@@ -298,3 +299,40 @@ def test_gradcheck_stops_at_a_signal():
     numeric, kinks = run_differences(Probe(), np.ones(8, np.float32), np.arange(8), 1e-3, 0.0,
                                      stop=lambda: next(calls) >= 2)
     assert numeric.size == kinks.size == 3 and np.allclose(numeric, 2.0, rtol=1e-3)
+
+
+# ------------------------------------------------------------------------------------------
+# the docs
+
+
+def test_readme_graph_block_is_train_kpn_cfg():
+    """The README's annotated graph works when pasted: it is graphs/train-kpn.cfg (its
+    trailing '# ...' notes were part of the values, and i-pfm:ref had no file)."""
+    from pathlib import Path
+
+    from pipeline.cfg import apply_line, read_cfg, write_cfg
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    block = text.split("## A graph, line by line", 1)[1].split("```\n", 2)[1]
+    g = Graph()
+    for n, line in enumerate(block.splitlines(), 1):
+        apply_line(g, line, f"README:{n}")
+    assert write_cfg(g) == write_cfg(read_cfg(root / "graphs" / "train-kpn.cfg"))
+
+
+def test_train_kpn_header_command_writes_a_png():
+    """The header's `--output hist --format o-png` gave hist a jpg (the format applies to
+    the slot the next --output closes)."""
+    from pathlib import Path
+
+    from cli.main import output_slots
+
+    root = Path(__file__).resolve().parent.parent
+    lines = [ln for ln in (root / "graphs" / "train-kpn.cfg").read_text().splitlines()
+             if ln.startswith("#   vkgraph cli") and "hist" in ln]
+    assert lines
+    for line in lines:
+        slots = output_slots(line.split()[1:])
+        hist = next(s for s in slots if s["inst"] == "hist")
+        assert hist.get("format") == "o-png", line

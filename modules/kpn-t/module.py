@@ -1,4 +1,4 @@
-"""kpn-t: trains the kernel-predicting MLP denoiser frame by frame (SPEC §5, README.md here).
+"""kpn-t: trains the kernel-predicting MLP denoiser frame by frame (README.md here has the maths).
 
 Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
   forward   sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
