@@ -1,7 +1,7 @@
 """Image fit (graphs/fit-image.cfg) at a large batch: ms per training step of vkgraph's mlp-t
 against the same network and training in PyTorch (eager, eager + CUDA graph, torch.compile)
 and JAX (jax.jit) in the same run, and the PSNR of the fitted image after the same number of
-steps. SPEC §9 target: <= 0.1 ms/step at batch 2^18 on an H100.
+steps. Target: <= 0.1 ms/step at batch 2^18 on an H100.
 
 The network and training are fit-image.cfg's (modules/mlp-t/README.md): uv in [0,1)^2 ->
 frequency encoding sin/cos(pi 2^k u), sin/cos(pi 2^k v), k = 0..2 (12 inputs, mlp-t's order)
@@ -401,7 +401,7 @@ def main() -> None:
         ratio = f"{r.ms / vk.ms:.2f}" if r.ms is not None and vk.ms else "-"
         ps = f"{r.psnr:.2f}" if r.psnr is not None else "-"
         print(f"| {r.name} | {ms} | {ratio} | {ps} | {r.note} |")
-    print("SPEC §9 target for vkgraph: <= 0.1 ms/step at batch 2^18 (H100); ÷ vkgraph < 1: "
+    print("target for vkgraph: <= 0.1 ms/step at batch 2^18 (H100); ÷ vkgraph < 1: "
           "faster than vkgraph")
 
 

@@ -1,4 +1,4 @@
-"""kpn-t training frame time (SPEC §9): vkgraph's MLP kernel variants against the same maths in
+"""kpn-t training frame time: vkgraph's MLP kernel variants against the same maths in
 PyTorch on the same GPU, in the same run.
 
 Per input size (full image, 4 levels, default params: smape loss, plain filter, Adam):
@@ -11,7 +11,7 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is wall time per frame (submit to fence) over --frames frames after 3 warm-up frames;
 Mpx/s = input pixels / time; "x eager" and "x compile" = PyTorch's time / ours; "roofline" =
-the time the design's roofline allows / measured time, with SPEC §9's figures: 0.19 MFLOP per
+the time the design's roofline allows / measured time, with these figures: 0.19 MFLOP per
 input pixel (useful work, 4 levels) at the fp16 dense tensor peak, and per input pixel 5.5 KB of
 memory traffic (stored f16 activations) or 0.4 KB (fused), at the memory bandwidth; the
 larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s and 3.35 TB/s, H100
@@ -48,7 +48,7 @@ from pipeline.runner import Build  # noqa: E402
 from pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
-FLOP_PER_PX = 0.19e6  # SPEC §9: forward + backward + weight gradient, 4 levels, per input px
+FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px
 BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3, "portable": 11e3}  # fp32 stores: twice f16
 VARIANT_ENV = {"fused": {"VKGRAPH_KPN_MLP": "fused"}, "coopmat": {"VKGRAPH_KPN_MLP": "coopmat"},
                "portable": {"VKGRAPH_PORTABLE": "1"}}
@@ -146,7 +146,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict
                 os.environ[k] = v
 
 
-# -- the same maths in PyTorch (SPEC §5), bf16 autocast for the MLP -----------------------
+# -- the same maths in PyTorch (modules/kpn-t/README.md), bf16 autocast for the MLP ------
 
 TAPS = [(0, -2), (-2, -1), (-1, -1), (0, -1), (1, -1), (2, -1), (-1, 0), (0, 0), (1, 0),
         (-2, 1), (-1, 1), (0, 1), (1, 1), (2, 1), (0, 2)]
@@ -155,7 +155,8 @@ TAPS = [(0, -2), (-2, -1), (-1, -1), (0, -1), (1, -1), (2, -1), (-1, 0), (0, 0),
 class TorchKpn:
     """Pyramid (binomial Sub, U), features (|D| luminance, 8x8 window), 7-layer MLP (leaky
     ReLU 0.001), plain 15-tap filter with vkdt's tap replacement, reconstruction, smape loss
-    (mean over pixels), autograd, Adam with global-norm clipping and L2 (SPEC §5)."""
+    (mean over pixels), autograd, Adam with global-norm clipping and L2
+    (modules/kpn-t/README.md)."""
 
     def __init__(self, torch, size: int, W: np.ndarray, compiled: bool):
         self.t = torch

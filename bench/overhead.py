@@ -1,4 +1,4 @@
-"""Host time per frame of a trivial graph (record once, submit many): SPEC §9 target
+"""Host time per frame of a trivial graph (record once, submit many): target
 <= 50 us per frame on the GPU.
 
 A 64x64 image through one `exposure` node, 1000 frames, no downloads. Per frame: wall time,

@@ -1,4 +1,4 @@
-"""`vkgraph gradcheck`: the module's analytic dE/dw against central differences (SPEC §6).
+"""`vkgraph gradcheck`: the module's analytic dE/dw against central differences.
 
 The differences are taken of the module's PRECISE forward variant (kpn-t param `precise`):
 the same kernels with float64 activations and sums, because the fp32 forward's rounding
@@ -56,13 +56,22 @@ def pick_module(graph, name: str | None):
 
 
 def sample(used: np.ndarray, layers: int, count: int, seed: int) -> np.ndarray:
-    """A seeded sample of used weight indices, the same number from every layer."""
+    """A seeded sample of `count` used weight indices (all of them when fewer are used),
+    stratified by layer: count // layers from each, the remainder one each from the first
+    layers, and what a small layer cannot give taken from the others."""
     rng = np.random.default_rng(seed)
     size = used.size // layers
     per_layer = [np.flatnonzero(used[l * size:(l + 1) * size]) + l * size for l in range(layers)]
-    k = max(1, count // layers)
-    picks = [rng.choice(idx, size=min(k, idx.size), replace=False) for idx in per_layer
-             if idx.size]
+    per_layer = [idx for idx in per_layer if idx.size]
+    count = min(count, sum(idx.size for idx in per_layer))
+    base, extra = divmod(count, len(per_layer))
+    want = [min(base + (i < extra), idx.size) for i, idx in enumerate(per_layer)]
+    while sum(want) < count:  # a layer smaller than its share: the others give more
+        for i, idx in enumerate(per_layer):
+            if sum(want) < count and want[i] < idx.size:
+                want[i] += 1
+    picks = [rng.choice(idx, size=k, replace=False) for idx, k in zip(per_layer, want,
+                                                                      strict=True)]
     return np.sort(np.concatenate(picks))
 
 
@@ -96,7 +105,7 @@ def cmd_gradcheck(args) -> int:
     from pipeline.runner import Build
     from pipeline.vk import Device
 
-    from .main import load_graph
+    from .main import StopSignals, load_graph
 
     graph, apply_config = load_graph(args)
     apply_config()
@@ -127,16 +136,29 @@ def cmd_gradcheck(args) -> int:
         if probe.forward_loss() != E0:
             raise RuntimeFailure("the forward alone gives another loss than the whole frame")
         idx = np.flatnonzero(used) if args.all else sample(used, layers, args.count, args.seed)
+        if not args.all and idx.size < args.count:
+            log.info("gradcheck: --count %d, but %s uses only %d weights: checking those",
+                     args.count, module, idx.size)
         eps = args.eps if args.eps is not None else 1e-5
         # loss noise of the forward that is differenced: float64 (precise) or fp32
         noise = (1e-13 if int(module.values.get("precise", [0])[0]) else 3e-8) * max(E0, 1e-3)
-        numeric, kinks = run_differences(probe, w0, idx, eps, noise)
+        with StopSignals() as stop:
+            numeric, kinks = run_differences(probe, w0, idx, eps, noise, stop)
+        done = numeric.size
+        if done < idx.size:  # Ctrl-C/SIGTERM: report the weights checked so far
+            if done and (~kinks).any():
+                report(idx[:done], analytic, numeric, kinks, width, eps, E0, args)
+            print(f"vkgraph: interrupted after {done} of {idx.size} weights", file=sys.stderr)
+            return 130
         return report(idx, analytic, numeric, kinks, width, eps, E0, args)
     finally:
         device.close()
 
 
-def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, noise: float):
+def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, noise: float,
+                    stop=None):
+    """Numeric derivatives and kink flags of the weights idx; stop() -> True (a signal
+    arrived) ends early: the arrays then cover the weights done."""
     numeric = np.zeros(idx.size)
     kinks = np.zeros(idx.size, bool)
     bar = None
@@ -163,9 +185,12 @@ def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, n
         kinks[k] = abs(n1 - n2) > 0.05 * max(abs(n1), abs(n2)) + noise / eps
         if bar is not None:
             bar.update(1)
+        if stop is not None and stop():
+            numeric, kinks = numeric[:k + 1], kinks[:k + 1]
+            break
     if bar is not None:
         bar.close()
-    log.info("gradcheck: %d weights, %.1f s", idx.size, time.perf_counter() - t0)
+    log.info("gradcheck: %d weights, %.1f s", numeric.size, time.perf_counter() - t0)
     return numeric, kinks
 
 
@@ -189,8 +214,8 @@ def report(idx, analytic_all, numeric, kinks, width, eps, E0, args) -> int:
     med, mx = float(np.median(r)), float(r.max())
     frac = float(np.mean(r <= TAIL_BOUND))
     passed = med <= MEDIAN_BOUND and frac >= TAIL_FRACTION
-    print(f"checked {int(ok.sum())} weights (eps {eps:g}, loss {E0:.6g}); excluded next to a "
-          f"kink: {int(kinks.sum())}")
+    print(f"checked {idx.size} weights (eps {eps:g}, loss {E0:.6g}): {int(ok.sum())} compared, "
+          f"{int(kinks.sum())} excluded next to a kink")
     print(f"max rel error {mx:.3e}, median {med:.3e}, {100 * frac:.2f}% <= {TAIL_BOUND:g}")
     print(f"{'PASS' if passed else 'FAIL'}: median <= {MEDIAN_BOUND:g} and >= "
           f"{100 * TAIL_FRACTION:g}% <= {TAIL_BOUND:g}")

@@ -7,13 +7,22 @@ stays until the window is closed.
 
 Keys: space pauses/resumes, `s` writes the file sinks now, `q`/Esc quits. Quitting (also by
 closing the window, or by `--exit-after N`: after N graph frames, counting redraws once the
-graph is paused or done) writes the file sinks. `--screenshot FILE.png` saves the last
-picture shown, read back from the swapchain image.
+graph is paused or done) writes the file sinks. Ctrl-C and SIGTERM quit the same way after
+the current frame (sinks, summary) and exit 130; a second signal stops at once.
+`--screenshot FILE.png` saves the last picture shown, read back from the swapchain image.
+
+While the graph is paused or done, the window sleeps in glfw's event wait and redraws only
+for a key, a resize or an expose; a signal wakes it through `SignalWake`. (With
+`--exit-after`, which counts redraws, it redraws every IDLE_WAIT seconds instead.)
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -22,14 +31,14 @@ import numpy as np
 
 from pipeline.errors import GraphError, RuntimeFailure
 
-from .main import load_graph, open_device
+from .main import StopSignals, load_graph, open_device
 from .progress import summaries
 
 log = logging.getLogger("vkgraph")
 
 WINDOW = (1280, 800)  # default window size, shrunk to fit the screen
 STATS_EVERY = 0.25  # seconds between calls of the modules' stats hooks (they download)
-IDLE_WAIT = 0.05  # seconds between redraws while paused or done
+IDLE_WAIT = 0.05  # seconds between redraws while paused or done, with --exit-after
 FRAME_BUDGET = 1 / 30  # seconds of graph frames between two pictures
 
 
@@ -72,13 +81,16 @@ class Window:
         self.paused = False
         self.write_now = False
         self.resized = False
+        self.dirty = False  # something to show: a key, a resize, an expose
         glfw.set_key_callback(self.handle, self._key)
         glfw.set_framebuffer_size_callback(self.handle, self._resize)
+        glfw.set_window_refresh_callback(self.handle, self._refresh)
 
     def _key(self, window, key, scancode, action, mods) -> None:
         glfw = self.glfw
         if action != glfw.PRESS:
             return
+        self.dirty = True
         if key == glfw.KEY_SPACE:
             self.paused = not self.paused
         elif key == glfw.KEY_S:
@@ -87,7 +99,10 @@ class Window:
             glfw.set_window_should_close(window, True)
 
     def _resize(self, window, wd, ht) -> None:
-        self.resized = True
+        self.resized = self.dirty = True
+
+    def _refresh(self, window) -> None:
+        self.dirty = True
 
     @property
     def closing(self) -> bool:
@@ -96,8 +111,12 @@ class Window:
     def framebuffer_size(self) -> tuple[int, int]:
         return tuple(self.glfw.get_framebuffer_size(self.handle))
 
-    def events(self, wait: float = 0.0) -> None:
-        if wait > 0:
+    def events(self, wait: float | None = 0.0) -> None:
+        """Handle pending events; wait > 0: wait up to that long for one; None: sleep until
+        one comes (glfw.post_empty_event from another thread counts)."""
+        if wait is None:
+            self.glfw.wait_events()
+        elif wait > 0:
             self.glfw.wait_events_timeout(wait)
         else:
             self.glfw.poll_events()
@@ -111,6 +130,33 @@ class Window:
     def close(self) -> None:
         self.glfw.destroy_window(self.handle)
         self.glfw.terminate()
+
+
+class SignalWake:
+    """Wakes the window's event wait when a signal arrives: Python runs a signal handler
+    only once the main thread is back from C, and glfw's wait returns only for an event.
+    The interpreter writes each signal's number to a pipe (signal.set_wakeup_fd) the moment
+    it arrives; a thread reading that pipe posts glfw's empty event. Needs Python handlers
+    for the signals (StopSignals) and the main thread."""
+
+    def __init__(self, window: Window):
+        self.glfw = window.glfw
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)
+        self.old = signal.set_wakeup_fd(self.wfd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._run, name="vkgraph-signal-wake",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while os.read(self.rfd, 64):  # b"" once close() has closed the write end
+            self.glfw.post_empty_event()
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.old)
+        os.close(self.wfd)
+        self.thread.join(timeout=5)
+        os.close(self.rfd)
 
 
 class Status:
@@ -174,39 +220,47 @@ def cmd_gui(args) -> int:
     if not any(m.name == "display" for m in graph.modules.values()):
         raise GraphError(f"{args.graph}: the graph has no display module to show (use "
                          "`vkgraph cli` for graphs that only write files)")
-    if args.exit_after is not None and args.exit_after < 1:
-        raise GraphError("--exit-after must be at least 1")
     window = Window(f"vkgraph: {Path(args.graph).name}")
-    surface = device = None
+    surface = device = wake = None
     try:
-        surface = Surface(window.handle)
-        device = open_device(args, surface)
-        build = Build(graph, device, profile=args.profile)
-        panels = panels_of(build)
-        if not panels:
-            raise GraphError("no display of the graph shows an image")
-        swapchain = Swapchain(device, surface, *window.framebuffer_size())
-        composer = Composer(build, panels)
-        log.info("gui: %s", ", ".join(f"display:{p.name} {p.wd}x{p.ht}" for p in panels))
-        done = _loop(args, window, build, swapchain, composer, OutOfDate)
-        if args.profile and done:
-            from .progress import print_profile
-            print_profile(build)
+        with StopSignals() as stop:
+            if threading.current_thread() is threading.main_thread():
+                wake = SignalWake(window)
+            surface = Surface(window.handle)
+            device = open_device(args, surface)
+            build = Build(graph, device, profile=args.profile)
+            panels = panels_of(build)
+            if not panels:
+                raise GraphError("no display of the graph shows an image")
+            swapchain = Swapchain(device, surface, *window.framebuffer_size())
+            composer = Composer(build, panels)
+            log.info("gui: %s", ", ".join(f"display:{p.name} {p.wd}x{p.ht}" for p in panels))
+            done = _loop(args, window, build, swapchain, composer, OutOfDate, stop)
+            if args.profile and done:
+                from .progress import print_profile
+                print_profile(build)
     finally:
+        if wake is not None:
+            wake.close()
         if device is not None:
             device.close()
         if surface is not None:
             surface.destroy()
         window.close()
+    if stop():
+        print(f"vkgraph: interrupted after frame {max(done - 1, 0)} of {build.frames}",
+              file=sys.stderr)
+        return 130
     return 0
 
 
-def _loop(args, window: Window, build, swapchain, composer, out_of_date) -> int:
+def _loop(args, window: Window, build, swapchain, composer, out_of_date, stop) -> int:
     """The frame loop; returns the number of graph frames that ran.
 
     Each turn runs graph frames for up to FRAME_BUDGET seconds (one at least), then shows
     the picture, so fast graphs are not slowed down to the display's rate. `--exit-after N`
-    counts graph frames and, once the graph is paused or done, redraws."""
+    counts graph frames and, once the graph is paused or done, redraws. stop() -> True (a
+    signal arrived) quits like `q`."""
     status = Status(build)
     limit = args.exit_after if args.exit_after is not None else float("inf")
     done = 0  # graph frames run
@@ -215,14 +269,14 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date) -> int:
     shot = None
     while True:
         window.events()
-        quitting = window.closing
+        quitting = window.closing or stop()
         if not quitting and not window.paused and done < build.frames and ticks < limit:
             t0 = time.perf_counter()
             while True:
                 build.run_frame(done, download=False)
                 done += 1
                 ticks += 1
-                if (done >= build.frames or ticks >= limit
+                if (done >= build.frames or ticks >= limit or stop()
                         or time.perf_counter() - t0 > FRAME_BUDGET):
                     break
             t_run += time.perf_counter() - t0
@@ -251,7 +305,7 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date) -> int:
         if last:
             break
         if window.paused or done >= build.frames or not swapchain.usable:
-            window.events(IDLE_WAIT)
+            _idle(window, stop, IDLE_WAIT if limit < float("inf") else None)
     build.seconds = t_run
     if args.screenshot:
         if shot is None:
@@ -263,6 +317,18 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date) -> int:
         for line in summaries(build):
             print(line)
     return done
+
+
+def _idle(window: Window, stop, wait: float | None) -> None:
+    """Paused or done: wait `wait` seconds, or (None) until there is something to show or to
+    do, without redrawing for events that change nothing (the mouse moving over the
+    window)."""
+    if wait is not None:
+        window.events(wait)
+        return
+    window.dirty = False
+    while not (window.dirty or window.closing or stop()):
+        window.events(None)
 
 
 def _write_sinks(build, done: int) -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from pipeline.errors import GraphError, VkgraphError
+from pipeline.errors import GraphError, VkgraphError, clip
+from pipeline.module import INT32
 
 log = logging.getLogger("vkgraph")
 
@@ -27,15 +29,43 @@ class UsageError(GraphError):
 
 class ArgParser(argparse.ArgumentParser):
     def error(self, message):  # exit status 2 with one line, as for graph errors
-        raise UsageError(f"{self.prog}: {message}")
+        # main() prints "vkgraph: error: "; name the subcommand only ("cli: ...")
+        command = self.prog.removeprefix("vkgraph").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
+def integer(lo: int, hi: int = INT32[1]):
+    """An argparse type: an integer in lo..hi (hi: what a GLSL int holds)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer {lo}..{hi}, got "
+                                             f"'{clip(text, 40)}'")
+        return value
+    return parse
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got '{clip(text, 40)}'")
+    return value
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--graph", required=True, metavar="FILE.cfg", help="graph to run")
-    p.add_argument("--frames", type=int, help="number of frames (overrides the cfg's frames)")
+    p.add_argument("--frames", type=integer(1), metavar="N",
+                   help="number of frames, at least 1 (overrides the cfg's frames)")
     p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
                    "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
-    p.add_argument("--device-id", type=int, metavar="N", help="Vulkan device by index")
+    p.add_argument("--device-id", type=integer(0), metavar="N", help="Vulkan device by index")
     p.add_argument("--lenient", action="store_true",
                    help="unknown cfg commands, modules and params are warnings, not errors")
     p.add_argument("--profile", action="store_true",
@@ -68,35 +98,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--checkpoint", metavar="FILE", help="save the state of the trainable "
                    "modules (weights, Adam moments, frame counter) to FILE (.npz) at the end, "
                    "on Ctrl-C/SIGTERM and every --checkpoint-every frames")
-    c.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+    c.add_argument("--checkpoint-every", type=integer(0), default=0, metavar="N",
                    help="also save the checkpoint after every N frames")
     c.add_argument("--resume", metavar="FILE", help="continue the run saved in checkpoint "
                    "FILE (same graph; --frames may be larger)")
 
     g = sub.add_parser("gui", help="run a graph and show its display modules in a window")
     add_run_args(g)
-    g.add_argument("--exit-after", type=int, metavar="N", help="stop after N frames")
+    g.add_argument("--exit-after", type=integer(1), metavar="N", help="stop after N frames")
     g.add_argument("--screenshot", metavar="FILE.png", help="save the window at the end")
 
     d = sub.add_parser("gradcheck", help="finite-difference check of a trainable module")
     add_run_args(d)
     d.add_argument("--module", metavar="NAME:INST", help="module to check (default: the first "
                    "trainable module)")
-    d.add_argument("--count", type=int, default=64, help="weights to check (seeded sample, "
-                   "stratified by layer)")
+    d.add_argument("--count", type=integer(1), default=64, metavar="N",
+                   help="weights to check (seeded sample, stratified by layer)")
     d.add_argument("--all", action="store_true", help="check every used weight")
-    d.add_argument("--eps", type=float, default=None, help="finite-difference step")
+    d.add_argument("--eps", type=positive, default=None, metavar="H",
+                   help="finite-difference step (> 0)")
     d.add_argument("--seed", type=int, default=1, help="seed of the weight sample")
     d.add_argument("--plain", action="store_true",
                    help="difference the plain fp32 forward instead of the double-float one "
                         "(shows fp32 rounding noise)")
-    d.add_argument("--warmup", type=int, default=0, metavar="N",
+    d.add_argument("--warmup", type=integer(0), default=0, metavar="N",
                    help="train N frames first (with the cfg's learning rate), then check")
     d.add_argument("--image", metavar="FILE.pfm", help="write a vis-style image of both")
 
     dv = sub.add_parser("devices", help="list Vulkan devices and their capabilities")
     dv.add_argument("--device", metavar="NAME", help="show which device this would pick")
-    dv.add_argument("--device-id", type=int, metavar="N")
+    dv.add_argument("--device-id", type=integer(0), metavar="N")
 
     s = sub.add_parser("shaders", help="compile shaders")
     s.add_argument("--check", action="store_true",
@@ -239,8 +270,6 @@ def cmd_cli(args, argv) -> int:
     apply_config()  # vkdt applies --config after display replacement
     if args.frames is not None:
         graph.frames = args.frames
-    if args.checkpoint_every < 0:
-        raise UsageError("--checkpoint-every: expected a number of frames >= 0")
     if args.checkpoint_every and not args.checkpoint:
         raise UsageError("--checkpoint-every needs --checkpoint FILE")
     if args.checkpoint and not Path(args.checkpoint).parent.is_dir():
@@ -337,7 +366,7 @@ def cmd_shaders(args) -> int:
     from pipeline.vk import ShaderCompileError
 
     if not args.check:
-        raise UsageError("vkgraph shaders: nothing to do (use --check)")
+        raise UsageError("shaders: nothing to do (use --check)")
     failed = 0
     n = 0
     for shader, kernel, defines in shader_variants():
@@ -363,7 +392,7 @@ def cmd_modules(args) -> int:
                           if ln.strip() and not ln.startswith("#")), "")
             print(f"{name:10s} {first[:88]}")
         return 0
-    cls = reg.get(args.name, where="vkgraph modules")
+    cls = reg.get(args.name, where="modules")
     print(f"module {cls.name} ({cls.folder})\n\nconnectors:")
     for i, c in enumerate(cls.connectors):
         opt = " (optional)" if c.name in getattr(cls, "optional", ()) else ""
@@ -371,7 +400,7 @@ def cmd_modules(args) -> int:
     print("params:")
     for p in cls.params:
         default = p.default if p.type == "string" else ":".join(str(v) for v in p.default)
-        print(f"  {p.name}:{p.type}:{p.count}:{default}")
+        print(f"  {p.name}:{p.type}:{p.count}:{default}  ({p.range_text()})")
     if cls.readme():
         print("\n" + cls.readme())
     return 0
@@ -409,6 +438,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vkgraph: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (`vkgraph modules | head -1`): it has what it
+        # wanted; point stdout at /dev/null so the final flush cannot fail again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     except Exception as e:  # noqa: BLE001 - a bug of ours: one line, not a wall of text
         if debug:
             raise

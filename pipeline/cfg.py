@@ -1,6 +1,6 @@
 """vkdt's `.cfg` graph files: one `command:field:field...` per line.
 
-Reading differs from vkdt on purpose (vkdt-study D16): every line is processed, including a
+Reading differs from vkdt on purpose: every line is processed, including a
 last line without a newline, empty lines are skipped instead of repeating the line before,
 and a bad line is an error naming `file:line` instead of a log message. `lenient` turns the
 lines vkdt itself would skip (unknown commands, modules and params) into warnings.
@@ -12,9 +12,10 @@ import logging
 import math
 from pathlib import Path
 
-from .errors import GraphError, closest
+from .errors import GraphError, clip, closest
+from .formats import read_bounded
 from .graph import Graph
-from .module import ModuleInstance, Param, check_name
+from .module import INT32, ModuleInstance, Param, check_name
 from .registry import Registry
 
 # vkdt spells the easing of a keyframe with the capitalisation of the command
@@ -23,6 +24,9 @@ KEYFRAME_COMMANDS = {"keyframe": "linear", "keyframE": "ease-out", "Keyframe": "
 EASING_COMMANDS = {mode: cmd for cmd, mode in KEYFRAME_COMMANDS.items()}
 
 log = logging.getLogger(__name__)
+
+MAX_FRAMES = INT32[1]
+CFG_MAX = 16 << 20  # bytes: a graph file is a few hundred lines
 
 
 class _Skippable(GraphError):
@@ -33,9 +37,7 @@ def read_cfg(path: str | Path, graph: Graph | None = None, registry: Registry | 
              lenient: bool = False) -> Graph:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise GraphError(f"cannot read graph file: {e.strerror or e}", where=str(path)) from None
+        text = read_bounded(path, CFG_MAX, "graph file").decode()
     except UnicodeDecodeError:
         raise GraphError("graph file is not UTF-8 text", where=str(path)) from None
     if graph is None:
@@ -102,20 +104,22 @@ def _number(token: str, what: str, where: str | None) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise GraphError(f"bad {what} value '{token}' (a number)", where=where)
+        raise GraphError(f"bad {what} value '{clip(token, 40)}' (a number)", where=where)
     return value
 
 
 # -- commands ------------------------------------------------------------------------------
 
 def _frames(graph: Graph, cmd: str, fields: list[str], where: str | None) -> None:
+    """The frame index reaches the kernels as a GLSL int, so frames stay below 2^31."""
     _arity(cmd, fields, 1, 1, "N", where)
     try:
         frames = int(fields[0])
     except ValueError:
         frames = -1
-    if frames < 0:
-        raise GraphError(f"bad frames value '{fields[0]}' (an integer >= 0)", where=where)
+    if not 0 <= frames <= MAX_FRAMES:
+        raise GraphError(f"bad frames value '{clip(fields[0], 40)}' (an integer 0.."
+                         f"{MAX_FRAMES})", where=where)
     graph.frames = frames
 
 

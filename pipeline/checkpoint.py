@@ -115,8 +115,13 @@ class Checkpoint:
     def __init__(self, path):
         self.path = Path(path)
         where = str(self.path)
-        if not self.path.is_file():
+        if self.path.is_dir():
+            raise GraphError("is a folder, not a checkpoint file", where=where)
+        if not self.path.exists():
             raise GraphError("no such checkpoint file", where=where)
+        if not self.path.is_file():
+            raise GraphError("not a regular file (a device, pipe or socket), not a checkpoint",
+                             where=where)
         try:
             with np.load(self.path, allow_pickle=False) as z:  # (a .npy array: TypeError)
                 data = {k: z[k] for k in z.files}

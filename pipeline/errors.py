@@ -8,6 +8,10 @@ Neither is ever shown with a Python traceback.
 from __future__ import annotations
 
 import difflib
+import re
+
+ECHO_MAX = 200  # characters of one echoed token (a name, a value, a path) in a message
+LINE_MAX = 2000  # characters of a whole message line
 
 
 class VkgraphError(Exception):
@@ -23,7 +27,7 @@ class VkgraphError(Exception):
         text = f"{self.where}: {self.message}" if self.where else self.message
         if self.hint:
             text += f" ({self.hint})"
-        return printable(text)
+        return shorten(printable(text))
 
 
 def printable(text: str) -> str:
@@ -33,6 +37,25 @@ def printable(text: str) -> str:
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
+
+def clip(text, limit: int = ECHO_MAX) -> str:
+    """`text` (anything, shown with str) cut to `limit` characters, saying how much is left
+    out: an echoed name or value from a hostile input must not flood the terminal."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text) - limit} more characters)"
+
+
+_LONG_TOKEN = re.compile(rf"\S{{{ECHO_MAX + 1},}}")
+
+
+def shorten(line: str) -> str:
+    """A message line with every token longer than ECHO_MAX clipped, and at most LINE_MAX
+    characters in all: the last guard for messages that echo input without clip()."""
+    line = _LONG_TOKEN.sub(lambda m: clip(m.group(0)), line)
+    return clip(line, LINE_MAX)
 
 
 class GraphError(VkgraphError):

@@ -4,9 +4,12 @@ Pure Python and numpy; modules and the CLI call these. Readers take a path and r
 (or the lut's own dtype) arrays laid out row-major, top row first, never flipped. Every bad
 input raises `GraphError` with one line naming the file, the byte offset and what was
 expected; writers go through `atomic_write`, so an interrupted or failing write leaves the
-previous file untouched.
+previous file untouched. Readers take regular files only (a device such as /dev/zero, a pipe
+or a folder is refused before a byte is read), check the data size a header declares
+against the file and against READ_MAX before reading the data, and read in chunks, so a
+long read stays interruptible.
 
-PFM as vkdt reads and writes it (`reference/vkdt-study.md` §7.1/7.2):
+PFM as vkdt reads and writes it:
 
 * header `PF` (rgb) or `Pf` (grey), width, height and a scale, separated by any whitespace;
   exactly one whitespace character (or `\\r\\n`) ends the header and the data follows;
@@ -28,6 +31,7 @@ from __future__ import annotations
 import io
 import os
 import secrets
+import stat
 import struct
 import zlib
 from collections.abc import Iterable
@@ -49,16 +53,76 @@ def _fail(path: PathLike, offset: int | None, message: str) -> GraphError:
     return GraphError(text, where=str(path))
 
 
+# The most any reader takes in: no device binds a storage buffer larger than 4 GiB (its range
+# is a 32-bit number), so a file declaring more could never run. Headers are checked against
+# it before their data is read.
+READ_MAX = 4 << 30
+_CHUNK = 16 << 20  # bytes per read(): between two, Python handles a signal (Ctrl-C)
+
+
+def open_regular(path: PathLike, what: str = "file"):
+    """(open binary file, its size) for a regular file. A folder, device (/dev/zero) or
+    pipe would be read without end or fail obscurely, so it is the user's bad path, as is a
+    missing or unreadable file: GraphError."""
+    try:  # non-blocking: opening a FIFO without a writer must not hang
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise _fail(path, None, f"cannot read {what}: {e.strerror or e}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+        raise _fail(path, None, f"cannot read {what}: it is {kind}, not a regular file")
+    return os.fdopen(fd, "rb"), st.st_size
+
+
+def _read_chunks(f, n: int) -> bytes:
+    """Up to n bytes (fewer at the end of the file), read in chunks so that a long read
+    stays interruptible."""
+    parts = []
+    while n > 0:
+        part = f.read(min(n, _CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
+
+
+def read_bounded(path: PathLike, limit: int, what: str) -> bytes:
+    """A whole regular file of at most `limit` bytes (a cfg, a list): larger is an error
+    naming `what` the file should be."""
+    f, size = open_regular(path, what)
+    with f:
+        if size > limit:
+            raise _fail(path, None, f"cannot read {what}: it is {size} bytes, more than a "
+                        f"{what} can be ({limit} at most)")
+        try:
+            return _read_chunks(f, limit + 1)[:limit]
+        except OSError as e:
+            raise _fail(path, None, f"cannot read {what}: {e.strerror or e}") from None
+
+
 def _read_bytes(path: PathLike, limit: int | None = None) -> tuple[bytes, int]:
     """The first `limit` bytes (all when None) and the file's size. A missing or unreadable
-    file is the user's bad path: GraphError."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = f.read() if limit is None else f.read(limit)
-    except OSError as e:
-        raise _fail(path, None, f"cannot read file: {e.strerror or e}") from None
+    file, or anything but a regular file, is the user's bad path: GraphError. Reading all
+    of a file larger than READ_MAX is refused before reading."""
+    f, size = open_regular(path)
+    with f:
+        if limit is None and size > READ_MAX:
+            raise _fail(path, None, f"file is {size} bytes; vkgraph reads at most {READ_MAX}")
+        try:
+            data = _read_chunks(f, size if limit is None else limit)
+        except OSError as e:
+            raise _fail(path, None, f"cannot read file: {e.strerror or e}") from None
     return data, size
+
+
+def _check_declared(path: PathLike, nbytes: int, what: str) -> None:
+    """A header's declared data size against READ_MAX, before any data is read."""
+    if nbytes > READ_MAX:
+        raise _fail(path, None, f"the header declares {what} ({nbytes} bytes of data), more "
+                    f"than vkgraph reads ({READ_MAX} bytes at most)")
 
 
 def _show(token: bytes, limit: int = 24) -> str:
@@ -68,9 +132,11 @@ def _show(token: bytes, limit: int = 24) -> str:
     return repr(text + ("..." if len(token) > limit else ""))
 
 
-def _check_finite(path: PathLike, data: np.ndarray, offset: int, itemsize: int,
+def _check_finite(path: PathLike, data: np.ndarray, offset: int | None, itemsize: int,
                   where_in: str = "pixel") -> None:
-    """Raise on the first NaN/Inf value, naming its byte offset and pixel."""
+    """Raise on the first NaN/Inf value, naming its pixel and, for data stored raw in the
+    file (offset = its first byte), its byte offset; decoded data (compressed EXR, PNG)
+    has no such offset, so offset None names the pixel only."""
     bad = ~np.isfinite(data)
     if not bad.any():
         return
@@ -81,7 +147,8 @@ def _check_finite(path: PathLike, data: np.ndarray, offset: int, itemsize: int,
         place = f"at x={x} y={y} channel {c}"
     else:
         place = f"at element {i}"
-    raise _fail(path, offset + i * itemsize, f"expected finite values, found {value} {place}")
+    raise _fail(path, None if offset is None else offset + i * itemsize,
+                f"expected finite values, found {value} {place}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -277,8 +344,10 @@ def pfm_info(path: PathLike) -> PfmInfo:
 def read_pfm(path: PathLike, finite: bool = False) -> np.ndarray:
     """float32 (ht, wd, 3) for `PF`, (ht, wd, 1) for `Pf`; rows top-down in file order.
     finite=True: NaN/Inf pixels are an error."""
-    raw, size = _read_bytes(path)
-    info = _parse_pfm_header(path, raw[:_PFM_HEAD_MAX], size)
+    head, size = _read_bytes(path, _PFM_HEAD_MAX)
+    info = _parse_pfm_header(path, head, size)  # the file holds exactly the declared data
+    _check_declared(path, info.nbytes, f"{info.wd}x{info.ht} pixels")
+    raw, _ = _read_bytes(path)
     dtype = ">f4" if info.big_endian else "<f4"
     data = np.frombuffer(raw, dtype=dtype, count=info.wd * info.ht * info.channels,
                          offset=info.offset).reshape(info.ht, info.wd, info.channels)
@@ -334,6 +403,7 @@ _LUT_HEADER = struct.Struct("<IHBBII")
 LUT_FORMATS = {0: "f16", 1: "f32", 2: "ui8"}
 _LUT_CODES = {v: k for k, v in LUT_FORMATS.items()}
 _LUT_DTYPES = {"f16": np.dtype("<f2"), "f32": np.dtype("<f4"), "ui8": np.dtype("u1")}
+LUT_TEXT_MAX = 1 << 20  # the text after the data: a few lines describing it
 
 
 @dataclass(frozen=True)
@@ -399,8 +469,13 @@ def read_lut(path: PathLike, finite: bool = False) -> tuple[np.ndarray, LutHeade
     """(data, header, text). data has shape (ht, wd, channels) in the lut's dtype (float16,
     float32 or uint8; ssbo data too). text is what follows the data, without its final
     newline, or None when nothing does. finite=True: NaN/Inf elements are an error."""
-    raw, size = _read_bytes(path)
-    info = _parse_lut_header(path, raw[:16], size)
+    head, size = _read_bytes(path, 16)
+    info = _parse_lut_header(path, head, size)
+    _check_declared(path, info.nbytes, f"{info.wd}x{info.ht}x{info.channels} elements")
+    if size - 16 - info.nbytes > LUT_TEXT_MAX:
+        raise _fail(path, 16 + info.nbytes, f"expected at most {LUT_TEXT_MAX} bytes of text "
+                    f"after the data, found {size - 16 - info.nbytes}")
+    raw, _ = _read_bytes(path)
     data = np.frombuffer(raw, dtype=info.dtype, count=info.count, offset=16)
     data = data.astype(info.dtype.newbyteorder("="))
     data = data.reshape(info.ht, info.wd, info.channels)
@@ -608,6 +683,7 @@ def read_exr(path: PathLike, finite: bool = False) -> np.ndarray:
     if wd < 1 or ht < 1:
         raise _fail(path, attrs["dataWindow"][1], f"expected a non-empty data window, "
                     f"found {wd}x{ht}")
+    _check_declared(path, wd * ht * max(len(chans), 4) * 4, f"a {wd}x{ht} data window")
     lines = _EXR_LINES[comp]
     line_bytes = sum(_EXR_TYPES[t].itemsize for _, t in chans) * wd
     nblocks = (ht + lines - 1) // lines
@@ -653,7 +729,7 @@ def read_exr(path: PathLike, finite: bool = False) -> np.ndarray:
     alpha = planes.get("A", np.ones((ht, wd), np.float32))
     image = np.stack(rgb + [alpha], axis=2)
     if finite:
-        _check_finite(path, image, 0, 4)
+        _check_finite(path, image, None, 4)
     return image
 
 
@@ -732,12 +808,27 @@ def _png16_colour(path: PathLike, raw: bytes) -> np.ndarray | None:
     return planes[0] * 256 + planes[1]
 
 
-def _reason(e: Exception) -> str:
-    """One line from a decoder's exception."""
+def _reason(e: BaseException) -> str:
+    """One line from a decoder's exception: its root cause (imageio wraps Pillow's errors,
+    e.g. its decompression-bomb guard, in "An unknown error occurred ...")."""
+    seen = {id(e)}
+    while (e.__cause__ or e.__context__) is not None and id(e.__cause__ or e.__context__) \
+            not in seen:
+        e = e.__cause__ or e.__context__
+        seen.add(id(e))
     msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
     if any(t in msg for t in ("cannot identify image", "can not handle", "find a backend")):
         return "not a PNG, JPG or other image file that imageio (Pillow) can read"
+    if type(e).__name__ == "DecompressionBombError":
+        return f"{msg} (Pillow's guard against decompression bombs)"
     return msg
+
+
+def _check_png_size(path: PathLike, raw: bytes) -> None:
+    """A PNG's declared size (IHDR) against READ_MAX as f32 rgba, before decoding."""
+    if raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) >= 24 and raw[12:16] == b"IHDR":
+        wd, ht = struct.unpack(">II", raw[16:24])
+        _check_declared(path, wd * ht * 16, f"{wd}x{ht} pixels")
 
 
 def _decode_imageio(path: PathLike, raw: bytes) -> np.ndarray:
@@ -764,6 +855,7 @@ def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     elif raw[:4] == _EXR_MAGIC:
         return read_exr(path, finite)
     else:
+        _check_png_size(path, raw)
         image = _png16_colour(path, raw)
         if image is None:
             image = _decode_imageio(path, raw)
@@ -782,7 +874,7 @@ def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     out[:, :, :3] = colour
     out[:, :, 3] = 1.0 if alpha is None else alpha
     if finite and kind == "f":
-        _check_finite(path, out, 0, 4)
+        _check_finite(path, out, None, 4)
     return out
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import GraphError, closest
+from .errors import GraphError, clip, closest
 from .module import Connector, ModuleInstance, Param, check_name
 from .registry import Registry
 
@@ -53,7 +53,7 @@ def _integer(token: int | str, what: str, where: str | None) -> int:
     try:
         return int(token)
     except (TypeError, ValueError):
-        raise GraphError(f"{what} '{token}' is not an integer", where=where) from None
+        raise GraphError(f"{what} '{clip(token, 40)}' is not an integer", where=where) from None
 
 
 class Graph:
@@ -281,9 +281,9 @@ class Graph:
         module = self.module(m, i, where)
         decl = module.param_decl(p, where)
         if decl.type == "string":
-            module.values[p] = decl.parse(fields, where)
+            module.assign(decl, decl.parse(fields, where), where)
         else:
-            module.values[p] = self._numbers(decl, fields, decl.count, where)
+            module.assign(decl, self._numbers(decl, fields, decl.count, where), where)
 
     def set_paramsub(self, m: str, i: str, p: str, beg: int | str, end: int | str,
                      fields: list[str], where: str | None = None, op: str = "set") -> None:
@@ -295,13 +295,18 @@ class Graph:
                              where=where)
         b, e = self._range(decl, beg, end, where)
         new = self._numbers(decl, fields, e - b, where)
-        old = module.values[p]
+        values = list(module.values[p])
         sign = {"set": 0, "inc": 1, "dec": -1}[op]
-        old[b:e] = new if sign == 0 else [x + sign * y for x, y in zip(old[b:e], new, strict=True)]
+        values[b:e] = new if sign == 0 else [x + sign * y for x, y in zip(values[b:e], new,
+                                                                           strict=True)]
+        module.assign(decl, values, where)
 
     def add_keyframe(self, frame: int | str, m: str, i: str, p: str, beg: int | str,
                      end: int | str, fields: list[str], mode: str = "linear",
                      where: str | None = None) -> None:
+        """A keyframe's values are checked here, when it is set; the values between two
+        keyframes lie between theirs (every easing maps [0, 1] into [0, 1]), so they are in
+        range too."""
         f = _integer(frame, "keyframe frame", where)
         if f < 0:
             raise GraphError(f"keyframe frame '{frame}' is negative", where=where)
@@ -315,6 +320,7 @@ class Graph:
         else:
             b, e = self._range(decl, beg, end, where)
             values = self._numbers(decl, fields, e - b, where)
+        decl.check(values, str(module), where)
         key = (f, p, b, e)
         # one keyframe per frame and element range: a later line replaces an earlier one;
         # the list stays sorted by frame so apply_keyframes and the writer need no sort
@@ -328,8 +334,8 @@ class Graph:
 
     def apply_keyframes(self, frame: int) -> None:
         """Set every keyframed param to its value at `frame`. Each (param, element range) is
-        animated on its own; values are stored for their range (vkdt's beg > 0 bug, D17,
-        is not reproduced)."""
+        animated on its own; values are stored for their range (vkdt stores the values of a
+        range with beg > 0 from the wrong offset; that is not reproduced)."""
         for module in self.modules.values():
             tracks: dict[tuple[str, int, int], list] = {}
             for k in module.keyframes:

@@ -5,6 +5,10 @@ A module class is declared in vkdt's line syntax:
 * `connectors`: one `name:type:chan:format` per line; line order is the connector index and
   the shader binding (set 1, binding i).
 * `params`: one `name:type:count:default[:default...]` per line (float, int or string).
+* `ranges` (optional; every shipped module has one): the values each param accepts, one
+  `name:min:max` (inclusive, `-inf`/`inf` for no bound; for every element of a multi-count
+  param) or `name:a|b|c` (the only values allowed) per line. A string param needs no line
+  (`name:*` says so explicitly). Values are checked whenever they are set (`Param.check`).
 * `optional` (optional): input connector names, one per line, that may stay unconnected.
 * `module.py` (optional): hooks `modify_roi_out`, `modify_roi_in`, `create_nodes`,
   `read_source`, `write_sink`, `commit_params`, `init`.
@@ -13,6 +17,7 @@ A module class is declared in vkdt's line syntax:
 from __future__ import annotations
 
 import importlib.util
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
-from .errors import GraphError, closest
+from .errors import GraphError, clip, closest
 
 MAX_NAME = 8
 CONNECTOR_TYPES = ("read", "write", "source", "sink", "modify")
@@ -31,6 +36,10 @@ FORMAT_BYTES = {"f16": 2, "f32": 4, "ui8": 1, "u8": 1, "ui16": 2, "u16": 2, "ui3
 FORMAT_DTYPE = {"f16": np.float16, "f32": np.float32, "ui8": np.uint8, "u8": np.uint8,
                 "ui16": np.uint16, "u16": np.uint16, "ui32": np.uint32, "u32": np.uint32,
                 "atom": np.float32}
+
+# what a param value must fit on the device: ints are GLSL `int`, floats are `float`
+INT32 = (-2**31, 2**31 - 1)
+FLT_MAX = 3.4028234663852886e38
 
 # connector flags (vkdt's names)
 CLEAR = 2
@@ -44,7 +53,7 @@ def check_name(token: str, what: str, where: str | None = None) -> str:
     if not token:
         raise GraphError(f"empty {what} name", where=where)
     if len(token.encode()) > MAX_NAME:
-        raise GraphError(f"{what} name '{token}' is longer than {MAX_NAME} characters",
+        raise GraphError(f"{what} name '{clip(token, 40)}' is longer than {MAX_NAME} characters",
                          where=where)
     return token
 
@@ -114,6 +123,12 @@ class Param:
     type: str  # float, int, string
     count: int
     default: list | str
+    # the declared range (modules/<name>/ranges): bounds for every element, or the allowed
+    # values; without a declaration only what the device type holds is checked
+    lo: float = -math.inf
+    hi: float = math.inf
+    choices: tuple | None = None
+    declared: bool = False  # the module's ranges file has a line for it
 
     def nbytes(self) -> int:
         if self.type == "string":
@@ -136,9 +151,64 @@ class Param:
                 values.append(conv(tok))
             except ValueError:
                 raise GraphError(f"param '{self.name}' expects {self.type} values, got "
-                                 f"'{tok}'", where=where) from None
+                                 f"'{clip(tok, 40)}'", where=where) from None
         values += [conv(0)] * (self.count - len(values))
         return values
+
+    def range_text(self) -> str:
+        """The accepted values, as an error message or `vkgraph modules` shows them."""
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.type == "string":
+            return f"text of at most {self.count - 1} bytes"
+        lo, hi = self.lo, self.hi
+        if self.type == "int":
+            lo, hi = max(lo, INT32[0]), min(hi, INT32[1])
+            return f"{int(lo)}..{int(hi)}"
+        return f"{_number(lo)}..{_number(hi)}"
+
+    def check(self, values: list | str, owner: str, where: str | None = None) -> None:
+        """Raise GraphError unless every value is allowed: inside the declared range or
+        choices, and representable on the device (finite float32, int32). Nothing is ever
+        clamped: a value outside is a mistake the user has to see."""
+        items = [values] if isinstance(values, str) else values
+        for value in items:
+            if self._allowed(value):
+                continue
+            shown = clip(value if isinstance(value, str) else _number(value), 40)
+            if self.choices is not None:
+                why = f"not {self.range_text()}"
+            elif self.type == "string":
+                why = f"longer than {self.count - 1} bytes"
+            elif self.type == "float" and not math.isfinite(value):
+                why = f"not a finite number (range {self.range_text()})"
+            elif self.type == "float" and abs(value) > FLT_MAX:
+                why = "beyond what a 32-bit float holds"
+            else:
+                why = f"outside its range {self.range_text()}"
+            raise GraphError(f"param '{self.name}' of {owner} is {shown}, {why}", where=where)
+
+    def _allowed(self, value) -> bool:
+        if self.type == "string" and len(value.encode()) >= self.count:
+            return False
+        if self.choices is not None:
+            return value in self.choices
+        if self.type == "string":
+            return True
+        if self.type == "int":
+            lo, hi = max(self.lo, INT32[0]), min(self.hi, INT32[1])
+        else:
+            if not math.isfinite(value) or abs(value) > FLT_MAX:
+                return False
+            lo, hi = self.lo, self.hi
+        return lo <= value <= hi
+
+
+def _number(x: float) -> str:
+    """A bound or value as a person writes it: 12, 0.5, inf, 1e+30."""
+    if isinstance(x, int) or (math.isfinite(x) and x == int(x) and abs(x) < 1e15):
+        return str(int(x))
+    return repr(float(x))
 
 
 def parse_connector_line(line: str, where: str) -> Connector:
@@ -177,6 +247,55 @@ def parse_param_line(line: str, where: str) -> Param:
     return param
 
 
+def _bound(token: str, param: Param, where: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value) or (param.type == "int" and math.isfinite(value)
+                             and value != int(value)):
+        raise GraphError(f"range bound '{clip(token, 40)}' of param '{param.name}' is not "
+                         f"{'an integer' if param.type == 'int' else 'a number'} (or -inf, "
+                         "inf)", where=where)
+    return value
+
+
+def parse_range_line(line: str, params: dict[str, Param], where: str) -> None:
+    """`name:min:max`, `name:a|b|c` or `name:*` (any value: strings); sets the Param's
+    range in place."""
+    parts = line.strip().split(":")
+    name = parts[0]
+    param = params.get(name)
+    if param is None:
+        raise GraphError(f"range for unknown param '{clip(name, 40)}'", where=where,
+                         hint=closest(name, params))
+    if param.declared:
+        raise GraphError(f"second range for param '{name}'", where=where)
+    param.declared = True
+    if len(parts) == 2 and parts[1].strip() == "*":
+        return
+    if len(parts) == 2 and parts[1].strip():
+        conv = {"int": int, "float": float, "string": str}[param.type]
+        try:
+            choices = tuple(conv(c.strip()) for c in parts[1].split("|"))
+        except ValueError:
+            raise GraphError(f"choices '{clip(parts[1], 40)}' of param '{name}' are not all "
+                             f"{param.type} values", where=where) from None
+        param.choices = choices
+    elif len(parts) == 3 and param.type != "string":
+        param.lo, param.hi = _bound(parts[1], param, where), _bound(parts[2], param, where)
+        if param.lo > param.hi:
+            raise GraphError(f"range of param '{name}' is empty: {parts[1]} > {parts[2]}",
+                             where=where)
+    else:
+        raise GraphError(f"range '{clip(line.strip(), 60)}' is not name:min:max, name:a|b|c "
+                         "or name:* (min:max is for numbers)", where=where)
+    try:
+        param.check(param.default, "its module", where)
+    except GraphError as e:
+        raise GraphError(f"the default of {e.message}", where=where) from None
+
+
 class ModuleClass:
     """What a folder in modules/ declares: connectors, params, hooks, readme."""
 
@@ -195,6 +314,12 @@ class ModuleClass:
             self.params = [parse_param_line(line, f"{param_file}:{i}")
                            for i, line in enumerate(param_file.read_text().splitlines(), 1)
                            if line.strip() and not line.startswith("#")]
+        range_file = folder / "ranges"
+        if range_file.exists():
+            by_name = {p.name: p for p in self.params}
+            for i, line in enumerate(range_file.read_text().splitlines(), 1):
+                if line.strip() and not line.lstrip().startswith("#"):
+                    parse_range_line(line, by_name, f"{range_file}:{i}")
         self.optional = self._read_optional(folder / "optional")
         self.hooks: ModuleType | None = None
         code = folder / "module.py"
@@ -293,14 +418,32 @@ class ModuleInstance:
             return value
         return value[0] if len(value) == 1 else list(value)
 
-    def set_param(self, name: str, value) -> None:
-        decl = self.param_decl(name)
+    def set_param(self, name: str, value, where: str | None = None) -> None:
+        """Set a param from Python: a scalar, a list (missing elements are 0) or a string.
+        A value outside the param's range is a GraphError, as from a cfg line."""
+        decl = self.param_decl(name, where)
         if decl.type == "string":
-            self.values[name] = str(value)
-        else:
-            vals = list(value) if isinstance(value, (list, tuple)) else [value]
-            conv = float if decl.type == "float" else int
-            self.values[name] = [conv(v) for v in vals] + [conv(0)] * (decl.count - len(vals))
+            self.assign(decl, str(value), where)
+            return
+        raw = list(value) if isinstance(value, (list, tuple)) else [value]
+        conv = float if decl.type == "float" else int
+        try:
+            vals = [conv(v) for v in raw]
+        except (TypeError, ValueError, OverflowError):
+            vals = None
+        if vals is None or (decl.type == "int" and any(
+                isinstance(v, float) and v != int(v) for v in raw)):
+            raise GraphError(f"param '{name}' of {self} expects {decl.type} values, got "
+                             f"{clip(value, 40)}", where=where)
+        self.assign(decl, vals + [conv(0)] * (decl.count - len(vals)), where)
+
+    def assign(self, decl: Param, values: list | str, where: str | None = None) -> None:
+        """The one place param values are stored: checked against the declaration first."""
+        if not isinstance(values, str) and len(values) != decl.count:
+            raise GraphError(f"param '{decl.name}' of {self} takes {decl.count} values, got "
+                             f"{len(values)}", where=where)
+        decl.check(values, str(self), where)
+        self.values[decl.name] = values
 
     def param_blob(self) -> bytes:
         """Params packed in file order, 4 bytes per number, strings padded to 4 bytes; this is

@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
+FLOAT_FORMATS = ("f16", "f32")
+
+
+def _declared(module: ModuleInstance, name: str) -> Connector:
+    return module.cls.connectors[module.connector_index(name)]
+
 
 @dataclass(eq=False)
 class Node:
@@ -166,6 +172,7 @@ class NodeGraph:
             for c, decl in zip(m.connectors, m.cls.connectors, strict=True):
                 if c.is_input and c.source is not None and not c.feedback:
                     self._copy_from_source(c, decl)
+                    self._check_format(m, c, decl)
             hook = m.cls.hook("modify_roi_out")
             if hook:
                 hook(self, m)
@@ -175,14 +182,45 @@ class NodeGraph:
                 if c.is_output and not c.roi:
                     raise GraphError(f"module {m} could not size its output '{c.name}' (is "
                                      "its input empty?)")
+            if m.cls.is_source:
+                self._convert_for_readers(m)
         for m in self.active:  # feedback readers see the writer's final size
             for c, decl in zip(m.connectors, m.cls.connectors, strict=True):
                 if c.is_input and c.source is not None and c.feedback:
                     self._copy_from_source(c, decl)
+                    self._check_format(m, c, decl)
         for m in reversed(self.active):
             hook = m.cls.hook("modify_roi_in")
             if hook:
                 hook(self, m)
+
+    def _convert_for_readers(self, m: ModuleInstance) -> None:
+        """A source's storage buffer whose file holds another float format than an active
+        reader declares (a `.lut` of f32 weights for kpn's f16 `w`): the upload converts
+        the data to the reader's format (Build._check_source refuses values that the
+        format cannot hold), instead of the reader taking f32 bytes for f16."""
+        active = {id(x) for x in self.active}
+        for c in m.connectors:
+            if not (c.is_output and c.is_ssbo and c.format in FLOAT_FORMATS):
+                continue
+            wants = {_declared(r, rc.name).format for r, rc in self.graph.readers(m, c.name)
+                     if id(r) in active}
+            wants &= set(FLOAT_FORMATS)
+            if len(wants) == 1 and c.format not in wants:
+                c.format = wants.pop()
+
+    @staticmethod
+    def _check_format(m: ModuleInstance, c: Connector, declared: Connector) -> None:
+        """A storage buffer is read as its reader declares it: its writer must deliver that
+        format (images are f32 on the device whatever they declare, so only ssbos count)."""
+        writer, wname = c.source
+        src = writer.connector(wname)
+        want = declared.format
+        if not (c.is_ssbo and src.is_ssbo) or want == "*" or src.format in ("*", want):
+            return
+        raise GraphError(f"input '{c.name}' of {m} reads {want} values, but {writer}:{wname} "
+                         f"delivers {src.format}", hint="convert the data, or connect a "
+                         f"writer of {want}")
 
     @staticmethod
     def _copy_from_source(c: Connector, declared: Connector | None = None) -> None:

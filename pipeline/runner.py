@@ -254,9 +254,28 @@ class Build(NodeGraph):
                 for buf in self.buffers[(id(node), c0.name)]:
                     self.device.oneshot().copy_now(staging, buf, data.nbytes)
 
+    @staticmethod
+    def _as_format(node: Node, c: Connector, data: np.ndarray) -> np.ndarray:
+        """A source's storage-buffer data in the connector's format; a float conversion
+        that would turn a finite value into inf (f32 weights beyond f16's 65504) is refused
+        rather than uploaded."""
+        dtype = np.dtype(FORMAT_DTYPE.get(c.format, np.float32))
+        if data.dtype == dtype:
+            return np.ascontiguousarray(data).ravel()
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.ascontiguousarray(data, dtype).ravel()
+        if dtype.kind == "f" and data.dtype.kind == "f":
+            lost = np.isfinite(data.ravel()) & ~np.isfinite(out)
+            if lost.any():
+                i = int(np.flatnonzero(lost)[0])
+                raise GraphError(f"{node.module}: element {i} of '{c.name}' is "
+                                 f"{data.ravel()[i]:g}, beyond what {c.format} holds "
+                                 f"(the reader wants {c.format})")
+        return out
+
     def _check_source(self, node: Node, c: Connector, data: np.ndarray) -> np.ndarray:
         if c.is_ssbo:
-            data = np.ascontiguousarray(data, FORMAT_DTYPE.get(c.format, np.float32)).ravel()
+            data = self._as_format(node, c, np.asarray(data))
             want = c.roi.wd * c.roi.ht
             if data.size != want:
                 raise GraphError(f"{node.module}: source gave {data.size} elements, "
@@ -295,7 +314,7 @@ class Build(NodeGraph):
 
     # -- frames
     def _frame_hooks(self) -> None:
-        """Per-frame work lists, looked up once (host time per frame matters, SPEC §9)."""
+        """Per-frame work lists, looked up once (host time per frame matters: bench/overhead.py)."""
         self._commit = [(m, m.cls.hook("commit_params")) for m in self.active
                         if m.cls.hook("commit_params")]
         self._after = [(m, m.cls.hook("after_frame")) for m in self.active

@@ -1,4 +1,4 @@
-"""cnngenin on the device against a numpy reference of vkdt's generator (vkdt-study §6).
+"""cnngenin on the device against a numpy reference of vkdt's generator.
 
 The reference draws vkdt's xorshift numbers in exact uint32 arithmetic, so tile offsets,
 flips and per-pixel seeds must agree exactly; the float maths runs in float64 and is rounded

@@ -1,4 +1,4 @@
-"""Fuzzing `vkgraph cli` (SPEC §10: bad input never crashes): random and mutated cfg text, PFM,
+"""Fuzzing `vkgraph cli` (bad input never crashes): random and mutated cfg text, PFM,
 PNG/EXR and `.lut` bytes. Every run must end in a valid run (exit 0, the output readable) or
 a clean error (exit 2, exactly one `vkgraph: error:` line), never a traceback or an internal
 error, and within a time bound.

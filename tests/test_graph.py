@@ -301,7 +301,7 @@ def test_keyframe_before_first_holds_first(graph):
 
 
 def test_keyframe_subrange_beg_above_zero(graph):
-    # vkdt D17: values of a keyframe with beg > 0 were read from the wrong offset
+    # vkdt: values of a keyframe with beg > 0 were read from the wrong offset
     blur = graph.add_module("blur", "01")
     graph.add_keyframe(0, "blur", "01", "weights", 1, 3, ["0", "10"])
     graph.add_keyframe(4, "blur", "01", "weights", 1, 3, ["4", "30"])

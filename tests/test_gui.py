@@ -237,6 +237,7 @@ def count(self, frame, download=True):
     run_frame(self, frame, download)
 
 def press(self, wait=0.0):
+    self.glfw.post_empty_event()  # an idle window sleeps until an event: this is one
     events(self, wait)
     turn["n"] += 1
     key = {2: self.glfw.KEY_SPACE, 4: self.glfw.KEY_S, 8: self.glfw.KEY_Q}.get(turn["n"])
@@ -278,3 +279,45 @@ def test_graph_error_exit_2(graph_dir):
     (graph_dir / "bad.cfg").write_text("module:exposure:01\nfrobnicate:1\n")
     res = vkgraph(["gui", "-g", "bad.cfg"], graph_dir, run_env(None))
     assert res.returncode == 2, res.stderr
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_idle_window_sleeps_and_signals_write_sinks(xdisplay, graph_dir, sig):
+    """After the last frame the window waits for events (it redrew every 50 ms: 0.8
+    CPU-seconds a second); SIGINT or SIGTERM then quits like `q`, writing the file sinks,
+    with exit 130 (it exited without writing them)."""
+    import signal
+
+    (graph_dir / "sink.pfm").unlink(missing_ok=True)
+    proc = subprocess.Popen([*VKGRAPH, "gui", "-g", "g.cfg"], cwd=graph_dir,
+                            env=vkgraph_env(run_env(xdisplay)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        t0, last, idle = time.monotonic(), None, False
+        while time.monotonic() - t0 < TIMEOUT and proc.poll() is None:
+            time.sleep(1.0)
+            now = cpu_seconds(proc.pid)
+            if last is not None and now - last < 0.1:
+                idle = True
+                break
+            last = now
+        assert idle, f"the idle window keeps using CPU ({last} s so far)"
+        before = cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        assert cpu_seconds(proc.pid) - before < 0.2
+        assert not (graph_dir / "sink.pfm").exists()
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted after frame 2 of 3" in err and "Traceback" not in err
+    assert np.allclose(read_pfm(graph_dir / "sink.pfm"), read_pfm(graph_dir / "in.pfm")
+                       * 2 ** 0.5, rtol=1e-6)

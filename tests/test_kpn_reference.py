@@ -1,4 +1,4 @@
-"""Tests of the float64 numpy reference of kpn-t (modules/kpn-t/reference.py, SPEC §5).
+"""Tests of the float64 numpy reference of kpn-t (modules/kpn-t/reference.py).
 
 Every backward is checked against central finite differences of its forward, in float64, on
 odd image sizes (37x23, 13x9) so that border and rounding-up bugs show. The forward maths is
@@ -61,7 +61,8 @@ def test_mirror_matches_symmetric_padding_for_any_reach():
 
 
 def _sub_loops(M):
-    """Direct transcription of SPEC §5.1 with scalar loops (independent of the vectorised code)."""
+    """Direct transcription of the `sub` maths (modules/kpn-t/README.md) with scalar loops
+    (independent of the vectorised code)."""
     h, w = M.shape[:2]
     b = [1 / 16, 4 / 16, 6 / 16, 4 / 16, 1 / 16]
     out = np.zeros(((h + 1) // 2, (w + 1) // 2, M.shape[2]))

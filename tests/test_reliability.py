@@ -1,4 +1,4 @@
-"""Reliability (SPEC §10): checkpoint and resume, interrupts, the divergence guard, atomic
+"""Reliability: checkpoint and resume, interrupts, the divergence guard, atomic
 outputs, resource limits.
 
 Most runs go through `vkgraph cli` in this process (cli.main.main, faster than a subprocess)

@@ -1,4 +1,4 @@
-"""kpn-t: trains the kernel-predicting MLP denoiser frame by frame (SPEC §5, README.md here).
+"""kpn-t: trains the kernel-predicting MLP denoiser frame by frame (README.md here has the maths).
 
 Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
   forward   sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
@@ -353,7 +353,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
 
 
 def create_nodes(graph, module):
-    levels = max(1, min(12, int(module.param("levels"))))
+    levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     # adam first: every forward reads this frame's weights
     adam = graph.add_node(module, "adam", (NW, 1), [
@@ -364,7 +364,12 @@ def create_nodes(graph, module):
         shader="kpn-t", local=(256, 1, 1),
         push=[1 if module.connector("wcp").source is not None else 0])
     adam.connector("wcp").flags |= OPTIONAL
-    if module.connector("wcp").source is not None:
+    wcp = module.connector("wcp")
+    if wcp.source is not None:
+        if wcp.roi.wd * wcp.roi.ht != NW:  # adam would read past it, or stop short
+            raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
+                             f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
+                             f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
         graph.bind(module, "wcp", adam, "wcp")
     graph.bind(module, "w", adam, "w16")
     noise = None

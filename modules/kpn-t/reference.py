@@ -1,4 +1,4 @@
-"""float64 numpy reference of the kpn-t kernel-predicting denoiser (SPEC §5), forward and backward.
+"""float64 numpy reference of the kpn-t kernel-predicting denoiser, forward and backward.
 
 Every GPU kernel of kpn-t is checked against the function of the same step here. Conventions:
 images are arrays (H, W, 3) indexed [y, x] (rgb; alpha is not part of the maths); pixel p of a

@@ -82,7 +82,7 @@ def modify_roi_out(graph, module) -> None:
 
 
 def create_nodes(graph, module) -> None:
-    levels = max(1, min(12, int(module.param("levels"))))
+    levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     _, feat = variant(module)
     n = _kpn_t().forward_nodes(graph, module, levels, False, "w",

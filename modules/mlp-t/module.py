@@ -219,7 +219,7 @@ def _checkpoint(module, a: Arch) -> str | None:
 def create_nodes(graph, module):
     a = arch(module)
     defines = a.defines()
-    batch = max(1, int(module.param("batch")))
+    batch = int(module.param("batch"))
     precise = int(module.param("precise")) != 0
     rows_per_group = MLP_BATCH // 2 if precise else MLP_BATCH
     groups = math.ceil(batch / rows_per_group)

@@ -13,7 +13,7 @@
 //   CM_UNROLL: before loops that index arrays of fragments (they must stay in registers)
 // Offsets and strides are in buffer elements; keep them multiples of 8 halves (16 bytes).
 //
-// Rules (vkdt's defect D13 was breaking the first):
+// Rules (vkdt's cooperative-matrix kernel breaks the first):
 // * element-wise maths that combines two fragments uses ONE fragment type for both: which
 //   invocation holds which element is implementation-defined per type, so the leaky-ReLU
 //   mask of a gradient comes from h loaded as the same type (CM_ACC16, same layout), never
