@@ -30,9 +30,6 @@ def modify_roi_out(graph, module) -> None:
     imgi = module.connector("imgi")
     refi = module.connector("refi")
     batch, tile, tiles = (int(module.param(p)) for p in ("batch", "tile", "tiles"))
-    if batch < 1 or tile < 8:
-        raise GraphError(f"{module}: batch {batch} and tile {tile}: need batch >= 1 and "
-                         "tile >= 8")
     if imgi.is_ssbo != refi.is_ssbo:
         raise GraphError(f"{module}: 'imgi' and 'refi' must both be images or both be "
                          "training sets (i-set)")
