@@ -67,16 +67,16 @@ def train(device, cfg: Path, frames: int, lines: list[str], out: Path) -> tuple[
     return out / "w.lut", secs, m.cls.hook("summary")(b, m)
 
 
-def denoise(device, lut: Path, noisy: np.ndarray, a: float, b: float, folder: Path,
-            apply: int = 1, levels: int = 4) -> np.ndarray:
+def denoise(device, lut: Path, noisy: np.ndarray, a: float, b: float,
+            folder: Path) -> np.ndarray:
+    """kpn on one image (apply and levels follow the .lut's text)."""
     write_pfm(folder / "noisy.pfm", noisy)
     g = Graph()
     for line in ["module:i-pfm:main", f"param:i-pfm:main:filename:{folder / 'noisy.pfm'}",
                  "module:i-lut:w", f"param:i-lut:w:filename:{lut}", "module:kpn:01",
                  "module:o-pfm:main", f"param:o-pfm:main:filename:{folder / 'out'}",
                  "connect:i-pfm:main:output:kpn:01:input", "connect:i-lut:w:output:kpn:01:w",
-                 "connect:kpn:01:output:o-pfm:main:input", f"param:kpn:01:apply:{apply}",
-                 f"param:kpn:01:levels:{levels}", f"param:kpn:01:noise a:{a}",
+                 "connect:kpn:01:output:o-pfm:main:input", f"param:kpn:01:noise a:{a}",
                  f"param:kpn:01:noise b:{b}"]:
         apply_line(g, line, "sweep")
     build = Build(g, device)
@@ -84,12 +84,12 @@ def denoise(device, lut: Path, noisy: np.ndarray, a: float, b: float, folder: Pa
     return read_pfm(folder / "out.pfm")
 
 
-def evaluate(device, lut: Path, photos, folder: Path, apply: int = 1, levels: int = 4) -> dict:
+def evaluate(device, lut: Path, photos, folder: Path) -> dict:
     rows = {}
     for name, clean in photos:
         for k, (level, a, b) in enumerate(LEVELS):
             noisy = add_noise(clean, a, b, seed=100 + k)
-            out = denoise(device, lut, noisy, a, b, folder, apply, levels)
+            out = denoise(device, lut, noisy, a, b, folder)
             rows[(name, level)] = (psnr(noisy, clean), psnr(out, clean))
     return rows
 
@@ -120,11 +120,7 @@ def main() -> None:
                     if x.startswith("frames:"):
                         frames = int(x.split(":")[1])
                 lut, secs, summary = train(dev, args.cfg, frames, lines, folder)
-                apply = next((int(x.rsplit(":", 1)[1]) for x in lines
-                              if x.startswith("param:kpn-t:01:apply:")), 1)
-                levels = next((int(x.rsplit(":", 1)[1]) for x in lines
-                               if x.startswith("param:kpn-t:01:levels:")), 4)
-                rows = evaluate(dev, lut, photos, folder, apply, levels)
+                rows = evaluate(dev, lut, photos, folder)
                 if args.keep:
                     args.keep.mkdir(parents=True, exist_ok=True)
                     shutil.copy(lut, args.keep / f"{name}.lut")

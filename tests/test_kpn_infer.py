@@ -165,6 +165,19 @@ def test_kpn_refuses_a_mismatch_with_the_weights(device, trained, tmp_path):
     other = relabel(lut, tmp_path / "l3.lut", f"{LEVELS} pyramid levels", "3 pyramid levels")
     with pytest.raises(GraphError, match="3 pyramid levels.*levels:3"):
         run_output(device, "kpn", other, d / "x.pfm")
+    # left at their defaults (apply 0, levels 4), apply and levels follow the text
+    soft = relabel(lut, tmp_path / "soft.lut", "plain kernel", "softmax kernel")
+    reg = registry()
+    g = Graph(reg)
+    g.add_module("i-pfm", "main").set_param("filename", str(d / "x.pfm"))
+    g.add_module("i-lut", "w").set_param("filename", str(soft))
+    m = g.add_module("kpn", "01")
+    g.connect("i-pfm", "main", "output", "kpn", "01", "input")
+    g.connect("i-lut", "w", "output", "kpn", "01", "w")
+    g.add_module("capture", "out")
+    g.connect("kpn", "01", "output", "capture", "out", "input")
+    run_graph(g, device, frames=1)
+    assert m.param("apply") == 1 and m.param("levels") == LEVELS
 
 
 def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path):

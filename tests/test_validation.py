@@ -4,8 +4,8 @@ with synchronization validation on: not one message.
 The layers must be enabled before the process creates its Vulkan instance, so the graphs run
 in one child process (VKGRAPH_VALIDATION=1), through `vkgraph cli` in that process, one after
 the other: train-kpn writes mlp-w.lut, which continue-kpn and denoise read. To keep this
-quick on the CPU driver, image inputs are 32x32 crops, cnngenin uses the whole (cropped)
-image, mlp-t trains on batches of 256, and each graph runs 2 frames (both buffer parities);
+quick on the CPU driver, image inputs are 32x32 crops (a training set: two of them), cnngenin
+uses the whole (cropped) image or, from a set, two tiles of 16x16, mlp-t trains on batches of 256, and each graph runs 2 frames (both buffer parities);
 every display is written (so every view node runs). Two deliberate mistakes first prove the
 layers are live: a pipeline layout that lacks bindings the shader uses, and a copy that
 reads a buffer without a barrier after it was written.
@@ -38,6 +38,8 @@ from pipeline.formats import read_image, write_pfm
 from pipeline.runner import kernel_spirv
 from pipeline.vk import Device, validation_messages
 
+GRAPHS = None  # filled in by the test
+
 def report(**kw):
     print("@@" + json.dumps(kw), flush=True)
 
@@ -59,12 +61,22 @@ for name in sys.argv[1:]:
     g = read_cfg(path)
     cfg = ["frames:2"]
     outs = []
+    has_set = any(mod == "i-set" for mod, _ in g.modules)
     for (mod, inst), m in g.modules.items():
         if mod in ("i-pfm", "i-img"):
             crop = read_image(path.parent / m.param("filename"))[:32, :32]
             out = Path.cwd() / f"{path.stem}-{mod}-{inst}.pfm"
             write_pfm(out, crop)
             cfg.append(f"param:{mod}:{inst}:filename:{out}")  # i-img reads PFM too
+        elif mod == "i-set":
+            folder = Path.cwd() / f"{path.stem}-set"
+            folder.mkdir(exist_ok=True)
+            scene = read_image(GRAPHS / "images" / "scene.pfm")
+            write_pfm(folder / "a.pfm", scene[:32, :32])
+            write_pfm(folder / "b.pfm", scene[32:56, 40:80])
+            cfg.append(f"param:{mod}:{inst}:filename:{folder}")
+        elif mod == "cnngenin" and has_set:
+            cfg += [f"param:{mod}:{inst}:batch:2", f"param:{mod}:{inst}:tile:16"]
         elif mod == "cnngenin":
             cfg.append(f"param:{mod}:{inst}:tiles:0")
         elif mod == "mlp-t":
@@ -94,7 +106,8 @@ def test_shipped_graphs_are_clean_under_validation(tmp_path):
     names = FIRST + sorted(p.name for p in GRAPHS.glob("*.cfg") if p.name not in FIRST)
     env = dict(os.environ, VKGRAPH_VALIDATION="1",
                VK_LAYER_ENABLES="VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
-    res = subprocess.run([sys.executable, "-c", DRIVER, *(str(GRAPHS / n) for n in names)],
+    driver = DRIVER.replace("GRAPHS = None", f"GRAPHS = Path({str(GRAPHS)!r})")
+    res = subprocess.run([sys.executable, "-c", driver, *(str(GRAPHS / n) for n in names)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     reports = [json.loads(line[2:]) for line in res.stdout.splitlines()
                if line.startswith("@@")]

@@ -43,32 +43,40 @@ def weights_text(module) -> str | None:
 _APPLY_WORDS = {0: "plain taps", 1: "softmax taps", 2: "softmax taps and a sigmoid band gain"}
 
 
-def variant(module) -> tuple[int, int]:
-    """(apply, feat) the weights were trained with: from the .lut's text where it says (kpn-t
-    writes it), else kpn's `apply` and vkdt's features. A `apply` param that contradicts the
-    text is an error: the weights would give garbage."""
-    apply = int(module.param("apply"))
-    text = weights_text(module)
-    if text is None:
-        return apply, 0
-    feat = int(_kpn_t().FEAT_TEXT in text)
-    trained = None
+def trained_with(text: str) -> dict:
+    """What a kpn-t .lut's trailing text says the weights need: `apply`, `levels` (None
+    where the text does not say) and `feat` (0 or 1)."""
+    out = {"apply": None, "levels": None, "feat": int(_kpn_t().FEAT_TEXT in text)}
     if "softmax kernel weight activation" in text:
-        trained = 2 if "sigmoid alpha blending activation" in text else 1
+        out["apply"] = 2 if "sigmoid alpha blending activation" in text else 1
     elif "plain kernel weight activation" in text:
-        trained = 0
-    if trained is not None and trained != apply:
-        raise GraphError(f"{module}: the weights were trained with apply {trained} "
-                         f"({_APPLY_WORDS[trained]}, says the .lut's text) but apply is "
-                         f"{apply}; set param:{module.name}:{module.inst}:apply:{trained}")
-    levels = int(module.param("levels"))
+        out["apply"] = 0
     for line in text.splitlines():
         words = line.split()
-        if line.endswith(" pyramid levels") and words[0].isdigit() and int(words[0]) != levels:
-            raise GraphError(f"{module}: the weights were trained with {words[0]} pyramid "
-                             f"levels (says the .lut's text) but levels is {levels}; set "
-                             f"param:{module.name}:{module.inst}:levels:{words[0]}")
-    return apply, feat
+        if line.endswith(" pyramid levels") and words and words[0].isdigit():
+            out["levels"] = int(words[0])
+    return out
+
+
+def variant(module) -> int:
+    """Match kpn to its weights and return `feat`. The .lut's text (kpn-t writes it) says how
+    the weights were trained: `apply` and `levels` left at their defaults take the text's
+    values; set to something else, they are an error (the weights would give garbage)."""
+    text = weights_text(module)
+    if text is None:
+        return 0
+    said = trained_with(text)
+    for name, words in (("apply", lambda v: f"apply {v} ({_APPLY_WORDS[v]})"),
+                        ("levels", lambda v: f"{v} pyramid levels")):
+        value, want = int(module.param(name)), said[name]
+        if want is None or value == want:
+            continue
+        if value != module.param_decl(name).default[0]:
+            raise GraphError(f"{module}: the weights were trained with {words(want)}, says the "
+                             f".lut's text, but {name} is {value}; set "
+                             f"param:{module.name}:{module.inst}:{name}:{want}")
+        module.set_param(name, want)
+    return said["feat"]
 
 
 def modify_roi_out(graph, module) -> None:
@@ -84,7 +92,7 @@ def modify_roi_out(graph, module) -> None:
 def create_nodes(graph, module) -> None:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
-    _, feat = variant(module)
+    feat = variant(module)
     n = _kpn_t().forward_nodes(graph, module, levels, False, "w",
                                noise="params" if feat else None)
     if module.connector("ref").source is None:
