@@ -60,7 +60,16 @@ def spec_of(module) -> dict:
     spec = dict(a._asdict())
     spec.update(nets=a.nets, layers=a.layers, batch=int(module.param("batch")),
                 seed=int(module.param("seed")), shift=float(module.param("shift")))
+    spec.update({k: int(module.param(k)) for k in ("levels", "features", "log2size",
+                                                   "baseres")})
+    spec["perlevel"] = float(module.param("perlevel"))
     return spec
+
+
+def split(a, w: np.ndarray):
+    """The param vector -> (W as (nets, layers, width, width), the table or None)."""
+    W = w[: a.weights].reshape(a.nets, a.layers, a.width, a.width)
+    return W, (w[a.weights:].copy() if a.table is not None else None)
 
 
 def rgba(target):
@@ -79,6 +88,21 @@ CASES = {
     "array-sigmoid-smape": dict(enc="frequency", octaves=3, act="sigmoid", outact="tanh",
                                 loss="smape", tiles="2:3", filter="bilinear", xform="flip",
                                 width=8, bias=1, batch=40),
+    # levels 0, 1 dense ((N+1)^2 = 16, 49 entries), level 2 hashed (169 > 2^6)
+    "hashgrid-2d": dict(enc="hashgrid", levels=3, features=2, log2size=6, baseres=3,
+                        perlevel=2.0, width=16, depth=2, act="leaky", outact="sigmoid",
+                        batch=100, lscale=64),
+    # 3-D over 4 stacked slices, one sample per voxel at a random offset; level 1 hashed
+    "hashgrid-3d-jitter": dict(enc="hashgrid", dims=3, slices=4, levels=2, features=3,
+                               log2size=7, baseres=2, perlevel=3.0, width=16, depth=1,
+                               act="tanh", outact="none", loss="l1", bias=1, jitter=1,
+                               batch=500),
+    "permuto-2d": dict(enc="permuto", levels=3, features=2, log2size=6, baseres=4,
+                       perlevel=2.0, width=16, depth=2, act="leaky", outact="exp",
+                       batch=90, filter="bilinear"),
+    "permuto-3d": dict(enc="permuto", dims=3, slices=2, levels=2, features=4, log2size=7,
+                       baseres=3, perlevel=1.5, width=16, depth=1, act="softplus",
+                       outact="sigmoid", loss="rel-l2", batch=70),
 }
 
 
@@ -93,29 +117,49 @@ def test_matches_reference(device, tmp_path, case):
     shape = (a.nets, a.layers, a.width, a.width)
     used = m.data["used"]
     assert m.data["layout"] == (a.nets * a.layers, a.width)
-    assert used.shape == (a.weights,)
+    assert used.shape == (a.params,)
+    if a.table is not None:  # the engine's layout against the reference's
+        lay = ref.table_layout(spec)
+        assert list(a.table.sizes) == lay["sizes"] and a.table.used == lay["floats"]
+        assert a.n_in == spec["levels"] * spec["features"]
 
     b.run_frame(0, download=False)
-    w0 = b.read(m.data["adam"], "w").reshape(shape)
+    w0, t0 = split(a, b.read(m.data["adam"], "w"))
     assert np.abs(w0 - ref.init_weights(spec, spec["seed"])).max() <= 1e-6
-    assert np.all(w0.ravel()[~used] == 0) and np.abs(w0.ravel()[used]).max() > 0
+    w0all = b.read(m.data["adam"], "w")
+    assert np.all(w0all[~used] == 0) and np.abs(w0all[used]).max() > 0
+    if t0 is not None:
+        tref = ref.init_table(spec, spec["seed"], a.table_floats, a.weights)
+        assert np.abs(t0 - tref).max() <= 1e-10 and np.abs(t0).max() > 5e-5
 
     rng = np.random.default_rng(1)
-    W = (w0 + 0.2 * rng.standard_normal(shape) * used.reshape(shape)).astype(np.float32)
-    b.buffer(m.data["adam"], "w").upload(W.ravel())
+    W = (w0 + 0.2 * rng.standard_normal(shape) * used[: a.weights].reshape(shape)).astype(
+        np.float32)
+    Tb = None
+    if t0 is not None:  # table entries of the size training gives them
+        Tb = (0.5 * rng.standard_normal(t0.size) * used[a.weights:]).astype(np.float32)
+    wall = np.concatenate([W.ravel(), Tb if Tb is not None else []]).astype(np.float32)
+    b.buffer(m.data["adam"], "w").upload(wall)
     b.run_frame(1, download=False)
-    assert np.array_equal(b.read(m.data["adam"], "w"), W.ravel())  # alpha 0: unchanged
+    assert np.array_equal(b.read(m.data["adam"], "w"), wall)  # alpha 0: unchanged
     E = float(b.read(m.data["lsum"], "cur")[0])
-    dW = b.read(m.data["dw"], "dw").reshape(shape)
+    dW, dT = split(a, b.read(m.data["dw"], "dw"))
     W64 = W.astype(np.float64)
-    Eref, dWref = ref.frame_loss_grad(spec, W64, rgba(T), 1)
+    T64 = Tb.astype(np.float64) if Tb is not None else None
+    out = ref.frame_loss_grad(spec, W64, rgba(T), 1, T64)
+    Eref, dWref = out[:2]
     assert abs(E - Eref) <= 1e-5 * abs(Eref)
     scale = np.abs(dWref).max()
     assert scale > 0
     assert np.abs(dW - dWref).max() <= 1e-4 * scale
-    assert np.all(dW.ravel()[~used] == 0)
+    assert np.all(dW.ravel()[~used[: a.weights]] == 0)
+    if T64 is not None:  # the table's gradient: 64-bit fixed point sums, fp32 backward
+        dTref = out[2]
+        assert np.count_nonzero(dTref) > 20
+        assert np.abs(dT - dTref).max() <= 1e-4 * np.abs(dTref).max()
+        assert np.all(dT[~used[a.weights:]] == 0)
     O = b.read(m.backing["output"][0], "output")
-    Oref = ref.evaluate(spec, W64, (20, 24))
+    Oref = ref.evaluate(spec, W64, (20, 24), T64)
     assert np.abs(O[..., : a.nout] - Oref).max() <= 1e-5 * max(1.0, np.abs(Oref).max())
     if a.nout < 4:
         assert np.all(O[..., 3] == 1)
