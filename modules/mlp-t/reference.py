@@ -70,11 +70,15 @@ def texel_pos(j: np.ndarray, o: np.ndarray, rect, slices: int = 1) -> np.ndarray
 
 def positions(spec: dict, frame: int, net: int, rect) -> np.ndarray:
     """The inputs net `net` trains on in frame `frame`: uniform, or one per texel (sample i
-    at texel i mod texels) at a uniform offset inside it (`jitter`)."""
+    at texel (i k + rot) mod texels, k = max(1, texels // batch), rot a random rotation per
+    frame) at a uniform offset inside it (`jitter`)."""
     o = samples(spec["seed"], frame, net, spec["batch"], spec.get("dims", 2))
     if not spec.get("jitter"):
         return o
-    j = np.arange(spec["batch"]) % (rect[2] * rect[3])
+    texels = rect[2] * rect[3]
+    rot = int(rng_state(spec["seed"], frame, net, 0x6A697474)) % texels
+    stride = max(1, texels // spec["batch"])
+    j = (np.arange(spec["batch"]) % texels * stride + rot) % texels
     return texel_pos(j, o, rect, spec.get("slices", 1))
 
 

@@ -20,8 +20,9 @@
 // Table encodings (ENC 3, 4) go on to dE/dh_0 = W_0^T g_0 and scatter it through the
 // interpolation weights into tacc: dE/dT_e += w_k dE/dh_0 as 64-bit fixed point (T_FIX),
 // integer atomics, so the sum does not depend on the order (reproducible runs); a non-finite
-// contribution counts in tacc[TABLE]. JITTER: sample i is texel i mod (texels) at a random
-// offset inside it, else uniform in [0,1)^DIMS.
+// contribution counts in tacc[TABLE]. JITTER: sample i is texel (i k + rot_f) mod texels at a
+// random offset inside it (k = max(1, texels / batch) spreads a smaller batch evenly over the
+// tile, rot_f is a random rotation per frame), else uniform in [0,1)^DIMS.
 layout(push_constant) uniform Push { int batch; int bpad; } push;
 IMG_IN(0, target)
 SSBO_IN(1, float, w)
@@ -98,7 +99,10 @@ void main() {
     for (int d = 0; d < DIMS; d++) uv[d] = mrand(s);
 #ifdef JITTER
     ivec4 rect = tile_rect(n);
-    uv = texel_pos(rect, (i0 + r) % (rect.z * rect.w), uv);
+    uint texels = uint(rect.z * rect.w);
+    uint rot = rng_state(uint(params.seed), f, uint(n), 0x6a697474u) % texels;
+    uint stride = max(1u, texels / uint(push.batch));
+    uv = texel_pos(rect, int((uint(i0 + r) % texels * stride + rot) % texels), uv);
 #endif
     net_uv[r] = uv;
     s_t[r] = fetch_target(n, uv);
