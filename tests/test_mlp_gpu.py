@@ -256,19 +256,31 @@ def test_optimizer_step_matches_reference(device, tmp_path, opt):
     assert np.all(w1[~m.data["used"]] == 0)
 
 
-def test_weights_through_lut_reproduce_the_output(device, tmp_path):
-    """o-lut writes the f32 weights with a description; i-lut loads them into wcp, and with
-    alpha 0 the network shows exactly the picture the trained one showed."""
+LUT_CASES = {
+    "triangle-array": (dict(enc="triangle", octaves=3, width=16, depth=2, bias=1, act="leaky",
+                            batch=64, alpha=0.01, tiles="2:1"), "2 networks (2x1 tiles)"),
+    "hashgrid": (dict(enc="hashgrid", levels=3, features=2, log2size=7, baseres=4, width=16,
+                      depth=1, act="leaky", batch=64, alpha=0.01, jitter=1),
+                 "then the hashgrid table from float 512 (row 32): 3 levels of 2 features"),
+}
+
+
+@pytest.mark.parametrize("case", list(LUT_CASES))
+def test_weights_through_lut_reproduce_the_output(device, tmp_path, case):
+    """o-lut writes the f32 weights (and the encoding's table after them) with a description;
+    i-lut loads them into wcp, and with alpha 0 the network shows exactly the picture the
+    trained one showed."""
     T = target_image(16, 12)
-    params = dict(enc="triangle", octaves=3, width=16, depth=2, bias=1, act="leaky",
-                  batch=64, alpha=0.01, tiles="2:1")
+    params, described = LUT_CASES[case]
     g = mlp_graph(tmp_path, T, params, frames=12)
     b = run_graph(g, device, last_frame_only=True)
     m = g.modules[("mlp-t", "01")]
     data, info, text = read_lut(tmp_path / "w.lut")
     assert info.format == "f32" and info.ssbo
+    a = m.data["arch"]
+    assert (info.wd, info.ht) == (a.width, a.params // a.width)
     assert np.array_equal(data.ravel(), b.read(m.data["adam"], "w"))
-    assert "2 networks (2x1 tiles)" in text and "leaky hidden activation" in text
+    assert described in text and "leaky hidden activation" in text
     trained = read_pfm(tmp_path / "out.pfm")
 
     g2 = mlp_graph(tmp_path, T, {**params, "alpha": 0}, frames=1)

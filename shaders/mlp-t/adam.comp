@@ -35,18 +35,15 @@ SSBO_RW(6, float, stats)
 
 bool finite(float x) { return !isnan(x) && !isinf(x); }
 
-float xavier(uint i, int k) {
+// frame 0's value of param i (k = its index inside the net): Xavier-uniform for weights,
+// +-1e-4 for table entries, from one random number each
+float initial(uint i, int k, bool table) {
   int l = k / (MLP_WIDTH * MLP_WIDTH), c = k % MLP_WIDTH;
   int nin = l == 0 ? N_IN : HIDDEN;
   int nout = l == MLP_LAYERS - 1 ? N_OUT : HIDDEN;
-  if (c >= nin) return 0.0;  // bias column (or padding)
-  uint s = rng_state(uint(params.seed), 0x6d6c7074u, i, 0u);
-  return (2.0 * mrand(s) - 1.0) * sqrt(6.0 / float(nin + nout));
-}
-
-float table_init(uint i) {
-  uint s = rng_state(uint(params.seed), 0x74626c65u, i, 0u);
-  return (2.0 * mrand(s) - 1.0) * 1e-4;
+  if (!table && c >= nin) return 0.0;  // bias column (or padding)
+  uint s = rng_state(uint(params.seed), table ? 0x74626c65u : 0x6d6c7074u, i, 0u);
+  return (2.0 * mrand(s) - 1.0) * (table ? 1e-4 : sqrt(6.0 / float(nin + nout)));
 }
 
 void main() {
@@ -58,7 +55,7 @@ void main() {
   float alpha = table && params.talpha > 0.0 ? params.talpha : params.alpha;
   float wi;
   if (global.frame == 0) {
-    wi = push.has_wcp != 0 ? float(wcp[i]) : table ? table_init(i) : xavier(i, k);
+    wi = push.has_wcp != 0 ? float(wcp[i]) : initial(i, k, table);
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
