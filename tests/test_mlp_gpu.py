@@ -397,3 +397,42 @@ def test_table_encodings_fit_better_than_frequency(device, tmp_path, monkeypatch
         mse[cfg] = float(np.mean((out - target) ** 2))
     assert mse["fit-image-hash.cfg"] < 0.4 * mse["fit-image.cfg"], mse
     assert mse["fit-image-permuto.cfg"] < 0.4 * mse["fit-image.cfg"], mse
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_reference_permutohedral_simplex(d):
+    """The reference's lattice construction: vertices are lattice points (coordinates of one
+    remainder mod d+1, summing to 0), the barycentric weights are >= 0, sum to 1 and
+    reproduce the elevated point; a unit step in p has the length of a lattice edge."""
+    rng = np.random.default_rng(d)
+    p = rng.uniform(-30, 30, (2000, d))
+    y = ref.elevate(p)
+    assert np.allclose(y.sum(1), 0, atol=1e-9)
+    assert np.allclose(np.linalg.norm(ref.elevate(np.eye(d)), axis=1), np.sqrt(d * (d + 1)))
+    keys, b = ref.simplex(y)
+    assert np.all(keys.sum(2) == 0)
+    assert np.all(np.ptp(keys % (d + 1), axis=2) == 0)
+    assert b.min() >= 0 and np.allclose(b.sum(1), 1)
+    assert np.allclose((keys * b[:, :, None]).sum(1), y, atol=1e-9)
+
+
+def test_reference_table_gradient_is_the_derivative():
+    """dE/dT of the reference (the scatter) against central differences of its loss."""
+    rng = np.random.default_rng(5)
+    T = rgba(target_image(12, 10))
+    for enc in (3, 4):
+        spec = dict(enc=enc, octaves=0, n_in=4, hidden=6, depth=1, nout=3, bias=True,
+                    width=16, tiles=(1, 1), act=4, outact=3, xform=0, filter=0, nets=1,
+                    layers=2, batch=30, seed=3, shift=0.0, loss=0, levels=2, features=2,
+                    log2size=5, baseres=3, perlevel=2.0)
+        W = ref.init_weights(spec, 5)[None][0]
+        n_t = ref.table_layout(spec)["floats"]
+        table = rng.standard_normal(n_t)
+        _, _, dT = ref.frame_loss_grad(spec, W, T, 2, table)
+        for e in rng.choice(np.flatnonzero(dT), 8, replace=False):
+            tp, tm = table.copy(), table.copy()
+            tp[e] += 1e-6
+            tm[e] -= 1e-6
+            num = (ref.frame_loss_grad(spec, W, T, 2, tp)[0]
+                   - ref.frame_loss_grad(spec, W, T, 2, tm)[0]) / 2e-6
+            assert abs(num - dT[e]) <= 1e-7 + 1e-5 * abs(num), (enc, e, num, dT[e])
