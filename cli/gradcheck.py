@@ -55,23 +55,39 @@ def pick_module(graph, name: str | None):
     return trainable[0]
 
 
-def sample(used: np.ndarray, layers: int, count: int, seed: int) -> np.ndarray:
-    """A seeded sample of `count` used weight indices (all of them when fewer are used),
-    stratified by layer: count // layers from each, the remainder one each from the first
-    layers, and what a small layer cannot give taken from the others."""
-    rng = np.random.default_rng(seed)
+def layer_groups(used: np.ndarray, layers: int) -> list[tuple[str, int, int]]:
+    """(label, first, end) of each of `layers` equal weight matrices."""
     size = used.size // layers
-    per_layer = [np.flatnonzero(used[l * size:(l + 1) * size]) + l * size for l in range(layers)]
-    per_layer = [idx for idx in per_layer if idx.size]
-    count = min(count, sum(idx.size for idx in per_layer))
-    base, extra = divmod(count, len(per_layer))
-    want = [min(base + (i < extra), idx.size) for i, idx in enumerate(per_layer)]
-    while sum(want) < count:  # a layer smaller than its share: the others give more
-        for i, idx in enumerate(per_layer):
+    return [(f"matrix {m}", m * size, (m + 1) * size) for m in range(layers)]
+
+
+def sample(used: np.ndarray, groups, count: int, seed: int,
+           analytic: np.ndarray | None = None) -> np.ndarray:
+    """A seeded sample of `count` used param indices (all of them when fewer are used),
+    stratified by group (matrix or table level): count // groups from each, the remainder one
+    each from the first groups, and what a small group cannot give taken from the others. In
+    a table level, three quarters come from the entries the batch touches (nonzero analytic
+    gradient: most entries of a large table get none), the rest from all of them."""
+    rng = np.random.default_rng(seed)
+    members = [(label, np.flatnonzero(used[first:end]) + first)
+               for label, first, end in groups]
+    members = [(label, idx) for label, idx in members if idx.size]
+    count = min(count, sum(idx.size for _, idx in members))
+    base, extra = divmod(count, len(members))
+    want = [min(base + (i < extra), idx.size) for i, (_, idx) in enumerate(members)]
+    while sum(want) < count:  # a group smaller than its share: the others give more
+        for i, (_, idx) in enumerate(members):
             if sum(want) < count and want[i] < idx.size:
                 want[i] += 1
-    picks = [rng.choice(idx, size=k, replace=False) for idx, k in zip(per_layer, want,
-                                                                      strict=True)]
+    picks = []
+    for (label, idx), k in zip(members, want, strict=True):
+        if label.startswith("table") and analytic is not None:
+            touched = idx[analytic[idx] != 0]
+            n_touched = min(touched.size, k - k // 4)
+            picks.append(rng.choice(touched, size=n_touched, replace=False))
+            idx = np.setdiff1d(idx, picks[-1])
+            k -= n_touched
+        picks.append(rng.choice(idx, size=k, replace=False))
     return np.sort(np.concatenate(picks))
 
 
@@ -124,6 +140,8 @@ def cmd_gradcheck(args) -> int:
         for f in range(1 + max(0, args.warmup)):  # frame 0 initialises the weights
             build.run_frame(f, download=False)
         module.set_param("alpha", 0.0)  # from now on the optimiser leaves the weights alone
+        if "talpha" in module.values:  # (mlp-t's table rate: 0 = alpha)
+            module.set_param("talpha", 0.0)
         probe = Probe(build, module, first_frame=f + 1)
         E0 = probe.loss()
         w0 = build.read(module.data["adam"], "w").astype(np.float32)
@@ -135,7 +153,9 @@ def cmd_gradcheck(args) -> int:
                              "gradient check needs a static input (cnngenin generate:0)")
         if probe.forward_loss() != E0:
             raise RuntimeFailure("the forward alone gives another loss than the whole frame")
-        idx = np.flatnonzero(used) if args.all else sample(used, layers, args.count, args.seed)
+        groups = module.data.get("groups") or layer_groups(used, layers)
+        idx = np.flatnonzero(used) if args.all else sample(used, groups, args.count, args.seed,
+                                                           analytic)
         if not args.all and idx.size < args.count:
             log.info("gradcheck: --count %d, but %s uses only %d weights: checking those",
                      args.count, module, idx.size)
@@ -147,10 +167,10 @@ def cmd_gradcheck(args) -> int:
         done = numeric.size
         if done < idx.size:  # Ctrl-C/SIGTERM: report the weights checked so far
             if done and (~kinks).any():
-                report(idx[:done], analytic, numeric, kinks, width, eps, E0, args)
+                report(idx[:done], analytic, numeric, kinks, width, eps, E0, args, groups)
             print(f"vkgraph: interrupted after {done} of {idx.size} weights", file=sys.stderr)
             return 130
-        return report(idx, analytic, numeric, kinks, width, eps, E0, args)
+        return report(idx, analytic, numeric, kinks, width, eps, E0, args, groups)
     finally:
         device.close()
 
@@ -194,21 +214,30 @@ def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, n
     return numeric, kinks
 
 
-def report(idx, analytic_all, numeric, kinks, width, eps, E0, args) -> int:
+def where(j: int, width: int, groups) -> tuple[str, int, str]:
+    """(layer, row, column) of param j: a matrix's, or a table level's ("t<level>", float
+    index inside the level, "-")."""
+    for label, first, end in groups:
+        if label.startswith("table level") and first <= j < end:
+            return f"t{label.split()[-1]}", j - first, "-"
+    layer, rem = divmod(int(j), width * width)
+    row, col = divmod(rem, width)
+    return str(layer), row, str(col)
+
+
+def report(idx, analytic_all, numeric, kinks, width, eps, E0, args, groups=()) -> int:
     analytic = analytic_all[idx]
     ok = ~kinks
     if not ok.any():
         raise RuntimeFailure("every checked weight sits next to a kink; try a smaller --eps")
     floor = 1e-3 * np.abs(analytic[ok]).max()
     rel = rel_error(analytic, numeric, floor)
-    ww = width * width
     print(f"{'index':>7s} {'layer':>5s} {'row':>4s} {'col':>4s} {'analytic':>13s} "
           f"{'numeric':>13s} {'rel error':>10s}")
     for k, j in enumerate(idx):
-        layer, rem = divmod(int(j), ww)
-        row, col = divmod(rem, width)
+        layer, row, col = where(int(j), width, groups)
         flag = "  (kink: excluded)" if kinks[k] else ""
-        print(f"{j:7d} {layer:5d} {row:4d} {col:4d} {analytic[k]:13.6e} {numeric[k]:13.6e} "
+        print(f"{j:7d} {layer:>5s} {row:4d} {col:>4s} {analytic[k]:13.6e} {numeric[k]:13.6e} "
               f"{rel[k]:10.2e}{flag}")
     r = rel[ok]
     med, mx = float(np.median(r)), float(r.max())
@@ -220,7 +249,10 @@ def report(idx, analytic_all, numeric, kinks, width, eps, E0, args) -> int:
     print(f"{'PASS' if passed else 'FAIL'}: median <= {MEDIAN_BOUND:g} and >= "
           f"{100 * TAIL_FRACTION:g}% <= {TAIL_BOUND:g}")
     if args.image:
-        write_image(args.image, idx, analytic, numeric, analytic_all.size, width)
+        n_matrix = sum(1 for g in groups if not g[0].startswith("table")) * width * width
+        keep = idx < n_matrix if groups else np.ones(idx.size, bool)  # matrices only
+        write_image(args.image, idx[keep], analytic[keep], numeric[keep],
+                    n_matrix or analytic_all.size, width)
     return 0 if passed else 1
 
 

@@ -330,7 +330,8 @@ def cmd_devices(args) -> int:
         print(f"{mark} {d.index}: {d.name} ({d.type}, Vulkan {d.api})")
         print(f"    fp16 arithmetic: {'yes' if d.fp16 else 'no'}, 16-bit storage: "
               f"{'yes' if d.storage16 else 'no'}, float atomics: "
-              f"{'yes' if d.float_atomics else 'no'}")
+              f"{'yes' if d.float_atomics else 'no'}, 64-bit integer atomics: "
+              f"{'yes' if d.int64_atomics else 'no'}")
         print(f"    subgroup size: {d.subgroup_size}, shared memory: {d.shared_memory} bytes, "
               f"device memory: {d.memory_mib} MiB, largest storage buffer: "
               f"{d.max_storage_range >> 20} MiB")

@@ -268,18 +268,18 @@ def test_a_huge_name_is_clipped_in_the_message(tmp_path):
 
 def test_gradcheck_samples_exactly_count():
     """--count 64 on 7 layers checked 63 (64 // 7 from each)."""
-    from cli.gradcheck import sample
+    from cli.gradcheck import layer_groups, sample
 
     used = np.zeros(7 * 4096, bool)
     used[: 6 * 4096] = True
     used[6 * 4096: 6 * 4096 + 16 * 64] = True  # kpn-t: the last matrix has 16 rows
     for count in (7, 14, 64, 100):
-        idx = sample(used, 7, count, seed=1)
+        idx = sample(used, layer_groups(used, 7), count, seed=1)
         assert idx.size == count == np.unique(idx).size and used[idx].all()
     tiny = np.zeros(7 * 16, bool)
     tiny[:3] = tiny[16:32] = True  # a layer with fewer used weights than its share
-    assert sample(tiny, 7, 10, seed=1).size == 10
-    assert sample(tiny, 7, 500, seed=1).size == 19  # all of them
+    assert sample(tiny, layer_groups(tiny, 7), 10, seed=1).size == 10
+    assert sample(tiny, layer_groups(tiny, 7), 500, seed=1).size == 19  # all of them
 
 
 def test_gradcheck_stops_at_a_signal():

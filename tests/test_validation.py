@@ -5,7 +5,8 @@ The layers must be enabled before the process creates its Vulkan instance, so th
 in one child process (VKGRAPH_VALIDATION=1), through `vkgraph cli` in that process, one after
 the other: train-kpn writes mlp-w.lut, which continue-kpn and denoise read. To keep this
 quick on the CPU driver, image inputs are 32x32 crops (a training set: two of them), cnngenin
-uses the whole (cropped) image or, from a set, two tiles of 16x16, mlp-t trains on batches of 256, and each graph runs 2 frames (both buffer parities);
+uses the whole (cropped) image or, from a set, two tiles of 16x16, mlp-t trains on batches of
+256, and each graph runs 2 frames (both buffer parities);
 every display is written (so every view node runs). Two deliberate mistakes first prove the
 layers are live: a pipeline layout that lacks bindings the shader uses, and a copy that
 reads a buffer without a barrier after it was written.

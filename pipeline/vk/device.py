@@ -43,6 +43,7 @@ class DeviceInfo:
     fp16: bool
     storage16: bool
     float_atomics: bool
+    int64_atomics: bool  # atomicAdd on 64-bit integers in storage buffers
     subgroup_size: int
     shared_memory: int
     memory_mib: int
@@ -176,7 +177,8 @@ def _describe(index: int, pd) -> DeviceInfo:
         api=f"{vk.VK_VERSION_MAJOR(v)}.{vk.VK_VERSION_MINOR(v)}.{vk.VK_VERSION_PATCH(v)}",
         driver=str(props.driverVersion), fp16=bool(f12.shaderFloat16),
         storage16=bool(f11.storageBuffer16BitAccess),
-        float_atomics="VK_EXT_shader_atomic_float" in exts, subgroup_size=sg.subgroupSize,
+        float_atomics="VK_EXT_shader_atomic_float" in exts,
+        int64_atomics=bool(f12.shaderBufferInt64Atomics), subgroup_size=sg.subgroupSize,
         shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
         extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange))
@@ -249,7 +251,8 @@ class Device:
             shaderFloat16=f12.shaderFloat16, storageBuffer8BitAccess=f12.storageBuffer8BitAccess,
             scalarBlockLayout=f12.scalarBlockLayout, vulkanMemoryModel=f12.vulkanMemoryModel,
             vulkanMemoryModelDeviceScope=f12.vulkanMemoryModelDeviceScope,
-            hostQueryReset=f12.hostQueryReset, bufferDeviceAddress=0)
+            hostQueryReset=f12.hostQueryReset, bufferDeviceAddress=0,
+            shaderBufferInt64Atomics=f12.shaderBufferInt64Atomics)
         want11 = vk.VkPhysicalDeviceVulkan11Features(
             pNext=want12, storageBuffer16BitAccess=f11.storageBuffer16BitAccess,
             uniformAndStorageBuffer16BitAccess=f11.uniformAndStorageBuffer16BitAccess)

@@ -17,7 +17,9 @@
 // finite, keeps its weights; stats[0] counts such skipped (net, frame) updates, stats[1] is
 // the largest gradient norm of the step. Frame 0 initialises: from the checkpoint wcp
 // (has_wcp), else Xavier-uniform +-sqrt(6/(fan_in + fan_out)) from mrand seeded by
-// (seed, i); biases and padding 0; m = v = 0.
+// (seed, i); biases and padding 0; m = v = 0. Table entries (i >= NW, the encoding's table)
+// start uniform in +-1e-4 (mrand seeded by (seed, "tble", i)) and step with talpha (alpha
+// when talpha is 0); the table counts as net 0's for the norm.
 layout(push_constant) uniform Push { int has_wcp; } push;
 SSBO_IN(0, float, dw)
 SSBO_IN(1, float, gn)
@@ -33,23 +35,27 @@ SSBO_RW(6, float, stats)
 
 bool finite(float x) { return !isnan(x) && !isinf(x); }
 
-float xavier(uint i, int k) {
+// frame 0's value of param i (k = its index inside the net): Xavier-uniform for weights,
+// +-1e-4 for table entries, from one random number each
+float initial(uint i, int k, bool table) {
   int l = k / (MLP_WIDTH * MLP_WIDTH), c = k % MLP_WIDTH;
   int nin = l == 0 ? N_IN : HIDDEN;
   int nout = l == MLP_LAYERS - 1 ? N_OUT : HIDDEN;
-  if (c >= nin) return 0.0;  // bias column (or padding)
-  uint s = rng_state(uint(params.seed), 0x6d6c7074u, i, 0u);
-  return (2.0 * mrand(s) - 1.0) * sqrt(6.0 / float(nin + nout));
+  if (!table && c >= nin) return 0.0;  // bias column (or padding)
+  uint s = rng_state(uint(params.seed), table ? 0x74626c65u : 0x6d6c7074u, i, 0u);
+  return (2.0 * mrand(s) - 1.0) * (table ? 1e-4 : sqrt(6.0 / float(nin + nout)));
 }
 
 void main() {
   uint i = gl_GlobalInvocationID.x;
-  if (i >= uint(NW)) return;
-  int n = int(i) / NET_W, k = int(i) % NET_W;
-  bool used = weight_used(k);
+  if (i >= uint(NP)) return;
+  bool table = i >= uint(NW);
+  int n = table ? 0 : int(i) / NET_W, k = int(i) % NET_W;
+  bool used = table ? i - uint(NW) < uint(TABLE_USED) : weight_used(k);
+  float alpha = table && params.talpha > 0.0 ? params.talpha : params.alpha;
   float wi;
   if (global.frame == 0) {
-    wi = push.has_wcp != 0 ? float(wcp[i]) : xavier(i, k);
+    wi = push.has_wcp != 0 ? float(wcp[i]) : initial(i, k, table);
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
@@ -62,7 +68,7 @@ void main() {
       float norm = gn[2 * n];
       if (params.gradclip > 0.0 && norm > params.gradclip) g *= params.gradclip / norm;
 #if OPT == 1
-      float wn = wi - params.alpha * g;
+      float wn = wi - alpha * g;
       if (finite(wn)) wi = wn;
 #else
       float t = float(global.frame);
@@ -70,7 +76,7 @@ void main() {
       float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
       float mh = mi / (1.0 - pow(params.beta1, t));
       float vh = vi / (1.0 - pow(params.beta2, t));
-      float wn = wi - params.alpha * mh / (sqrt(vh) + params.eps);
+      float wn = wi - alpha * mh / (sqrt(vh) + params.eps);
       if (finite(wn) && finite(mi) && finite(vi)) {
         wi = wn;
         m[i] = mi;

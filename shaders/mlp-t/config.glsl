@@ -26,8 +26,21 @@
 #define TILES_Y 1
 #endif
 #ifndef ENC
-#define ENC 1           // 0 none, 1 frequency, 2 triangle
+#define ENC 1           // 0 none, 1 frequency, 2 triangle, 3 hashgrid, 4 permuto
 #endif
+#ifndef DIMS
+#define DIMS 2          // input dimensions: 2 (u, v) or 3 (u, v, w)
+#endif
+#ifndef SLICES
+#define SLICES 1        // DIMS 3: the target holds SLICES images stacked vertically
+#endif
+#ifndef TABLE
+#define TABLE 0         // floats of the encoding's table, stored after the weights
+#endif
+#ifndef TABLE_USED
+#define TABLE_USED TABLE  // of which the used ones (the rest pads to whole rows)
+#endif
+#define T_FIX 1099511627776.0  // 2^40: the table gradient's fixed point (64-bit integers)
 #ifndef OCTAVES
 #define OCTAVES 3
 #endif
@@ -54,6 +67,12 @@
 #define NETS (TILES_X * TILES_Y)
 #define NET_W (MLP_LAYERS * MLP_WIDTH * MLP_WIDTH)  // weights per net
 #define NW (NETS * NET_W)                          // weights in all
+#define NP (NW + TABLE)                            // params in all: weights, then the table
+#if DIMS == 3
+#define POS vec3
+#else
+#define POS vec2
+#endif
 
 // is stored weight k of a net used? Rows past a layer's outputs and columns past its inputs
 // are padding and stay 0; with MLP_BIAS column MLP_WIDTH-1 is the bias.

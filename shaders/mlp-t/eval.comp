@@ -23,7 +23,7 @@ void main() {
   int c = int(gl_LocalInvocationIndex);
   for (int r = c; r < MLP_BATCH; r += MLP_WIDTH) {
     int j = j0 + r;
-    net_uv[r] = (vec2(j % rect.z, j / rect.z) + 0.5) / vec2(rect.zw);
+    net_uv[r] = texel_pos(rect, j, POS(0.5));
   }
   barrier();
   net_inputs();

@@ -18,8 +18,12 @@
 #ifdef PRECISE
 #include "mlp_f64.glsl"
 #endif
+#if ENC >= 3
+#define ENC_TABLE(i) MLP_W(uint(NW) + (i))
+#include "encoding.glsl"
+#endif
 
-shared vec2 net_uv[MLP_BATCH];  // the rows' input coordinates
+shared POS net_uv[MLP_BATCH];  // the rows' input coordinates
 
 // tile of net n: (x0, y0, width, height) in target pixels
 ivec4 tile_rect(int n) {
@@ -46,6 +50,27 @@ vec4 target_at(ivec4 rect, ivec2 p) {
   return target[(rect.y + p.y) * node.roi[0].x + rect.x + p.x];
 }
 
+// position of texel j of a tile at offset o inside the texel (o = 1/2: its centre); DIMS 3:
+// texel (x, y) of the stack is voxel (x, y mod hs, y / hs) of hs = height / SLICES rows
+POS texel_pos(ivec4 rect, int j, POS o) {
+  int x = j % rect.z, y = j / rect.z;
+#if DIMS == 3
+  int hs = rect.w / SLICES;
+  return (vec3(x, y % hs, y / hs) + o) / vec3(rect.z, hs, SLICES);
+#else
+  return (vec2(x, y) + o) / vec2(rect.zw);
+#endif
+}
+
+#if DIMS == 3
+// the training target at uvw in [0, 1)^3: the nearest voxel of the slice stack
+vec4 fetch_target(int n, vec3 uvw) {
+  ivec4 rect = tile_rect(n);
+  int hs = rect.w / SLICES;
+  ivec3 q = min(ivec3(floor(uvw * vec3(rect.z, hs, SLICES))), ivec3(rect.z, hs, SLICES) - 1);
+  return target_at(rect, ivec2(q.x, q.y + hs * q.z));
+}
+#else
 // the training target of net n at input uv in [0, 1)^2 (tile-local)
 vec4 fetch_target(int n, vec2 uv) {
   ivec4 rect = tile_rect(n);
@@ -60,10 +85,11 @@ vec4 fetch_target(int n, vec2 uv) {
   return target_at(rect, ivec2(floor(q)));
 #endif
 }
+#endif
 
 // encoded input c of coordinates uv, c = (d * OCTAVES + k) * 2 + s for dimension d, octave k,
 // s = 0 sine, 1 cosine
-float encode(vec2 uv, int c) {
+float encode(POS uv, int c) {
 #if ENC == 0
   return uv[c];
 #else
@@ -81,18 +107,23 @@ float encode(vec2 uv, int c) {
 }
 
 // h_0: thread c fills input neuron c of every row from net_uv (PRECISE: into mlp_dact; the
-// inputs do not depend on the weights, so their fp32 rounding adds no noise to the check)
+// fixed encodings do not depend on the weights, so their fp32 rounding adds no noise to the
+// check; table encodings interpolate the trained table in float64)
 void net_inputs() {
   int c = int(gl_LocalInvocationIndex);
   for (int r = 0; r < MLP_BATCH; r++) {
+#if ENC >= 3
+    T_ACC x = c < N_IN ? t_encode(net_uv[r], c) : T_ACC(0.0);
+#else
     float x = c < N_IN ? encode(net_uv[r], c) : 0.0;
+#endif
 #ifdef MLP_BIAS
     if (c == MLP_WIDTH - 1) x = 1.0;
 #endif
 #ifdef PRECISE
     mlp_dact[r][c] = double(x);
 #else
-    mlp_act[r][c] = x;
+    mlp_act[r][c] = float(x);
 #endif
   }
   barrier();

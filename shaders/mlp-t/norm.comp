@@ -3,7 +3,8 @@
 #include "vkgraph.glsl"
 #include "config.glsl"
 // Per net n (workgroup y, 256 threads): gn[2n] = ||dw_n||_2 over the net's weights and
-// gn[2n+1] = 1 if all of them are finite, else 0 (adam then skips that net's update).
+// gn[2n+1] = 1 if all of them are finite, else 0 (adam then skips that net's update). The
+// encoding's table (TABLE floats after the weights) counts as net 0's.
 SSBO_IN(0, float, dw)
 SSBO_OUT(1, float, gn)
 
@@ -19,6 +20,11 @@ void main() {
   bool fin = true;
   for (uint k = t; k < uint(NET_W); k += 256u) {
     float g = dw[n * uint(NET_W) + k];
+    fin = fin && !isnan(g) && !isinf(g);
+    s += g * g;
+  }
+  for (uint k = t; n == 0u && k < uint(TABLE); k += 256u) {
+    float g = dw[uint(NW) + k];
     fin = fin && !isnan(g) && !isinf(g);
     s += g * g;
   }

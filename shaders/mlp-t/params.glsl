@@ -5,4 +5,6 @@ layout(std430, set = 0, binding = 1) readonly buffer Params {
   int seed, batch, width, depth, nout, octaves, bias;
   int tiles_x, tiles_y;
   int init, preview, resample, precise_;  // (precise is a GLSL keyword)
+  float talpha, perlevel;
+  int levels, features, log2size, baseres, dims, slices, jitter;
 } params;

@@ -1,5 +1,9 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
+#if ENC >= 3
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
+#endif
 #include "vkgraph.glsl"
 #include "rng.glsl"
 #include "params.glsl"
@@ -13,12 +17,21 @@
 // Rows i >= batch (padding of the last workgroup) get zero gradient and no loss. Loss
 // partials are (hi, lo) float pairs. PRECISE (for the gradient check) runs the forward and
 // the loss in float64 (mlp_f64.glsl) on the same samples every frame; the backward stays fp32.
+// Table encodings (ENC 3, 4) go on to dE/dh_0 = W_0^T g_0 and scatter it through the
+// interpolation weights into tacc: dE/dT_e += w_k dE/dh_0 as 64-bit fixed point (T_FIX),
+// integer atomics, so the sum does not depend on the order (reproducible runs); a non-finite
+// contribution counts in tacc[TABLE]. JITTER: sample i is texel (i k + rot_f) mod texels at a
+// random offset inside it (k = max(1, texels / batch) spreads a smaller batch evenly over the
+// tile, rot_f is a random rotation per frame), else uniform in [0,1)^DIMS.
 layout(push_constant) uniform Push { int batch; int bpad; } push;
 IMG_IN(0, target)
 SSBO_IN(1, float, w)
 SSBO_OUT(2, float, A)
 SSBO_OUT(3, float, G)
 SSBO_OUT(4, vec2, Epart)
+#if ENC >= 3
+SSBO_RW(5, int64_t, tacc)
+#endif
 #define MLP_W(i) w[i]
 #include "net.glsl"
 
@@ -82,8 +95,15 @@ void main() {
     uint f = params.resample != 0 ? uint(global.frame) : 0u;  // resample 0: the same batch
 #endif
     uint s = rng_state(uint(params.seed), f, uint(n), uint(i0 + r));
-    float u = mrand(s);
-    vec2 uv = vec2(u, mrand(s));
+    POS uv;
+    for (int d = 0; d < DIMS; d++) uv[d] = mrand(s);
+#ifdef JITTER
+    ivec4 rect = tile_rect(n);
+    uint texels = uint(rect.z * rect.w);
+    uint rot = rng_state(uint(params.seed), f, uint(n), 0x6a697474u) % texels;
+    uint stride = max(1u, texels / uint(push.batch));
+    uv = texel_pos(rect, int((uint(i0 + r) % texels * stride + rot) % texels), uv);
+#endif
     net_uv[r] = uv;
     s_t[r] = fetch_target(n, uv);
   }
@@ -128,4 +148,25 @@ void main() {
     }
     barrier();
   }
+#if ENC >= 3
+  mlp_backward_layer(woff, 0);  // mlp_act = s dE/dh_0
+  if (c < N_IN) {
+    int f = c % T_FEAT;
+    for (int r = 0; r < MLP_BATCH && i0 + r < push.batch; r++) {
+      float g = mlp_act[r][c] / params.lscale;
+      if (g == 0.0) continue;
+      if (isnan(g) || isinf(g)) {
+        atomicAdd(tacc[TABLE], int64_t(1));
+        continue;
+      }
+      uint idx[T_CORNERS];
+      float wt[T_CORNERS];
+      t_cell(c / T_FEAT, net_uv[r], idx, wt);
+      for (int k = 0; k < T_CORNERS; k++) {
+        float q = clamp(floor(wt[k] * g * T_FIX + 0.5), -4.0e18, 4.0e18);
+        if (q != 0.0) atomicAdd(tacc[idx[k] * uint(T_FEAT) + uint(f)], int64_t(q));
+      }
+    }
+  }
+#endif
 }

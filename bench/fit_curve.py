@@ -1,0 +1,103 @@
+"""PSNR curve of an image-fit graph (graphs/fit-image*.cfg) as it trains: the PSNR (peak 1,
+linear rgb) of mlp-t's `output` against the target every `--every` frames, the loss, and the
+wall and GPU time per step, as a table and one JSON line.
+
+    python bench/fit_curve.py [--cfg graphs/fit-image-hash.cfg] [--frames N] [--every 500]
+                              [--batch B] [--config LINE ...]
+
+`--frames` defaults to the graph's own frame count; `--config` lines are applied last (as in
+`vkgraph cli`). The GPU time is the sum of one frame's dispatch timestamps, taken on a frame
+that does not evaluate the image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.cfg import apply_line, read_cfg  # noqa: E402
+from pipeline.formats import read_image  # noqa: E402
+from pipeline.runner import Build  # noqa: E402
+from pipeline.vk import Device  # noqa: E402
+
+MLP = ("mlp-t", "01")
+
+
+def psnr(x: np.ndarray, ref: np.ndarray) -> float:
+    mse = float(np.mean((x[..., :3].astype(np.float64) - ref[..., :3]) ** 2))
+    return 10 * math.log10(1.0 / max(mse, 1e-20))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cfg", default=str(ROOT / "graphs" / "fit-image-hash.cfg"))
+    ap.add_argument("--frames", type=int)
+    ap.add_argument("--every", type=int, default=500)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--device")
+    ap.add_argument("--config", nargs="*", default=[])
+    args = ap.parse_args()
+
+    g = read_cfg(args.cfg)
+    for name, inst in [k for k in g.modules if k[0] in ("display", "o-lut")]:
+        g.remove_module(name, inst)
+    tmp = tempfile.mkdtemp()  # a sink keeps mlp-t active; nothing is written with download off
+    lines = [f"param:mlp-t:01:preview:{args.every}", "module:o-pfm:fit",
+             f"param:o-pfm:fit:filename:{tmp}/fit", "connect:mlp-t:01:output:o-pfm:fit:input"]
+    if args.batch:
+        lines.append(f"param:mlp-t:01:batch:{args.batch}")
+    for i, line in enumerate(lines + list(args.config)):
+        apply_line(g, line, f"bench/fit_curve.py:{i + 1}")
+    frames = args.frames or int(g.frames)
+    g.frames = frames
+    dev = Device.open(args.device)
+    rows, gpu = [], []
+    try:
+        b = Build(g, dev, profile=True)
+        m = g.modules[MLP]
+        src = next(k for k in g.modules if k[0] in ("i-img", "i-pfm"))
+        target = read_image(b.resolve(g.modules[src].param("filename")))
+        current = m.cls.hook("current_loss")
+        t_train, t0 = 0.0, time.perf_counter()
+        for f in range(frames):
+            t = time.perf_counter()
+            b.run_frame(f, download=False)
+            t_train += time.perf_counter() - t
+            evaluated = f % args.every == 0 or f == frames - 1
+            if not evaluated and len(gpu) < 20 and f > 5:
+                gpu.append(sum(ms for _, ms in b.timings()))
+            if evaluated:
+                out = b.read(m.data["eval"], "output")
+                rows.append({"frame": f, "psnr": round(psnr(out, target), 3),
+                             "loss": current(b, m)})
+                print(f"  frame {f:6d}: PSNR {rows[-1]['psnr']:6.2f} dB, loss "
+                      f"{rows[-1]['loss']:.4g}", flush=True)
+        wall = time.perf_counter() - t0
+        name = dev.info.name
+    finally:
+        dev.close()
+    ms = t_train / frames * 1e3
+    gpu_ms = float(np.median(gpu)) if gpu else float("nan")
+    print(f"\n{Path(args.cfg).name} on {name}: {frames} frames in {wall:.1f} s, "
+          f"{ms:.3f} ms/frame wall (preview frames included), GPU {gpu_ms:.3f} ms/step "
+          f"(timestamps); target {target.shape[1]}x{target.shape[0]}")
+    print("| frame | PSNR dB | loss |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r['frame']} | {r['psnr']:.2f} | {r['loss']:.4g} |")
+    print(json.dumps({"cfg": Path(args.cfg).name, "device": name, "frames": frames,
+                      "ms_per_frame": ms, "gpu_ms_per_step": gpu_ms, "curve": rows}))
+
+
+if __name__ == "__main__":
+    main()
