@@ -279,6 +279,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             if precise:  # float64 copies for the gradient check (2 floats per double)
                 conns.append(ssbo("Kd", "write", 2 * 16 * npx))
                 defines["PRECISE"] = 1
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
             batch = MLP_BATCH // 2 if precise else MLP_BATCH
             fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
@@ -289,6 +291,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             tune = cm_tuning()
             warps, rows = tune["fwd_warps"], tune["fwd_rows"]
             defines = _cm_defines(FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u")
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
             if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
                 conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
                 defines["TRAIN"] = 1
@@ -348,6 +352,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     n["sizes"] = sizes
     n["precise"] = precise
     n["variant"] = variant
+    n["bias"] = nmap is not None
     graph.bind(module, "output", ups[0], "output")
     return n
 
@@ -492,7 +497,8 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
             img("detail", "read"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
             ssbo("scr", "write", groups * warps // 2 * 5 * 1024, "f16"),
             ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
-            push=[npx, per, scale, 1.0 / scale], defines=_cm_defines(WARPS=f"{warps}u"))
+            push=[npx, per, scale, 1.0 / scale],
+            defines=_cm_defines(WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))
         graph.node_connect(n["diff"][i], "detail", node, "detail")
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")

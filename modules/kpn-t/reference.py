@@ -202,13 +202,17 @@ def luminance_abs(D: np.ndarray) -> np.ndarray:
     return np.abs(D[..., :3]) @ LUMA
 
 
-def features(D: np.ndarray, source: np.ndarray | None = None) -> np.ndarray:
+def features(D: np.ndarray, source: np.ndarray | None = None, bias: bool = False) -> np.ndarray:
     """(H*W, 64): f_c(p) = Y(|D(p + (c div 8 - 4, c mod 8 - 4))|), mirrored borders; or, with
-    `source` (H, W), the same window of that per-pixel feature source."""
+    `source` (H, W), the same window of that per-pixel feature source. bias: feature 0 is a
+    constant 1 (the noise-normalised variant's bias)."""
     if source is None:
         source = luminance_abs(np.asarray(D, dtype=np.float64))
     f = shifted(np.asarray(source, dtype=np.float64), FEATURE_OFFSETS)  # (64, H, W)
-    return f.reshape(WIDTH, -1).T.copy()
+    f = f.reshape(WIDTH, -1).T.copy()
+    if bias:
+        f[:, 0] = 1.0
+    return f
 
 
 SIGMA_FLOOR = 1e-6
@@ -446,8 +450,8 @@ def forward(
 ) -> tuple[float, np.ndarray, Cache]:
     """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss.
     With `noise` = (a, b) the features are noise-normalised: the noise variance of each pixel
-    goes through the same pyramid (sub), and level i's feature source is noise_features with
-    bands[i] (default: band_noise_mc)."""
+    goes through the same pyramid (sub), level i's feature source is noise_features with
+    bands[i] (default: band_noise_mc), and feature 0 is the constant 1."""
     X = np.asarray(X, dtype=np.float64)[..., :3]
     W = np.asarray(W, dtype=np.float64)
     M, D = pyramid(X, levels)
@@ -460,7 +464,7 @@ def forward(
         source = [noise_features(D[i], var[i][..., 0], bands[i]) for i in range(levels)]
     K, acts, I = [], [], []
     for i in range(levels):
-        k, a = mlp_forward(features(D[i], source[i]), W)
+        k, a = mlp_forward(features(D[i], source[i], bias=noise is not None), W)
         K.append(k)
         acts.append(a)
         I.append(apply(D[i], k, apply_mode))

@@ -24,9 +24,18 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 // MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
 // `conn`): the luminance of |D| at offset (c div 8 - 4, c mod 8 - 4), mirrored borders. diff
 // stores that luminance in D's alpha.
-#define KPN_FEATURE(buf, conn, size, p, c)                                               \
+// KPN_BIAS (the noise-normalised variant, feat 1): feature 0 (offset (-4, -4)) is a constant 1
+// instead, the network's only bias (without one, leaky ReLU makes K(s f) = s K(f) for s > 0:
+// low-contrast regions could only get small logits, hence flat kernels and a band gain near
+// 1/2).
+#define KPN_FEATURE_AT(buf, conn, size, p, c)                                            \
   buf[texel(conn, ivec2(int(p) % (size).x, int(p) / (size).x) +                          \
                   ivec2(int(c) / 8 - 4, int(c) % 8 - 4))].a
+#ifdef KPN_BIAS
+#define KPN_FEATURE(buf, conn, size, p, c) ((c) == 0 ? 1.0 : KPN_FEATURE_AT(buf, conn, size, p, c))
+#else
+#define KPN_FEATURE(buf, conn, size, p, c) KPN_FEATURE_AT(buf, conn, size, p, c)
+#endif
 
 // fname(p, h, f): features 8 NX h .. 8 NX (h + 1) - 1 of pixel p at once (f[j] = feature
 // 8 NX h + j: x offset NX h + j div 8 - 4, y offset j mod 8 - 4), with NX + 8 mirrored
@@ -40,7 +49,13 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
     [[unroll]] for (int d = 0; d < 8; d++) row[d] = n.x * mirror(y + d - 4, n.y);         \
     [[unroll]] for (int d = 0; d < NX; d++) col[d] = mirror(x + NX * int(h) + d - 4, n.x); \
     [[unroll]] for (int j = 0; j < 8 * NX; j++) f[j] = buf[row[j % 8] + col[j / 8]].a;    \
+    KPN_BIAS_FIRST(h, f)                                                                  \
   }
+#ifdef KPN_BIAS
+#define KPN_BIAS_FIRST(h, f) if ((h) == 0u) f[0] = 1.0;
+#else
+#define KPN_BIAS_FIRST(h, f)
+#endif
 
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
