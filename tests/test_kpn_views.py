@@ -23,6 +23,7 @@ W, H = 22, 19  # not multiples of 8: the debug view has partial blocks at both e
 
 X0, Y0, X1, Y1 = 60, 14, 492, 178  # modules/kpn-t/module.py GRAPH_PLOT
 CURVE = (1.0, 0.55, 0.1)
+SMOOTH = (0.35, 0.75, 1.0)  # the moving average, drawn over the raw curve
 TEXT = (0.9, 0.9, 0.9)
 TAPS = [(0, -2), (-2, -1), (-1, -1), (0, -1), (1, -1), (2, -1), (-1, 0), (0, 0), (1, 0),
         (-2, 1), (-1, 1), (0, 1), (1, 1), (2, 1), (0, 2)]
@@ -121,7 +122,7 @@ def curve_rows(L: np.ndarray) -> np.ndarray:
 
 def test_graph_first_frame_is_one_point(views):
     img = views[0]["graph"]
-    curve = is_colour(img, CURVE)
+    curve = is_colour(img, CURVE) | is_colour(img, SMOOTH)
     ys, xs = np.nonzero(curve)
     assert set(xs) == {X0}  # frame 0 of an axis 0..1 sits on the left end
     assert set(ys) == {int(round((Y0 + Y1 - 1) / 2))}  # min == max: the middle row
@@ -132,7 +133,8 @@ def test_graph_curve_follows_losses(views):
     img, hist = s["graph"], s["hist"]
     assert len(hist) == FRAMES and np.all(hist > 0)
     L = np.log10(hist)
-    curve = is_colour(img, CURVE)
+    # few frames: the moving average (one frame wide) stays within the raw curve's rows
+    curve = is_colour(img, CURVE) | is_colour(img, SMOOTH)
     ys, xs = np.nonzero(curve)
     # only inside the plot area, every column drawn (a connected line), max on top, min at
     # the bottom
@@ -303,9 +305,24 @@ def column_spans(hist: np.ndarray, frame: int, ncols: int) -> np.ndarray:
     return out
 
 
+def moving_average(hist: np.ndarray, frame: int, ncols: int) -> np.ndarray:
+    """What grange.comp computes as the smoothed curve: per column, the mean of log10(loss)
+    over the frames within W/2 of the column's centre, W = max(1, F / 10) (every column shows
+    frames here)."""
+    L = np.log10(hist[:frame + 1].astype(np.float64))
+    F = max(frame, 1)
+    step, half = F / (ncols - 1), 0.5 * max(1.0, F / 10)
+    out = np.empty(ncols)
+    for c in range(ncols):
+        tc = c * step
+        out[c] = L[max(0, int(np.ceil(tc - half))):int(np.floor(min(tc + half, frame))) + 1].mean()
+    return out
+
+
 def test_graph_long_history(device, tmp_path):
     """250000 frames of history (uploaded, then frame 249999 runs): every column draws the
-    min..max envelope of its 579 frames, the labels show the extremes and the frame count."""
+    min..max envelope of its 579 frames and, over it, the moving average over 25000 frames;
+    the labels show the extremes and the frame count."""
     frames = 250000
     rng = np.random.default_rng(3)
     write_pfm(tmp_path / "x.pfm", rng.random((8, 8, 3), dtype=np.float32))
@@ -333,12 +350,20 @@ def test_graph_long_history(device, tmp_path):
     lmin, lmax = np.nanmin(spans[:, 0]), np.nanmax(spans[:, 1])
     scale = (Y1 - 1 - Y0) / (lmax - lmin)
     curve = is_colour(img, CURVE)
+    smooth = is_colour(img, SMOOTH)
+    avg = Y0 + (lmax - moving_average(hist, frames - 1, X1 - X0)) * scale
     for c in range(X1 - X0):
-        on = np.nonzero(curve[:, X0 + c])[0]
+        on = np.nonzero(curve[:, X0 + c] | smooth[:, X0 + c])[0]
+        line = np.nonzero(smooth[:, X0 + c])[0]
         top = Y0 + (lmax - spans[c, 1]) * scale
         bottom = Y0 + (lmax - spans[c, 0]) * scale
-        assert abs(on.min() - top) <= 1 and abs(on.max() - bottom) <= 1, c
-        assert len(on) == on.max() - on.min() + 1  # one unbroken span
+        ends = [avg[c], avg[min(c + 1, X1 - X0 - 1)]]  # the line runs to the next column
+        assert line.size and abs(line.min() - min(ends)) <= 1.5, c
+        assert abs(line.max() - max(ends)) <= 1.5, c
+        assert abs(on.min() - min(top, line.min())) <= 1, c
+        assert abs(on.max() - max(bottom, line.max())) <= 1, c
+        raw = np.nonzero(curve[:, X0 + c])[0]  # what the line leaves of the raw envelope
+        assert raw.size == 0 or (raw.min() >= top - 1 and raw.max() <= bottom + 1), c
     text = is_colour(img, TEXT)
     for string, x, y in ((str(frames - 1), X1 - 6 * 6 + 1, Y1 + 4),
                          (f"{10 ** lmax:.2E}", X0 - 4 - 47, Y0),

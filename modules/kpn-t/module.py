@@ -533,7 +533,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
 
 GRAPH_SIZE = (500, 200)
 GRAPH_PLOT = (60, 14, 492, 178)  # plot area x0, y0, x1, y1 (exclusive) of the loss plot
-GRAPH_COLS = 2 * 512 + 4  # grange's per-column summary (at most 512 columns) + 4 values
+GRAPH_COLS = 3 * 512 + 4  # grange: per column min, max (at most 512 columns), 4 values, smoothed
 
 
 def _view_nodes(graph, module, n, adam, dw_node, lsum):

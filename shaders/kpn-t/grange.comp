@@ -10,6 +10,9 @@
 //   cols[2c] = min, cols[2c+1] = max of L at the interval ends and at the frames inside
 // (1e30, -1e30 when the column shows nothing). Frames whose loss is not finite and > 0 are
 // left out. The tail holds cols[2 NCOLS + 0..3] = (min L, max L, L(frame), f0).
+// cols[2 NCOLS + 4 + c] = the smoothed curve at column c: the mean of L over the frames within
+// W/2 of t_c (in columns that show frames), W = max(1, F / 10) frames (a moving average over a tenth of the shown frames; the
+// per-frame loss of a training run with random noise levels is dominated by the noise draw).
 layout(push_constant) uniform Push { int len; int ncols; } push;
 SSBO_IN(0, float, hist)
 SSBO_OUT(1, float, cols)
@@ -61,6 +64,13 @@ void main() {
     }
     cols[2 * c] = lo;
     cols[2 * c + 1] = hi;
+    float half_w = 0.5 * max(1.0, F / 10.0);
+    float sum = 0.0, cnt = 0.0;
+    for (int f = max(f0, int(ceil(tc - half_w))); float(f) <= min(tc + half_w, float(f1)); f++) {
+      float l = lg(f);
+      if (l != NONE) { sum += l; cnt += 1.0; }
+    }
+    cols[2 * NCOLS + 4 + c] = cnt > 0.0 && a <= b ? sum / cnt : NONE;  // where L is drawn
     gmin = min(gmin, lo);
     gmax = max(gmax, hi);
   }

@@ -23,6 +23,7 @@ const vec3 BACK = vec3(0.08);
 const vec3 GRID = vec3(0.2);
 const vec3 AXIS = vec3(0.6);
 const vec3 CURVE = vec3(1.0, 0.55, 0.1);
+const vec3 SMOOTH = vec3(0.35, 0.75, 1.0);  // the moving average
 const vec3 TEXT = vec3(0.9);
 
 struct Label { int code[MAXC]; int n; };
@@ -114,11 +115,21 @@ void main() {
       if (floor(va) != floor(vb)) c = GRID;
     }
     float lo = cols[2 * (p.x - x0)], hi = cols[2 * (p.x - x0) + 1];
+    float mid = 0.5 * float(y0 + y1 - 1);
     if (lo <= hi) {
-      float mid = 0.5 * float(y0 + y1 - 1);
       float rhi = scale > 0.0 ? float(y0) + (lmax - hi) * scale : mid;
       float rlo = scale > 0.0 ? float(y0) + (lmax - lo) * scale : mid;
       if (p.y >= int(round(rhi)) && p.y <= int(round(rlo))) c = CURVE;
+    }
+    // the moving average, drawn over the raw curve as a line to the next column's value
+    int cx = p.x - x0;
+    float s0 = cols[2 * NCOLS + 4 + cx];
+    float s1 = cx + 1 < x1 - x0 ? cols[2 * NCOLS + 5 + cx] : s0;
+    if (s1 == NONE) s1 = s0;
+    if (s0 != NONE) {
+      float r0 = scale > 0.0 ? float(y0) + (lmax - s0) * scale : mid;
+      float r1 = scale > 0.0 ? float(y0) + (lmax - s1) * scale : mid;
+      if (p.y >= int(round(min(r0, r1))) && p.y <= int(round(max(r0, r1)))) c = SMOOTH;
     }
   }
   // axes: the column left of the plot and the row below it
