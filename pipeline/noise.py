@@ -106,8 +106,8 @@ def _lower_line(x: np.ndarray, v: np.ndarray) -> tuple[float, float]:
 def estimate_noise(img: np.ndarray) -> tuple[float, float]:
     """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
     looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
-    16 blocks of 8x8 (about 34x34 pixels for rgb) gives (0, 0). See the module docstring
-    for the method and its measured accuracy."""
+    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0). See the module
+    docstring for the method and its measured accuracy."""
     img = np.asarray(img)
     if img.ndim == 2:
         img = img[:, :, None]
