@@ -155,3 +155,22 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     assert len(den.builds) == 2
     with pytest.raises(GraphError, match="do not exist"):
         Denoiser(device, weights.parent / "nothing.lut")
+
+
+def test_tiles_equal_the_whole_image(device, weights):
+    """An image larger than the device's buffers is denoised in tiles; with the margin of
+    pipeline/denoise.py each tile sees everything its kept pixels depend on and starts on the
+    pyramid's grid, so the result is the whole image's (here forced with max_pixels)."""
+    from pipeline.denoise import spans
+
+    img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
+    img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
+    whole = Denoiser(device, weights, levels=2)(img, 1e6, 100)
+    tiled = Denoiser(device, weights, levels=2, max_pixels=3000)  # < 60 * 52
+    assert tiled.tiling(60, 52) == (20, 16)  # keep 20, reach 16 beyond: tiles <= 52 < 54.7
+    assert spans(60, 20, 16) == [(0, 36, 0, 20), (4, 56, 20, 40), (24, 60, 40, 60)]
+    out = tiled(img, 1e6, 100)
+    assert len(tiled.builds) == 6  # one per tile size: widths 36, 52; heights 36, 48, 28
+    assert np.abs(out - whole).max() <= 1e-6
+    with pytest.raises(GraphError, match="less than one tile"):
+        Denoiser(device, weights, levels=2, max_pixels=35 * 35)(img, 0, 0)
