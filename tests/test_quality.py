@@ -84,3 +84,22 @@ def test_whole_run_with_weights(quality, tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert len(data["results"]) == 3 and data["noise_given"] == "true"
     assert all({"psnr", "ssim"} <= set(r["vkgraph"]) for r in data["results"])
+
+
+def test_train_first(quality, tmp_path, capsys, monkeypatch):
+    """--train CFG: the cfg's o-lut gives the weights, kpn runs with the cfg's levels."""
+    from conftest import TINY_KPN_LINES
+
+    from pipeline.formats import write_pfm
+
+    monkeypatch.setattr(quality, "bm3d_rgb", lambda noisy, sigma: noisy)
+    rng = np.random.default_rng(9)
+    write_pfm(tmp_path / "x.pfm", rng.random((32, 32, 3)).astype(np.float32))
+    (tmp_path / "t.cfg").write_text("frames:2\n" + TINY_KPN_LINES + "\n")
+    out = tmp_path / "q.json"
+    assert quality.main(["--train", str(tmp_path / "t.cfg"), "--baselines",
+                         str(tmp_path / "c.json"), "--jobs", "1", "--json", str(out)]) == 0
+    assert "training: kpn-t:01: 2 frames" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["train_seconds"] > 0 and data["train_cfg"].endswith("t.cfg")
+    assert data["levels"] == 2  # the cfg's kpn-t levels, not the default 4
