@@ -72,13 +72,15 @@ class Denoiser:
         if key not in self.builds:
             g = Graph(self.registry)
             g.add_module("i-array", "main").data["image"] = image
-            for line in ("module:i-lut:w", f"param:i-lut:w:filename:{self.weights.resolve()}",
-                         "module:kpn:01", f"param:kpn:01:levels:{self.levels}",
-                         f"param:kpn:01:apply:{self.apply}", "module:o-array:main",
-                         "connect:i-array:main:output:kpn:01:input",
-                         "connect:i-lut:w:output:kpn:01:w",
-                         "connect:kpn:01:output:o-array:main:input"):
-                apply_line(g, line, "denoise")
+            # the API rather than cfg lines: a weights path may hold a ':'
+            g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
+            kpn = g.add_module("kpn", "01")
+            kpn.set_param("levels", self.levels)
+            kpn.set_param("apply", self.apply)
+            g.add_module("o-array", "main")
+            g.connect("i-array", "main", "output", "kpn", "01", "input")
+            g.connect("i-lut", "w", "output", "kpn", "01", "w")
+            g.connect("kpn", "01", "output", "o-array", "main", "input")
             self.builds[key] = (Build(g, self.device), g)
         return self.builds[key]
 

@@ -155,6 +155,9 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     assert len(den.builds) == 2
     with pytest.raises(GraphError, match="do not exist"):
         Denoiser(device, weights.parent / "nothing.lut")
+    odd = weights.parent / "w:1 #x.lut"  # cfg syntax in the path does no harm
+    odd.write_bytes(weights.read_bytes())
+    np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
 
 
 def test_tiles_equal_the_whole_image(device, weights):
