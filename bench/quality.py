@@ -338,6 +338,18 @@ def collect(cache: dict) -> dict:
     return results
 
 
+def write_noisy(folder: Path) -> None:
+    from pipeline.formats import write_png
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in photos():
+        for li in range(len(LEVELS)):
+            _, noisy, level, a, b = case(path, li)
+            out = folder / f"{path.stem}-{level}.png"
+            write_png(out, noisy)
+            print(f"{out}: --noise {a:g} {b:g}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group()
@@ -357,7 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="processes for missing baseline entries")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write every number to OUT")
+    ap.add_argument("--write-noisy", type=Path, metavar="DIR",
+                    help="only write the noisy held-out photos as PNG (IMAGE-LEVEL.png, sRGB "
+                    "8-bit) into DIR, e.g. to try `vkgraph denoise` on them")
     args = ap.parse_args(argv)
+    if args.write_noisy is not None:
+        write_noisy(args.write_noisy)
+        return 0
     if args.frames is not None and args.train is None:
         ap.error("--frames needs --train CFG")
     cache = fill_baselines(args.baselines, args.jobs)
