@@ -235,9 +235,9 @@ def fill_baselines(cache_path: Path, jobs: int) -> dict:
 # vkgraph
 
 
-def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, float, str, int]:
+def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, float, str]:
     """Run a training cfg (displays dropped, its o-lut writing into `folder`); the weights,
-    the wall time of the run (build included), kpn-t's summary line and its levels."""
+    the wall time of the run (build included) and kpn-t's summary line."""
     from pipeline.cfg import read_cfg
     from pipeline.runner import run_graph
 
@@ -252,14 +252,15 @@ def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, fl
     t0 = time.perf_counter()
     b = run_graph(g, device, frames=frames, last_frame_only=True)
     seconds = time.perf_counter() - t0
-    kpn_t = [m for m in g.modules.values() if m.name == "kpn-t"]
-    lines = [m.cls.hook("summary")(b, m) for m in kpn_t if m.cls.hook("summary")]
-    levels = int(kpn_t[0].param("levels")) if kpn_t else 4
-    return folder / f"{luts[0].inst}.lut", seconds, "; ".join(x for x in lines if x), levels
+    lines = [m.cls.hook("summary")(b, m) for m in g.modules.values()
+             if m.name == "kpn-t" and m.cls.hook("summary")]
+    return folder / f"{luts[0].inst}.lut", seconds, "; ".join(x for x in lines if x)
 
 
-def run_vkgraph(device, weights: Path, levels: int, estimate: bool) -> tuple[dict, dict]:
-    """{(image, level): metrics} of kpn and {(image, level): seconds} of each denoise."""
+def run_vkgraph(device, weights: Path, levels: int | None,
+                estimate: bool) -> tuple[dict, dict, int]:
+    """{(image, level): metrics} of kpn, {(image, level): seconds} of each denoise and the
+    pyramid levels kpn ran with (levels, else what the .lut says)."""
     from pipeline.denoise import Denoiser
     from pipeline.noise import estimate_noise
 
@@ -274,7 +275,7 @@ def run_vkgraph(device, weights: Path, levels: int, estimate: bool) -> tuple[dic
             result = den(noisy.astype(np.float32), a, b)
             seconds[(path.stem, level)] = time.perf_counter() - t0
             out[(path.stem, level)] = {**metrics(result, clean), "a": a, "b": b}
-    return out, seconds
+    return out, seconds, den.levels
 
 
 # ------------------------------------------------------------------------------------------
@@ -358,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--train", type=Path, metavar="CFG",
                      help="train with this cfg first (its o-lut output is the weights)")
     ap.add_argument("--frames", type=int, help="with --train: frames (default: the cfg's)")
-    ap.add_argument("--levels", type=int, default=4,
-                    help="with --weights: kpn-t's levels for them (default 4)")
+    ap.add_argument("--levels", type=int,
+                    help="with --weights: kpn's levels (default: what the .lut says, else 4)")
     ap.add_argument("--estimate", action="store_true",
                     help="give kpn the estimated noise profile instead of the true one")
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
@@ -380,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--frames needs --train CFG")
     cache = fill_baselines(args.baselines, args.jobs)
     results = collect(cache)
-    info: dict = {"levels": LEVELS, "seeds": [seed_of(i) for i in range(len(LEVELS))],
+    info: dict = {"noise_levels": LEVELS, "seeds": [seed_of(i) for i in range(len(LEVELS))],
                   "metrics": "PSNR (dB, peak 1) and SSIM (data_range 1) in linear [0, 1]"}
     if not args.baselines_only:
         from pipeline.vk import Device
@@ -393,16 +394,14 @@ def main(argv: list[str] | None = None) -> int:
             info["device"] = dev.info.name
             with tempfile.TemporaryDirectory() as tmp:
                 if args.train is not None:
-                    weights, secs, summary, levels = train(dev, args.train, args.frames,
-                                                           Path(tmp))
+                    weights, secs, summary = train(dev, args.train, args.frames, Path(tmp))
                     info.update(train_cfg=str(args.train), train_seconds=round(secs, 2),
                                 train_summary=summary)
                     print(f"training: {summary} ({secs:.1f} s on {dev.info.name})")
                 else:
                     info["weights"] = str(weights)
-                    levels = args.levels
-                info["levels"] = levels
-                vk, seconds = run_vkgraph(dev, weights, levels, args.estimate)
+                vk, seconds, info["kpn_levels"] = run_vkgraph(dev, weights, args.levels,
+                                                              args.estimate)
         finally:
             dev.close()
         for k, m in vk.items():

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.errors import GraphError, VkgraphError, printable
+from pipeline.errors import GraphError, VkgraphError, clip, printable
 
 log = logging.getLogger("vkgraph")
 
@@ -39,6 +39,8 @@ estimated from each image and printed."""
 
 def add_parser(sub) -> None:
     """`vkgraph denoise` on the subcommand parsers of cli/main.py."""
+    from .main import integer
+
     p = sub.add_parser(
         "denoise", help="denoise PNG/JPG/EXR/PFM photos with trained kpn weights",
         description="Denoise images with kpn and a .lut of kpn-t weights. Each output has\n"
@@ -55,13 +57,13 @@ def add_parser(sub) -> None:
                    f"{WEIGHTS.relative_to(ROOT)})")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
-    p.add_argument("--levels", type=int, default=4, help="pyramid levels of the weights "
-                   "(kpn-t's levels; default 4)")
+    p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
+                   "(default: what the weights' .lut says, else 4)")
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar also when stderr is not a terminal")
     p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
                    "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
-    p.add_argument("--device-id", type=int, metavar="N", help="Vulkan device by index")
+    p.add_argument("--device-id", type=integer(0), metavar="N", help="Vulkan device by index")
 
 
 def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> list[Path]:
@@ -70,7 +72,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
     from .main import UsageError
 
     if output is not None and len(inputs) != 1:
-        raise UsageError(f"vkgraph denoise: -o takes one input, got {len(inputs)} (use "
+        raise UsageError(f"denoise: -o takes one input, got {len(inputs)} (use "
                          "--outdir DIR for several)")
     if output is not None:
         outs = [Path(output)]
@@ -80,18 +82,18 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
         outs = [p.with_name(f"{p.stem}-denoised{p.suffix}") for p in inputs]
     for out in outs:
         if out.suffix.lower() not in WRITERS:
-            raise UsageError(f"vkgraph denoise: cannot write '{printable(str(out))[:CLIP]}': "
+            raise UsageError(f"denoise: cannot write '{clip(printable(str(out)), CLIP)}': "
                              f"expected one of {', '.join(WRITERS)}")
     ins = {p.resolve() for p in inputs}
     seen = set()
     for out in outs:
         key = out.resolve()
         if key in ins:
-            raise UsageError(f"vkgraph denoise: output '{printable(str(out))[:CLIP]}' is an "
+            raise UsageError(f"denoise: output '{clip(printable(str(out)), CLIP)}' is an "
                              "input; it would be overwritten (use -o or --outdir)")
         if key in seen:
-            raise UsageError(f"vkgraph denoise: two inputs would both write "
-                             f"'{printable(str(out))[:CLIP]}' (same file name)")
+            raise UsageError(f"denoise: two inputs would both write "
+                             f"'{clip(printable(str(out)), CLIP)}' (same file name)")
         seen.add(key)
     return outs
 
@@ -123,21 +125,19 @@ def cmd_denoise(args) -> int:
     from .main import StopSignals, UsageError, open_device
 
     if args.noise is not None and not all(math.isfinite(v) and v >= 0 for v in args.noise):
-        raise UsageError("vkgraph denoise: --noise A B: expected two finite numbers >= 0")
-    if not 1 <= args.levels <= 12:
-        raise UsageError("vkgraph denoise: --levels: expected 1..12")
+        raise UsageError("denoise: --noise A B: expected two finite numbers >= 0")
     inputs = [Path(p) for p in args.inputs]
     outs = output_paths(inputs, args.output, args.outdir)
     weights = Path(args.weights) if args.weights else WEIGHTS
     if not weights.is_file():
         hint = "" if args.weights else (" (the shipped weights are missing from this "
                                         "checkout; give --weights W.lut)")
-        raise GraphError(f"vkgraph denoise: weights '{weights}' do not exist{hint}")
+        raise GraphError(f"denoise: weights '{weights}' do not exist{hint}")
     if args.outdir is not None:
         try:
             Path(args.outdir).mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise UsageError(f"vkgraph denoise: --outdir {args.outdir}: cannot create it: "
+            raise UsageError(f"denoise: --outdir {args.outdir}: cannot create it: "
                              f"{e.strerror or e}") from None
     failed = 0
     done = 0

@@ -36,29 +36,40 @@ from .runner import Build
 HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
 BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd's K)
 MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
-SOFTMAX = "softmax kernel weight activation"  # kpn-t's .lut text names its tap activation
 
 
-def weights_apply(text: str | None) -> int:
-    """kpn's `apply` for weights whose .lut text is `text` (kpn-t records it; vkdt's own
-    weights and text-less .luts are plain, 0)."""
-    return 1 if text and SOFTMAX in text else 0
+def weights_variant(text: str | None) -> tuple[int, int | None]:
+    """(apply, levels) that kpn must be given for weights whose .lut text is `text`: kpn-t
+    records its tap activation ('softmax kernel weight activation', with 'sigmoid alpha
+    blending activation' for apply 2) and its 'N pyramid levels'; kpn refuses a mismatch.
+    vkdt's weights and text-less .luts: plain taps, levels unknown (None)."""
+    text = text or ""
+    apply = 0
+    if "softmax kernel weight activation" in text:
+        apply = 2 if "sigmoid alpha blending activation" in text else 1
+    levels = None
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0].isdigit() and line.endswith(" pyramid levels"):
+            levels = int(words[0])
+    return apply, levels
 
 
 class Denoiser:
     """kpn with fixed weights on one device; call it with (image, a, b)."""
 
-    def __init__(self, device, weights: str | Path, levels: int = 4,
+    def __init__(self, device, weights: str | Path, levels: int | None = None,
                  max_pixels: int | None = None):
-        """max_pixels: the largest image run whole (default: what the device's storage
-        buffers can span); larger ones are tiled."""
+        """levels: kpn's pyramid levels (default: what the .lut's text says, else 4);
+        max_pixels: the largest image run whole (default: what the device's storage buffers
+        can span); larger ones are tiled."""
         self.device = device
         self.weights = Path(weights)
         if not self.weights.is_file():
             raise GraphError(f"weights '{self.weights}' do not exist")
         lut_info(self.weights)  # a bad file is an error now, not at the first image
-        self.apply = weights_apply(read_lut(self.weights)[2])
-        self.levels = levels
+        self.apply, trained = weights_variant(read_lut(self.weights)[2])
+        self.levels = levels or trained or 4
         if max_pixels is None:
             span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
             max_pixels = span // BYTES_PER_PIXEL if span else 1 << 62

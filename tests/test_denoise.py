@@ -9,7 +9,7 @@ import pytest
 from test_kpn_infer import ref
 
 from cli.main import main
-from pipeline.denoise import Denoiser, weights_apply
+from pipeline.denoise import Denoiser, weights_variant
 from pipeline.errors import GraphError
 from pipeline.formats import (
     read_image,
@@ -21,6 +21,7 @@ from pipeline.formats import (
     write_pfm,
     write_png,
 )
+from pipeline.registry import Registry
 
 H, W = 40, 48
 
@@ -142,7 +143,12 @@ def test_interrupt_finishes_the_current_file(tmp_path, capsys, weights, monkeypa
 
 def test_denoiser_builds_per_size_and_noise_params(device, weights):
     den = Denoiser(device, weights)
-    assert den.apply == 0 and weights_apply("x\nsoftmax kernel weight activation") == 1
+    assert (den.apply, den.levels) == (0, 4)
+    lut_text = Registry().get("kpn-t").hooks.lut_text  # what kpn-t writes
+    assert weights_variant(lut_text(1, 0, 0, 3)) == (1, 3)
+    assert weights_variant(lut_text(2, 0, 1, 5)) == (2, 5)
+    assert weights_variant(lut_text(0, 1, 0, 4)) == (0, 4)
+    assert weights_variant(None) == (0, None)
     img = picture()
     first = den(img, 2e5, 20)
     again = den(img, 1e6, 100.5)
@@ -155,6 +161,16 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     assert len(den.builds) == 2
     with pytest.raises(GraphError, match="do not exist"):
         Denoiser(device, weights.parent / "nothing.lut")
+    # weights with noise-normalised features read the profile: a new (a, b) on the same
+    # build changes the result
+    feat = weights.parent / "feat.lut"
+    write_lut(feat, read_lut(weights)[0].ravel(), 1, "f16", 64, 448, ssbo=True,
+              text=lut_text(1, 0, 1, 2))
+    den = Denoiser(device, feat)
+    assert (den.apply, den.levels) == (1, 2)
+    low, high = den(img, 2e5, 20), den(img, 5e6, 400)
+    assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
+    np.testing.assert_array_equal(den(img, 2e5, 20), low)
     odd = weights.parent / "w:1 #x.lut"  # cfg syntax in the path does no harm
     odd.write_bytes(weights.read_bytes())
     np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)

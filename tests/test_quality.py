@@ -102,4 +102,4 @@ def test_train_first(quality, tmp_path, capsys, monkeypatch):
     assert "training: kpn-t:01: 2 frames" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["train_seconds"] > 0 and data["train_cfg"].endswith("t.cfg")
-    assert data["levels"] == 2  # the cfg's kpn-t levels, not the default 4
+    assert data["kpn_levels"] == 2  # the cfg's kpn-t levels (the .lut says), not 4
