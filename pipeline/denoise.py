@@ -38,29 +38,13 @@ BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd'
 MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
 
 
-def weights_variant(text: str | None) -> tuple[int, int | None]:
-    """(apply, levels) that kpn must be given for weights whose .lut text is `text`: kpn-t
-    records its tap activation ('softmax kernel weight activation', with 'sigmoid alpha
-    blending activation' for apply 2) and its 'N pyramid levels'; kpn refuses a mismatch.
-    vkdt's weights and text-less .luts: plain taps, levels unknown (None)."""
-    text = text or ""
-    apply = 0
-    if "softmax kernel weight activation" in text:
-        apply = 2 if "sigmoid alpha blending activation" in text else 1
-    levels = None
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) == 3 and words[0].isdigit() and line.endswith(" pyramid levels"):
-            levels = int(words[0])
-    return apply, levels
-
-
 class Denoiser:
     """kpn with fixed weights on one device; call it with (image, a, b)."""
 
     def __init__(self, device, weights: str | Path, levels: int | None = None,
                  max_pixels: int | None = None):
-        """levels: kpn's pyramid levels (default: what the .lut's text says, else 4);
+        """levels: kpn's pyramid levels (default: what the .lut's text says, else kpn's
+        default; given and contradicting the text, kpn refuses the weights);
         max_pixels: the largest image run whole (default: what the device's storage buffers
         can span); larger ones are tiled."""
         self.device = device
@@ -68,13 +52,19 @@ class Denoiser:
         if not self.weights.is_file():
             raise GraphError(f"weights '{self.weights}' do not exist")
         lut_info(self.weights)  # a bad file is an error now, not at the first image
-        self.apply, trained = weights_variant(read_lut(self.weights)[2])
-        self.levels = levels or trained or 4
+        self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
+        # kpn takes apply and levels from the .lut's text itself (kpn-t writes them); the
+        # levels are needed here too, for the tile margin
+        text = read_lut(self.weights)[2]
+        kpn = self.registry.get("kpn")
+        trained = kpn.hooks.trained_with(text)["levels"] if text else None
+        default = next(p.default[0] for p in kpn.params if p.name == "levels")
+        self.levels = levels or trained or default
+        self.explicit_levels = levels is not None
         if max_pixels is None:
             span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
             max_pixels = span // BYTES_PER_PIXEL if span else 1 << 62
         self.max_pixels = max_pixels
-        self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         self.builds: dict[tuple[int, int], tuple[Build, Graph]] = {}
 
     def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
@@ -86,8 +76,8 @@ class Denoiser:
             # the API rather than cfg lines: a weights path may hold a ':'
             g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
             kpn = g.add_module("kpn", "01")
-            kpn.set_param("levels", self.levels)
-            kpn.set_param("apply", self.apply)
+            if self.explicit_levels:  # else kpn takes the weights' own
+                kpn.set_param("levels", self.levels)
             g.add_module("o-array", "main")
             g.connect("i-array", "main", "output", "kpn", "01", "input")
             g.connect("i-lut", "w", "output", "kpn", "01", "w")
