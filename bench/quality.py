@@ -29,6 +29,7 @@ stale entries are computed (in parallel with --jobs) and written back.
 
     python bench/quality.py [--weights W.lut | --train CFG [--frames N]] [--json OUT]
     python bench/quality.py --baselines-only --jobs 2     # fill the cache, no GPU needed
+    python bench/quality.py --write-noisy DIR             # the noisy inputs as PNG
 """
 
 from __future__ import annotations
