@@ -421,4 +421,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.errors import VkgraphError
+
+    try:
+        sys.exit(main())
+    except VkgraphError as e:  # bad input or device failure: one line, as vkgraph prints it
+        print(f"quality.py: error: {e.line()}", file=sys.stderr)
+        sys.exit(e.exit_code)
