@@ -26,7 +26,7 @@ seeds): the estimated std at x = 0.1 and x = 0.5 is within 17% of the truth on t
 photographs (astronaut, camera, chelsea, coffee; the largest errors, at the lowest level, are
 +8% at x = 0.1 and +17% at x = 0.5 on astronaut, +10% at x = 0.5 on coffee, where the
 photographs' fine texture and own noise add to the estimate; at mid and high levels all within
-6%) and within 7% on the rendered scenes. A 12-megapixel photograph takes about 0.5 s on one
+6%) and within 7% on the rendered scenes. A 12-megapixel photograph takes about 0.2 s on one
 core: at most MAX_PIXELS per channel are looked at, in bands of rows spread over the image.
 """
 
