@@ -236,6 +236,42 @@ def fill_baselines(cache_path: Path, jobs: int) -> dict:
 # vkgraph
 
 
+def training_files(g, cfg: Path) -> list[Path]:
+    """The image files the cfg's sources read: i-set's training sets, i-pfm's and i-img's
+    files (resolved as a build would: absolute, next to the cfg, the working directory)."""
+    from pipeline.datasets import resolve_name
+
+    def near(name: str) -> Path:
+        path = Path(name).expanduser()
+        if path.is_absolute() or (cfg.resolve().parent / path).exists():
+            return cfg.resolve().parent / path
+        return Path.cwd() / path
+
+    out = []
+    for m in g.modules.values():
+        if m.name == "i-set":
+            out += image_set(m.param("filename"), near)
+        elif m.name in ("i-pfm", "i-img") and "%" not in m.param("filename"):
+            out.append(resolve_name(m.param("filename"), near))
+    return out
+
+
+def check_held_out(files: list[Path]) -> None:
+    """Refuse a training cfg that reads a held-out photograph (same bytes, any name)."""
+    def digest(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    held: dict[int, list[tuple[Path, str]]] = {}
+    for p in photos():
+        held.setdefault(p.stat().st_size, []).append((p, digest(p)))
+    for f in files:
+        for p, d in held.get(f.stat().st_size if f.is_file() else -1, []):
+            if digest(f) == d:
+                raise SystemExit(f"quality.py: the training cfg reads {f}, which is the "
+                                 f"held-out photograph {p.name}: its numbers would not be "
+                                 "honest")
+
+
 def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, float, str]:
     """Run a training cfg (displays dropped, its o-lut writing into `folder`); the weights,
     the wall time of the run (build included) and kpn-t's summary line."""
@@ -250,6 +286,7 @@ def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, fl
         raise SystemExit(f"{cfg}: no o-lut module writes the weights")
     for m in luts:
         m.set_param("filename", str(folder / m.inst))
+    check_held_out(training_files(g, cfg))
     t0 = time.perf_counter()
     b = run_graph(g, device, frames=frames, last_frame_only=True)
     seconds = time.perf_counter() - t0

@@ -103,3 +103,25 @@ def test_train_first(quality, tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert data["train_seconds"] > 0 and data["train_cfg"].endswith("t.cfg")
     assert data["kpn_levels"] == 2  # the cfg's kpn-t levels (the .lut says), not 4
+
+
+def test_the_shipped_split_is_disjoint():
+    pytest.importorskip("skimage")
+    from pipeline.datasets import image_set
+
+    train = ROOT / "graphs" / "photos" / "train.txt"
+    load_quality().check_held_out(image_set(str(train), lambda n: train.parent / n))
+
+
+def test_a_cfg_reading_a_held_out_photo_is_refused(quality, tmp_path):
+    from conftest import TINY_KPN_LINES
+
+    from pipeline.cfg import read_cfg
+
+    (tmp_path / "copy.png").write_bytes((tmp_path / "tiny.png").read_bytes())  # another name
+    lines = TINY_KPN_LINES.replace("i-pfm:main", "i-img:main").replace("x.pfm", "copy.png")
+    (tmp_path / "t.cfg").write_text(lines + "\n")
+    files = quality.training_files(read_cfg(tmp_path / "t.cfg"), tmp_path / "t.cfg")
+    assert files == [tmp_path / "copy.png"]
+    with pytest.raises(SystemExit, match="held-out photograph tiny.png"):
+        quality.check_held_out(files)
