@@ -168,6 +168,11 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     kpn = den.builds[(W, H)][1].modules[("kpn", "01")]
     assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
     assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
+    bands = Registry().get("kpn-t").hooks.band_noise(2)
+    Wl = read_lut(feat)[0].astype(np.float64).reshape(7, 64, 64)
+    want = ref.forward(img.astype(np.float64), img.astype(np.float64), Wl, levels=2,
+                       apply_mode="softmax", noise=(5e6, 400), bands=bands)[1]
+    assert np.abs(high - want).max() <= 1e-4  # the profile reaches kpn's features
     np.testing.assert_array_equal(den(img, 2e5, 20), low)
     odd = weights.parent / "w:1 #x.lut"  # cfg syntax in the path does no harm
     odd.write_bytes(weights.read_bytes())
