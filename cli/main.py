@@ -1,4 +1,4 @@
-"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules.
+"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules, denoise.
 
 Exit codes: 0 success, 1 runtime failure (device, I/O), 2 usage or graph error, 130 interrupt.
 Bad input never shows a Python traceback (set VKGRAPH_DEBUG=1 to see one anyway).
@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("shaders", help="compile shaders")
     s.add_argument("--check", action="store_true",
                    help="compile every kernel in every variant, run nothing")
+
+    from .denoise import add_parser
+    add_parser(sub)
 
     m = sub.add_parser("modules", help="list modules, or show one module's interface")
     m.add_argument("name", nargs="?", help="module name, e.g. kpn-t")
@@ -430,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_devices(args)
         if args.command == "shaders":
             return cmd_shaders(args)
+        if args.command == "denoise":
+            from .denoise import cmd_denoise
+            return cmd_denoise(args)
         return cmd_modules(args)
     except VkgraphError as e:
         if debug:

@@ -1,0 +1,198 @@
+"""`vkgraph denoise` and pipeline/denoise.py: files in every format, output names, the
+result against kpn-t's float64 reference forward pass, bad input (usage errors, a missing
+weights file, a broken image among good ones) and the interrupt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_kpn_infer import ref
+
+from cli.main import main
+from pipeline.denoise import Denoiser
+from pipeline.errors import GraphError
+from pipeline.formats import (
+    read_image,
+    read_lut,
+    read_pfm,
+    write_exr,
+    write_jpg,
+    write_lut,
+    write_pfm,
+    write_png,
+)
+from pipeline.registry import Registry
+
+H, W = 40, 48
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """kpn-t-shaped weights (64x448 f16 ssbo): the reference's initialisation plus a seeded
+    perturbation, plain taps."""
+    d = tmp_path_factory.mktemp("w")
+    w = ref.xavier_init() * (1 + 0.5 * np.random.default_rng(5).standard_normal((7, 64, 64)))
+    path = d / "w.lut"
+    write_lut(path, w.astype(np.float16).ravel(), 1, "f16", 64, 448, ssbo=True,
+              text="lut contains weights for\nplain kernel weight activation")
+    return path
+
+
+def picture(seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W]
+    clean = np.stack([0.4 + 0.3 * np.sin(xx / 4.0 + c) * np.cos(yy / 5.0) for c in range(3)], -1)
+    return np.clip(clean + 0.05 * rng.standard_normal(clean.shape), 0, 1).astype(np.float32)
+
+
+def run(capsys, *args):
+    code = main(["denoise", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def expected(image: np.ndarray, lut) -> np.ndarray:
+    Wl = read_lut(lut)[0].astype(np.float64).reshape(7, 64, 64)
+    return ref.forward(image.astype(np.float64), image.astype(np.float64), Wl, levels=4)[1]
+
+
+def test_one_png_default_name(tmp_path, capsys, weights):
+    write_png(tmp_path / "p.png", picture())
+    code, out, err = run(capsys, tmp_path / "p.png", "--weights", weights)
+    assert code == 0, err
+    result = read_image(tmp_path / "p-denoised.png")
+    assert result.shape == (H, W, 4)
+    assert "(estimated)" in out and "p-denoised.png" in out
+    # 8-bit sRGB of kpn's result on the decoded input: within one code value
+    want = expected(read_image(tmp_path / "p.png")[..., :3], weights)
+    from pipeline.formats import linear_to_srgb
+    assert np.abs(linear_to_srgb(result[..., :3]) - linear_to_srgb(want)).max() <= 1 / 255 + 1e-6
+
+
+def test_many_formats_outdir(tmp_path, capsys, weights):
+    img = picture(2)
+    write_png(tmp_path / "a.png", img)
+    write_jpg(tmp_path / "b.jpg", img)
+    write_exr(tmp_path / "c.exr", img)
+    write_pfm(tmp_path / "d.pfm", img)
+    write_pfm(tmp_path / "e.pfm", img[:32])  # another size: a second build
+    files = [tmp_path / n for n in ("a.png", "b.jpg", "c.exr", "d.pfm", "e.pfm")]
+    code, out, err = run(capsys, *files, "--outdir", tmp_path / "out", "--weights", weights,
+                         "--noise", "1e6", "100")
+    assert code == 0, err
+    assert out.count("(given)") == 5
+    # each output keeps its input's format
+    assert (tmp_path / "out" / "a.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "out" / "b.jpg").read_bytes()[:2] == b"\xff\xd8"
+    assert (tmp_path / "out" / "c.exr").read_bytes()[:4] == b"\x76\x2f\x31\x01"
+    pfm = read_pfm(tmp_path / "out" / "d.pfm")
+    assert np.abs(pfm - expected(img, weights)).max() <= 1e-4  # float out: kpn's own values
+    exr = read_image(tmp_path / "out" / "c.exr")[..., :3]
+    assert np.abs(exr - pfm).max() == 0
+    assert read_pfm(tmp_path / "out" / "e.pfm").shape == (32, W, 3)
+
+
+def test_usage_errors(tmp_path, capsys, weights):
+    write_png(tmp_path / "a.png", picture())
+    write_png(tmp_path / "b.png", picture(3))
+    code, _, err = run(capsys, tmp_path / "a.png", tmp_path / "b.png", "-o",
+                       tmp_path / "x.png", "--weights", weights)
+    assert code == 2 and "-o takes one input" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "a.png", "--weights",
+                       weights)
+    assert code == 2 and "is an input" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "--outdir", tmp_path, "--weights", weights)
+    assert code == 2 and "is an input" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.tif", "--weights",
+                       weights)
+    assert code == 2 and "cannot write" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "--noise", "-1", "0", "--weights", weights)
+    assert code == 2 and "--noise" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "--weights", tmp_path / "none.lut")
+    assert code == 2 and "none.lut" in err and "do not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png"]
+    assert "Traceback" not in err
+
+
+def test_broken_input_among_good_ones(tmp_path, capsys, weights):
+    write_png(tmp_path / "a.png", picture())
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG" + b"x" * 500)
+    write_pfm(tmp_path / "c.pfm", picture(4))
+    missing = tmp_path / ("m" * 300 + ".png")
+    code, out, err = run(capsys, tmp_path / "a.png", tmp_path / "bad.png", missing,
+                         tmp_path / "c.pfm", "--outdir", tmp_path / "o", "--weights", weights)
+    assert code == 1
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["a.png", "c.pfm"]
+    errors = [ln for ln in err.splitlines() if ln.startswith("vkgraph: error:")]
+    assert len(errors) == 2 and "bad.png" in errors[0]
+    assert all(len(ln) <= len("vkgraph: error: ") + 200 for ln in errors)
+    assert "2 of 4 files failed" in err
+
+
+def test_interrupt_finishes_the_current_file(tmp_path, capsys, weights, monkeypatch):
+    import cli.main
+
+    monkeypatch.setattr(cli.main.StopSignals, "__call__", lambda self: True)  # a signal came
+    for n in "ab":
+        write_png(tmp_path / f"{n}.png", picture())
+    code, _, err = run(capsys, tmp_path / "a.png", tmp_path / "b.png", "--outdir",
+                       tmp_path / "o", "--weights", weights)
+    assert code == 130 and "interrupted after 1 of 2" in err
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["a.png"]
+
+
+def test_denoiser_builds_per_size_and_noise_params(device, weights):
+    den = Denoiser(device, weights)
+    assert den.levels == 4
+    img = picture()
+    first = den(img, 2e5, 20)
+    again = den(img, 1e6, 100.5)
+    assert len(den.builds) == 1
+    g = den.builds[(W, H)][1]
+    kpn = g.modules[("kpn", "01")]
+    assert (kpn.param("noise a"), kpn.param("noise b")) == (1e6, 100.5)
+    np.testing.assert_array_equal(first, again)  # these weights do not read the profile
+    den(img[:20, :30], 0, 0)
+    assert len(den.builds) == 2
+    with pytest.raises(GraphError, match="do not exist"):
+        Denoiser(device, weights.parent / "nothing.lut")
+    # weights with noise-normalised features read the profile: a new (a, b) on the same
+    # build changes the result
+    feat = weights.parent / "feat.lut"
+    lut_text = Registry().get("kpn-t").hooks.lut_text  # what kpn-t writes
+    write_lut(feat, read_lut(weights)[0].ravel(), 1, "f16", 64, 448, ssbo=True,
+              text=lut_text(1, 0, 1, 2))
+    den = Denoiser(device, feat)
+    assert den.levels == 2  # from the .lut's text, as kpn takes it (and apply 1)
+    low, high = den(img, 2e5, 20), den(img, 5e6, 400)
+    kpn = den.builds[(W, H)][1].modules[("kpn", "01")]
+    assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
+    assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
+    bands = Registry().get("kpn-t").hooks.band_noise(2)
+    Wl = read_lut(feat)[0].astype(np.float64).reshape(7, 64, 64)
+    want = ref.forward(img.astype(np.float64), img.astype(np.float64), Wl, levels=2,
+                       apply_mode="softmax", noise=(5e6, 400), bands=bands)[1]
+    assert np.abs(high - want).max() <= 1e-4  # the profile reaches kpn's features
+    np.testing.assert_array_equal(den(img, 2e5, 20), low)
+    odd = weights.parent / "w:1 #x.lut"  # cfg syntax in the path does no harm
+    odd.write_bytes(weights.read_bytes())
+    np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
+
+
+def test_tiles_equal_the_whole_image(device, weights):
+    """An image larger than the device's buffers is denoised in tiles; with the margin of
+    pipeline/denoise.py each tile sees everything its kept pixels depend on and starts on the
+    pyramid's grid, so the result is the whole image's (here forced with max_pixels)."""
+    from pipeline.denoise import spans
+
+    img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
+    img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
+    whole = Denoiser(device, weights, levels=2)(img, 1e6, 100)
+    tiled = Denoiser(device, weights, levels=2, max_pixels=3000)  # < 60 * 52
+    assert tiled.tiling(60, 52) == (20, 16)  # keep 20, reach 16 beyond: tiles <= 52 < 54.7
+    assert spans(60, 20, 16) == [(0, 36, 0, 20), (4, 56, 20, 40), (24, 60, 40, 60)]
+    out = tiled(img, 1e6, 100)
+    assert len(tiled.builds) == 6  # one per tile size: widths 36, 52; heights 36, 48, 28
+    assert np.abs(out - whole).max() <= 1e-6
+    with pytest.raises(GraphError, match="less than one tile"):
+        Denoiser(device, weights, levels=2, max_pixels=35 * 35)(img, 0, 0)
