@@ -42,11 +42,11 @@ class Denoiser:
     """kpn with fixed weights on one device; call it with (image, a, b)."""
 
     def __init__(self, device, weights: str | Path, levels: int | None = None,
-                 max_pixels: int | None = None):
+                 max_pixels: int | None = None, profile: bool = False):
         """levels: kpn's pyramid levels (default: what the .lut's text says, else kpn's
         default; given and contradicting the text, kpn refuses the weights);
         max_pixels: the largest image run whole (default: what the device's storage buffers
-        can span); larger ones are tiled."""
+        can span); larger ones are tiled; profile: GPU timestamps per node (bench)."""
         self.device = device
         self.weights = Path(weights)
         if not self.weights.is_file():
@@ -65,6 +65,7 @@ class Denoiser:
             span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
             max_pixels = span // BYTES_PER_PIXEL if span else 1 << 62
         self.max_pixels = max_pixels
+        self.profile = profile
         self.builds: dict[tuple[int, int], tuple[Build, Graph]] = {}
 
     def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
@@ -82,7 +83,7 @@ class Denoiser:
             g.connect("i-array", "main", "output", "kpn", "01", "input")
             g.connect("i-lut", "w", "output", "kpn", "01", "w")
             g.connect("kpn", "01", "output", "o-array", "main", "input")
-            self.builds[key] = (Build(g, self.device), g)
+            self.builds[key] = (Build(g, self.device, profile=self.profile), g)
         return self.builds[key]
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:

@@ -1,0 +1,68 @@
+"""kpn inference time on a large photo: the shipped weights (or --weights) on a W x H image
+(default 4000 x 3000, 12 megapixels), whole on the device; one table.
+
+The image is a held-out photograph tiled to the size, with cnngenin's noise at the "mid"
+level. After one warm-up call, --runs calls of the Denoiser (upload, one frame, download) are
+timed on the wall clock, and the GPU time of the frame is the sum of its nodes' timestamps.
+
+    python bench/kpn_infer.py [--size 4000x3000] [--runs 5] [--weights W.lut]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.datasets import image_set  # noqa: E402
+from pipeline.denoise import Denoiser  # noqa: E402
+from pipeline.formats import read_image  # noqa: E402
+from pipeline.vk import Device  # noqa: E402
+
+A, B = 1e6, 100.0  # the "mid" level of bench/quality.py
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="4000x3000")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--weights", type=Path, default=ROOT / "graphs/weights/kpn-photo.lut")
+    ap.add_argument("--device", help="Vulkan device (substring of its name)")
+    args = ap.parse_args()
+    wd, ht = (int(v) for v in args.size.split("x"))
+    photo = read_image(image_set(str(ROOT / "graphs/photos/held-out.txt"), Path)[0])[..., :3]
+    reps = (-(-ht // photo.shape[0]), -(-wd // photo.shape[1]), 1)
+    clean = np.tile(photo, reps)[:ht, :wd]
+    rng = np.random.default_rng(0)
+    std = np.sqrt(A + 65535.0 * np.maximum(clean, 0) * B) / 65535.0
+    noisy = (clean + std * rng.standard_normal(clean.shape)).astype(np.float32)
+    dev = Device.open(args.device)
+    try:
+        den = Denoiser(dev, args.weights, max_pixels=wd * ht, profile=True)
+        den(noisy, A, B)  # warm-up: build, pipelines
+        build = next(iter(den.builds.values()))[0]
+        walls, gpus = [], []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            out = den(noisy, A, B)
+            walls.append(time.perf_counter() - t0)
+            gpus.append(sum(t for _, t in build.timings()))
+        mse = float(np.mean((out - clean) ** 2))
+        name = dev.info.name
+    finally:
+        dev.close()
+    print(f"kpn inference, {wd}x{ht} ({wd * ht / 1e6:.1f} MP), {args.weights.name}, on {name}")
+    print("| runs | GPU ms (median) | wall ms (median, with upload/download) | PSNR dB |")
+    print("|---|---|---|---|")
+    print(f"| {args.runs} | {np.median(gpus):.2f} | {1e3 * np.median(walls):.1f} | "
+          f"{10 * np.log10(1 / mse):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
