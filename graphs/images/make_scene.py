@@ -9,8 +9,10 @@ wedge) and text drawn from the 5x7 bitmap font below.
 
 writes scene.pfm (the training image), scene-b.pfm and scene-c.pfm (held out for the quality
 benchmark), all 256x256, scene.png (an sRGB preview of scene.pfm) and scene-noisy.pfm
-(scene-b.pfm with cnngenin's noise model, the input of graphs/denoise.cfg). Running it again
-gives bit-identical files.
+(scene-b.pfm with cnngenin's noise model), and chelsea-noisy.exr: the held-out photograph
+chelsea.png of scikit-image's wheel (when installed), decoded to linear light, with that noise
+model at the benchmark's "mid" level (the input of graphs/denoise.cfg and the README's
+`vkgraph denoise` example). Running it again gives bit-identical files.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ CELL = 64  # the layout grid: 4x4 cells
 SCENES = [("scene", 1), ("scene-b", 2), ("scene-c", 3)]
 # the noisy test image: (name, clean scene, noise a, noise b, seed)
 NOISY = ("scene-noisy", "scene-b", 1.0e6, 100.0, 4)
+# the noisy held-out photograph: (name, pkg: path, noise a, noise b, seed)
+NOISY_PHOTO = ("chelsea-noisy", "pkg:skimage/data/chelsea.png", 1.0e6, 100.0, 5)
 
 # 5x7 glyphs, rows top to bottom, '#' = ink
 FONT_ROWS = {
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=here, help="output folder")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(here.parent.parent))  # the repository, when run as a script
-    from pipeline.formats import write_pfm, write_png
+    from pipeline.formats import read_image, write_exr, write_pfm, write_png
 
     rendered = {}
     for name, seed in SCENES:
@@ -292,6 +296,17 @@ def main(argv: list[str] | None = None) -> None:
     write_pfm(args.out / f"{name}.pfm", noisy)
     print(f"{args.out / name}.pfm: {clean}.pfm + noise a {a:g}, b {b:g}, seed {seed}, "
           f"rmse {np.sqrt(np.mean((noisy - rendered[clean]) ** 2)):.4f}")
+    from pipeline.datasets import package_file
+    from pipeline.errors import GraphError
+    name, spec, a, b, seed = NOISY_PHOTO
+    try:
+        photo = read_image(package_file(spec))[..., :3]
+    except GraphError as e:
+        print(f"{name}.exr not written: {e}")
+        return
+    noisy = add_noise(photo, a, b, seed)
+    write_exr(args.out / f"{name}.exr", noisy, half=True)
+    print(f"{args.out / name}.exr: {spec} + noise a {a:g}, b {b:g}, seed {seed} (f16)")
 
 
 if __name__ == "__main__":

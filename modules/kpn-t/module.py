@@ -58,6 +58,40 @@ def lut_text(apply: int, loss: int, feat: int, levels: int) -> str:
     return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else []))
 
 
+def trained_with(text: str) -> dict:
+    """What a kpn-t .lut's trailing text says the weights need: `apply`, `levels` (None
+    where the text does not say) and `feat` (0 or 1)."""
+    out = {"apply": None, "levels": None, "feat": int(FEAT_TEXT in text)}
+    if "softmax kernel weight activation" in text:
+        out["apply"] = 2 if "sigmoid alpha blending activation" in text else 1
+    elif "plain kernel weight activation" in text:
+        out["apply"] = 0
+    for line in text.splitlines():
+        words = line.split()
+        if line.endswith(" pyramid levels") and words and words[0].isdigit():
+            out["levels"] = int(words[0])
+    return out
+
+
+def check_start_weights(module) -> None:
+    """Training that starts from a .lut (wcp, init 0) must train the variant the weights were
+    trained as: the same features (feat) and filter (apply), says the .lut's text. (The
+    MLP is shared by all levels, so `levels` may differ.)"""
+    src = module.connector("wcp").source
+    if src is None or int(module.param("init")):
+        return
+    text = src[0].data.get("lut_text")
+    if not text:
+        return
+    said = trained_with(text)
+    for name in ("feat", "apply"):
+        want, value = said[name], int(module.param(name))
+        if want is not None and want != value:
+            raise GraphError(f"{module}: the weights on wcp were trained with {name} {want} "
+                             f"(says their .lut's text) but {name} is {value}; set "
+                             f"param:{module.name}:{module.inst}:{name}:{want}")
+
+
 def init(module):
     module.data["lut_text"] = lut_text(int(module.param("apply")), int(module.param("loss")),
                                        int(module.param("feat")), int(module.param("levels")))
@@ -113,6 +147,7 @@ def band_noise(levels: int) -> tuple[float, ...]:
 
 
 def modify_roi_out(graph, module):
+    check_start_weights(module)
     inp = module.connector("input").roi
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("debug").roi = Roi(inp.wd, inp.ht)

@@ -43,21 +43,6 @@ def weights_text(module) -> str | None:
 _APPLY_WORDS = {0: "plain taps", 1: "softmax taps", 2: "softmax taps and a sigmoid band gain"}
 
 
-def trained_with(text: str) -> dict:
-    """What a kpn-t .lut's trailing text says the weights need: `apply`, `levels` (None
-    where the text does not say) and `feat` (0 or 1)."""
-    out = {"apply": None, "levels": None, "feat": int(_kpn_t().FEAT_TEXT in text)}
-    if "softmax kernel weight activation" in text:
-        out["apply"] = 2 if "sigmoid alpha blending activation" in text else 1
-    elif "plain kernel weight activation" in text:
-        out["apply"] = 0
-    for line in text.splitlines():
-        words = line.split()
-        if line.endswith(" pyramid levels") and words and words[0].isdigit():
-            out["levels"] = int(words[0])
-    return out
-
-
 def variant(module) -> int:
     """Match kpn to its weights and return `feat`. The .lut's text (kpn-t writes it) says how
     the weights were trained: `apply` and `levels` left at their defaults take the text's
@@ -65,7 +50,7 @@ def variant(module) -> int:
     text = weights_text(module)
     if text is None:
         return 0
-    said = trained_with(text)
+    said = _kpn_t().trained_with(text)
     for name, words in (("apply", lambda v: f"apply {v} ({_APPLY_WORDS[v]})"),
                         ("levels", lambda v: f"{v} pyramid levels")):
         value, want = int(module.param(name)), said[name]
