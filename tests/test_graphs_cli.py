@@ -101,14 +101,21 @@ def test_denoise(trained, tmp_path, request):
     lut = trained[0] / "mlp-w.lut"
     args = ["-g", str(GRAPHS / "denoise.cfg"), "--format", "o-pfm", "--filename", "denoised",
             "--config", f"param:i-lut:w:filename:{lut}"]
-    wd, ht = 256, 256
-    if not slow_enabled(request):
-        crop = read_pfm(GRAPHS / "images" / "scene-noisy.pfm")[100:132, 60:100]
-        write_pfm(tmp_path / "crop.pfm", crop)
-        args.append(f"param:i-pfm:main:filename:{tmp_path / 'crop.pfm'}")
+    wd, ht = 451, 300
+    if not slow_enabled(request):  # a crop of the noisy photograph and of its reference
+        from pipeline.datasets import package_file
+        from pipeline.formats import read_image
+        noisy = read_image(GRAPHS / "images" / "chelsea-noisy.exr")[100:132, 60:100, :3]
+        clean = read_image(package_file("pkg:skimage/data/chelsea.png"))[100:132, 60:100, :3]
+        write_pfm(tmp_path / "crop.pfm", noisy)
+        write_pfm(tmp_path / "ref.pfm", clean)
+        args += [f"param:i-img:main:filename:{tmp_path / 'crop.pfm'}",
+                 f"param:i-img:ref:filename:{tmp_path / 'ref.pfm'}"]
         wd, ht = 40, 32
-    vkgraph(tmp_path, *args)
+    res = vkgraph(tmp_path, *args)
     image(tmp_path / "denoised.pfm", wd, ht)
+    psnr = re.search(r"input ([0-9.]+) dB, output ([0-9.]+) dB", res.stdout)
+    assert psnr, res.stdout
 
 
 def test_gradcheck_kpn_shows_analytic_gradient(tmp_path):
