@@ -272,13 +272,17 @@ def check_held_out(files: list[Path]) -> None:
                                  "honest")
 
 
-def train(device, cfg: Path, frames: int | None, folder: Path) -> tuple[Path, float, str]:
-    """Run a training cfg (displays dropped, its o-lut writing into `folder`); the weights,
-    the wall time of the run (build included) and kpn-t's summary line."""
-    from pipeline.cfg import read_cfg
+def train(device, cfg: Path, frames: int | None, folder: Path,
+          lines: tuple[str, ...] = ()) -> tuple[Path, float, str]:
+    """Run a training cfg (displays dropped, `lines` applied after it, its o-lut writing into
+    `folder`); the weights, the wall time of the run (build included) and kpn-t's summary
+    line."""
+    from pipeline.cfg import apply_line, read_cfg
     from pipeline.runner import run_graph
 
     g = read_cfg(cfg)
+    for n, line in enumerate(lines, 1):
+        apply_line(g, line, f"line {n}")
     for m in [m for m in g.modules.values() if m.name == "display"]:
         g.remove_module("display", m.inst)
     luts = [m for m in g.modules.values() if m.name == "o-lut"]

@@ -175,3 +175,42 @@ def test_set_needs_tiles_and_pairs_of_equal_sets(device, pictures):
     g, _ = _graph(pictures, "set", generate=1, tiles=0)
     with pytest.raises(GraphError, match="needs tiles 1"):
         run_graph(g, device, frames=1)
+
+
+def test_real_pairs_from_two_sets(device, tmp_path):
+    """A noisy set into imgi and its clean set into refi (generate 1): every tile of imgo is
+    cut from the same image at the same place as refo's (here noisy = 2 x clean, pixel for
+    pixel, in images of two sizes)."""
+    rng = np.random.default_rng(2)
+    for k, (wd, ht) in enumerate([(50, 40), (30, 70)]):
+        for folder in ("noisy", "clean"):
+            (tmp_path / folder).mkdir(exist_ok=True)
+        clean = rng.uniform(0.1, 1.0, (ht, wd, 3)).astype(np.float32)
+        write_pfm(tmp_path / "clean" / f"{k}.pfm", clean)
+        write_pfm(tmp_path / "noisy" / f"{k}.pfm", 2 * clean)
+    reg = Registry([ROOT / "modules", FIXTURES])
+    g = Graph(registry=reg)
+    for inst in ("noisy", "clean"):
+        g.add_module("i-set", inst).set_param("filename", str(tmp_path / inst))
+    gen = g.add_module("cnngenin", "01")
+    for k, v in {"generate": 1, "batch": 4, "tile": 16}.items():
+        gen.set_param(k, v)
+    g.connect("i-set", "noisy", "output", "cnngenin", "01", "imgi")
+    g.connect("i-set", "clean", "output", "cnngenin", "01", "refi")
+    for conn in ("imgo", "refo"):
+        g.add_module("capture", conn)
+        g.connect("cnngenin", "01", conn, "capture", conn, "input")
+    cap = reg.get("capture").hooks.CAPTURED
+    cap.clear()
+    run_graph(g, device, frames=3)
+    for f in range(3):
+        imgo, refo = cap[("imgo", f)], cap[("refo", f)]
+        assert imgo.shape == (32, 32, 4)
+        np.testing.assert_allclose(imgo[..., :3], 2 * refo[..., :3], rtol=2e-3)
+    assert not np.array_equal(cap[("refo", 0)], cap[("refo", 1)])
+    # sets of different layouts are refused
+    (tmp_path / "other").mkdir()
+    write_pfm(tmp_path / "other" / "0.pfm", np.zeros((10, 10, 3), np.float32))
+    g.modules[("i-set", "clean")].set_param("filename", str(tmp_path / "other"))
+    with pytest.raises(GraphError, match="differ in size"):
+        run_graph(g, device, frames=1)

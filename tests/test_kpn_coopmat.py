@@ -26,7 +26,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights, train
+from test_kpn_gpu import (
+    conditioned_weights,
+    kpn_graph,
+    noise_feature_graph,
+    pair,
+    ref,
+    run_with_weights,
+    train,
+)
 
 from pipeline.errors import GraphError
 from pipeline.runner import Build
@@ -187,9 +195,15 @@ def test_coopmat_matches_portable(cm_device, tmp_path, monkeypatch):
     W16 = W.astype(np.float16).astype(np.float64)
     _, _, Ep, dWp, Op = run_variant(cm_device, tmp_path, monkeypatch, "portable", X, R, W16, 4)
     _, _, Ef, dWf, Of = run_variant(cm_device, tmp_path, monkeypatch, "fused", X, R, W16, 4)
+    check_fused_vs_portable(Ep, dWp, Op, Ef, dWf, Of)
+
+
+def check_fused_vs_portable(Ep, dWp, Op, Ef, dWf, Of):
+    """Loss and output within f16 rounding; the gradient wherever no kink separates them (a
+    flipped kink moves single entries; the bulk must agree), relative to each matrix's
+    largest entry."""
     assert abs(Ef - Ep) <= 2e-4 * abs(Ep)
     assert np.abs(Of - Op).max() <= 5e-4
-    # a flipped kink moves single entries; the bulk must agree
     for layer in range(7):
         scale = np.abs(dWp[layer]).max()
         err = np.abs(dWf[layer] - dWp[layer]) / scale
@@ -208,36 +222,6 @@ def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant)
     assert int(b.read(m.data["adam"], "stats")[0]) == 0  # no skipped (non-finite) updates
 
 
-def noise_feature_graph(tmp_path, R, extra=""):
-    """cnngenin (noise on R, the whole image) -> kpn-t with feat 1 and apply 2."""
-    from conftest import graph_from_lines
-
-    from pipeline.formats import write_pfm
-    write_pfm(tmp_path / "r.pfm", R)
-    return graph_from_lines(f"""
-        module:i-pfm:ref
-        module:cnngenin:01
-        module:kpn-t:01
-        module:o-lut:w
-        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
-        param:cnngenin:01:generate:2
-        param:cnngenin:01:tiles:0
-        param:cnngenin:01:noise:0.05
-        connect:i-pfm:ref:output:cnngenin:01:imgi
-        connect:i-pfm:ref:output:cnngenin:01:refi
-        connect:cnngenin:01:imgo:kpn-t:01:input
-        connect:cnngenin:01:refo:kpn-t:01:ref
-        connect:cnngenin:01:noiseab:kpn-t:01:noiseab
-        connect:kpn-t:01:w:o-lut:w:input
-        param:o-lut:w:filename:{tmp_path / 'mlp-w'}
-        param:kpn-t:01:init:1
-        param:kpn-t:01:alpha:0
-        param:kpn-t:01:feat:1
-        param:kpn-t:01:apply:2
-        param:kpn-t:01:loss:2
-        {extra}""")
-
-
 @pytest.mark.parametrize("emulate", [True, False])
 def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emulate):
     """feat 1 (noise map, signal-to-noise features, the constant bias feature) and apply 2
@@ -252,16 +236,11 @@ def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emul
     out = {}
     for variant in ("portable", "fused"):
         use_variant(monkeypatch, variant, emulate and variant == "fused")
-        g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3")
+        g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
+                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2")
         g.frames = 2
         b, E, dW, O = run_with_weights(device, g, W16)
         assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
         out[variant] = (E, dW, O)
-    (Ep, dWp, Op), (Ef, dWf, Of) = out["portable"], out["fused"]
-    assert abs(Ef - Ep) <= 2e-4 * abs(Ep)
-    assert np.abs(Of - Op).max() <= 5e-4
-    for layer in range(7):
-        scale = np.abs(dWp[layer]).max()
-        err = np.abs(dWf[layer] - dWp[layer]) / scale
-        assert np.median(err) <= 1e-3 and np.quantile(err, 0.99) <= 2e-2, layer
-    assert np.abs(dWp[6, 15]).max() > 0  # the band gain K_15 gets a gradient (apply 2)
+    check_fused_vs_portable(*out["portable"], *out["fused"])
+    assert np.abs(out["portable"][1][6, 15]).max() > 0  # K_15 gets a gradient (apply 2)

@@ -186,11 +186,9 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
 
 
 def kpn_kernels():
-    spec = importlib.util.spec_from_file_location("kpn_t_module_test",
-                                                  ROOT / "modules" / "kpn-t" / "module.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """kpn-t's module code, as the engine loads it."""
+    from pipeline.registry import Registry
+    return Registry([ROOT / "modules"]).get("kpn-t").hooks
 
 
 def test_band_noise_matches_monte_carlo():
@@ -205,14 +203,11 @@ def test_band_noise_matches_monte_carlo():
         assert abs(e - m) <= tol * e, (exact, mc)
 
 
-@pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "blend"), (64, 48, 4, "plain")])
-def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
-    """feat 1: the noise map from cnngenin's noiseab, the pyramid of the variance and the
-    signal-to-noise features give the reference's E, output and dE/dW (same tolerances as
-    vkdt's features)."""
-    X, R = pair(w, h)
+def noise_feature_graph(tmp_path, R, extra=""):
+    """cnngenin (synthetic noise on R, the whole image) -> kpn-t with feat 1 (the noise
+    profile from noiseab); `extra`: more cfg lines."""
     write_pfm(tmp_path / "r.pfm", R)
-    g = graph_from_lines(f"""
+    return graph_from_lines(f"""
         module:i-pfm:ref
         module:cnngenin:01
         module:kpn-t:01
@@ -228,11 +223,20 @@ def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
         connect:cnngenin:01:noiseab:kpn-t:01:noiseab
         connect:kpn-t:01:w:o-lut:w:input
         param:o-lut:w:filename:{tmp_path / 'mlp-w'}
-        param:kpn-t:01:levels:{levels}
         param:kpn-t:01:init:1
         param:kpn-t:01:alpha:0
         param:kpn-t:01:feat:1
-        param:kpn-t:01:apply:{APPLY[apply]}""")
+        {extra}""")
+
+
+@pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "blend"), (64, 48, 4, "plain")])
+def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
+    """feat 1: the noise map from cnngenin's noiseab, the pyramid of the variance and the
+    signal-to-noise features give the reference's E, output and dE/dW (same tolerances as
+    vkdt's features)."""
+    X, R = pair(w, h)
+    g = noise_feature_graph(tmp_path, R, f"param:kpn-t:01:levels:{levels}\n"
+                            f"param:kpn-t:01:apply:{APPLY[apply]}")
     g.frames = 2
     W = conditioned_weights()
     b, E, dW, O = run_with_weights(device, g, W)

@@ -34,7 +34,8 @@ def modify_roi_out(graph, module) -> None:
         raise GraphError(f"{module}: 'imgi' and 'refi' must both be images or both be "
                          "training sets (i-set)")
     if imgi.is_ssbo:
-        if imgi.roi.wd != refi.roi.wd:
+        sizes = [c.source[0].data.get("sizes") if c.source else None for c in (imgi, refi)]
+        if imgi.roi.wd != refi.roi.wd or (None not in sizes and sizes[0] != sizes[1]):
             raise GraphError(f"{module}: the sets on 'imgi' and 'refi' differ in size; a set "
                              "of pairs needs images of equal sizes in the same order")
         if not tiles:
