@@ -35,6 +35,7 @@ import imageio.v3 as iio
 
 from cli.main import main
 from pipeline.cfg import read_cfg
+from pipeline.datasets import resolve_name
 from pipeline.formats import read_image, write_pfm
 from pipeline.runner import kernel_spirv
 from pipeline.vk import Device, validation_messages
@@ -65,7 +66,8 @@ for name in sys.argv[1:]:
     has_set = any(mod == "i-set" for mod, _ in g.modules)
     for (mod, inst), m in g.modules.items():
         if mod in ("i-pfm", "i-img"):
-            crop = read_image(path.parent / m.param("filename"))[:32, :32]
+            crop = read_image(resolve_name(m.param("filename"), lambda n: path.parent / n))
+            crop = crop[:32, :32]
             out = Path.cwd() / f"{path.stem}-{mod}-{inst}.pfm"
             write_pfm(out, crop)
             cfg.append(f"param:{mod}:{inst}:filename:{out}")  # i-img reads PFM too
