@@ -26,12 +26,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.cfg import apply_line, read_cfg  # noqa: E402
-from pipeline.datasets import image_set  # noqa: E402
-from pipeline.formats import read_image, read_pfm, write_pfm  # noqa: E402
-from pipeline.graph import Graph  # noqa: E402
-from pipeline.runner import Build, run_graph  # noqa: E402
-from pipeline.vk import Device  # noqa: E402
+from vkgraph.pipeline.cfg import apply_line, read_cfg  # noqa: E402
+from vkgraph.pipeline.datasets import image_set  # noqa: E402
+from vkgraph.pipeline.formats import read_image, read_pfm, write_pfm  # noqa: E402
+from vkgraph.pipeline.graph import Graph  # noqa: E402
+from vkgraph.pipeline.runner import Build, run_graph  # noqa: E402
+from vkgraph.pipeline.vk import Device  # noqa: E402
 
 # (name, noise a, noise b) of cnngenin's model std(x) = sqrt(a + 65535 x b) / 65535
 LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]

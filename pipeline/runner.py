@@ -39,11 +39,31 @@ def pack_push(values) -> bytes:
     return bytes(out)
 
 
-def kernel_spirv(shader: str, kernel: str, defines: dict | None = None) -> bytes:
-    path = SHADERS / shader / f"{kernel}.comp"
+def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
+    """`<kernel>.comp` of shader folder `shader`: in each module directory of `dirs` (a user
+    folder: `<dir>/<shader>/` or `<dir>/shaders/<shader>/`), then in the shipped `shaders/`."""
+    name = f"{kernel}.comp"
+    for d in dirs:
+        d = Path(d)
+        if d.resolve() == (SHADERS.parent / "modules").resolve():
+            continue  # the shipped modules: their kernels are in shaders/
+        for path in (d / shader / name, d / "shaders" / shader / name):
+            if path.is_file():
+                return path
+    path = SHADERS / shader / name
     if not path.exists():
         raise RuntimeFailure(f"kernel {path} does not exist")
-    return compile_glsl(path, [SHADERS / "include", SHADERS / shader], defines)
+    return path
+
+
+def compile_kernel(path: Path, defines: dict | None = None) -> bytes:
+    """SPIR-V of a kernel file; `#include "..."` finds the shared shaders/include/ and the
+    kernel's own folder."""
+    return compile_glsl(path, [SHADERS / "include", path.parent], defines)
+
+
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=()) -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines)
 
 
 class Build(NodeGraph):
@@ -169,6 +189,10 @@ class Build(NodeGraph):
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
 
+    def _kernel_dirs(self) -> list[Path]:
+        registry = getattr(self.graph, "registry", None)
+        return list(getattr(registry, "dirs", ()))
+
     # -- recording
     def _record(self) -> None:
         dev = self.device
@@ -176,7 +200,7 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            spirv = kernel_spirv(node.shader, node.kernel, node.defines)
+            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs())
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
                                  push)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from conftest import VKGRAPH, vkgraph_env
 
-from pipeline.cfg import read_cfg
-from pipeline.formats import read_lut, read_pfm, write_pfm
+from vkgraph.pipeline.cfg import read_cfg
+from vkgraph.pipeline.formats import read_lut, read_pfm, write_pfm
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "graphs"

@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from test_kpn_gpu import conditioned_weights, kpn_graph, pair, ref, run_with_weights, train
 
-from pipeline.errors import GraphError
-from pipeline.runner import Build
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.runner import Build
 
 CM_SHAPE = "16x16x16 f16*f16+f32->f32"
 MLP_KERNELS = {"portable": {"fwd", "bck", "mulw"}, "coopmat": {"fwd_cm", "bck_cm", "mulw_cm"},
@@ -212,7 +212,7 @@ def noise_feature_graph(tmp_path, R, extra=""):
     """cnngenin (noise on R, the whole image) -> kpn-t with feat 1 and apply 2."""
     from conftest import graph_from_lines
 
-    from pipeline.formats import write_pfm
+    from vkgraph.pipeline.formats import write_pfm
     write_pfm(tmp_path / "r.pfm", R)
     return graph_from_lines(f"""
         module:i-pfm:ref

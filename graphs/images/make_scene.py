@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=here, help="output folder")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(here.parent.parent))  # the repository, when run as a script
-    from pipeline.formats import write_pfm, write_png
+    from vkgraph.pipeline.formats import write_pfm, write_png
 
     rendered = {}
     for name, seed in SCENES:

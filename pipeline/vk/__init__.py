@@ -7,7 +7,7 @@ commands.py command lists recorded once and submitted many times, GPU timestamps
 compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
 errors.py   VkResult failures as one-line errors
 display.py  window surface (glfw) and swapchain: present a buffer of texels, read it back
-            (imported on its own by the gui: `from pipeline.vk.display import ...`)
+            (imported on its own by the gui: `from vkgraph.pipeline.vk.display import ...`)
 """
 
 from .compile import ShaderCompileError, compile_glsl
