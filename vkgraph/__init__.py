@@ -21,3 +21,13 @@ if not (_HERE / "pipeline").is_dir() and (_HERE.parent / "pipeline" / "__init__.
 # where modules/, shaders/ and graphs/ are: inside the package when installed, the repository
 # root in a checkout
 DATA = _HERE if (_HERE / "modules").is_dir() else _HERE.parent
+
+
+def __getattr__(name: str):
+    """The Python API (vkgraph/api.py), imported on first use so that `import vkgraph`
+    stays light for the command line."""
+    if name in ("Session", "load"):
+        from . import api
+
+        return api.Session if name == "Session" else api.Session.load
+    raise AttributeError(f"module 'vkgraph' has no attribute '{name}'")
