@@ -19,7 +19,7 @@ from .datasets import PKG, package_file
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
-from .vk import Device, compile_glsl
+from .vk import Device, compile_glsl, spirv_bindings
 
 log = logging.getLogger("vkgraph")
 
@@ -64,6 +64,24 @@ def compile_kernel(path: Path, defines: dict | None = None) -> bytes:
 
 def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=()) -> bytes:
     return compile_kernel(kernel_file(shader, kernel, dirs), defines)
+
+
+SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)
+
+
+def check_bindings(node: Node, spirv: bytes) -> None:
+    """Every buffer a kernel declares must be one the engine binds: set 0 bindings 0..2, set 1
+    one per node connector. A binding past them would read as zeros and write nowhere (no
+    error from the driver), so it is a GraphError naming the kernel and the binding."""
+    n = len(node.connectors)
+    for dset, binding in spirv_bindings(spirv):
+        limit = SET0_BINDINGS if dset == 0 else n if dset == 1 else 0
+        if binding >= limit:
+            what = (f"node {node.label} has {n} connectors (bindings 0..{n - 1})"
+                    if dset == 1 else "the engine binds set 0 bindings 0..2 and set 1 only"
+                    if dset == 0 else "the engine binds sets 0 and 1 only")
+            raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
+                             f"binding {binding}, but {what}")
 
 
 class Build(NodeGraph):
@@ -201,6 +219,7 @@ class Build(NodeGraph):
             if node.kernel is None:
                 continue
             spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs())
+            check_bindings(node, spirv)
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
                                  push)
