@@ -25,10 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.cfg import apply_line, read_cfg  # noqa: E402
-from pipeline.formats import read_image  # noqa: E402
-from pipeline.runner import Build  # noqa: E402
-from pipeline.vk import Device  # noqa: E402
+from vkgraph.pipeline.cfg import apply_line, read_cfg  # noqa: E402
+from vkgraph.pipeline.formats import read_image  # noqa: E402
+from vkgraph.pipeline.runner import Build  # noqa: E402
+from vkgraph.pipeline.vk import Device  # noqa: E402
 
 MLP = ("mlp-t", "01")
 

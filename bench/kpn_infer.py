@@ -20,10 +20,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.datasets import image_set  # noqa: E402
-from pipeline.denoise import Denoiser  # noqa: E402
-from pipeline.formats import read_image  # noqa: E402
-from pipeline.vk import Device  # noqa: E402
+from vkgraph.pipeline.datasets import image_set  # noqa: E402
+from vkgraph.pipeline.denoise import Denoiser  # noqa: E402
+from vkgraph.pipeline.formats import read_image  # noqa: E402
+from vkgraph.pipeline.vk import Device  # noqa: E402
 
 A, B = 1e6, 100.0  # the "mid" level of bench/quality.py
 

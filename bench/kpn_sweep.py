@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import quality  # noqa: E402  (bench/quality.py: the held-out set, noise, training, kpn)
 
-from pipeline.vk import Device  # noqa: E402
+from vkgraph.pipeline.vk import Device  # noqa: E402
 
 
 def noisy_psnr() -> dict:

@@ -41,11 +41,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.cfg import apply_line  # noqa: E402
-from pipeline.formats import write_pfm  # noqa: E402
-from pipeline.graph import Graph  # noqa: E402
-from pipeline.runner import Build  # noqa: E402
-from pipeline.vk import Device  # noqa: E402
+from vkgraph.pipeline.cfg import apply_line  # noqa: E402
+from vkgraph.pipeline.formats import write_pfm  # noqa: E402
+from vkgraph.pipeline.graph import Graph  # noqa: E402
+from vkgraph.pipeline.runner import Build  # noqa: E402
+from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
 FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px

@@ -20,11 +20,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.cfg import apply_line  # noqa: E402
-from pipeline.formats import write_pfm  # noqa: E402
-from pipeline.graph import Graph  # noqa: E402
-from pipeline.runner import Build  # noqa: E402
-from pipeline.vk import Device, list_devices  # noqa: E402
+from vkgraph.pipeline.cfg import apply_line  # noqa: E402
+from vkgraph.pipeline.formats import write_pfm  # noqa: E402
+from vkgraph.pipeline.graph import Graph  # noqa: E402
+from vkgraph.pipeline.runner import Build  # noqa: E402
+from vkgraph.pipeline.vk import Device, list_devices  # noqa: E402
 
 
 def trivial_graph(folder: Path) -> Graph:

@@ -52,8 +52,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.datasets import image_set  # noqa: E402
-from pipeline.formats import atomic_write, read_image  # noqa: E402
+from vkgraph.pipeline.datasets import image_set  # noqa: E402
+from vkgraph.pipeline.formats import atomic_write, read_image  # noqa: E402
 
 # (name, noise a, noise b) of cnngenin's model std(x) = sqrt(a + 65535 x b) / 65535
 LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]
@@ -239,7 +239,7 @@ def fill_baselines(cache_path: Path, jobs: int) -> dict:
 def training_files(g, cfg: Path) -> list[Path]:
     """The image files the cfg's sources read: i-set's training sets, i-pfm's and i-img's
     files (resolved as a build would: absolute, next to the cfg, the working directory)."""
-    from pipeline.datasets import resolve_name
+    from vkgraph.pipeline.datasets import resolve_name
 
     def near(name: str) -> Path:
         path = Path(name).expanduser()
@@ -277,8 +277,8 @@ def train(device, cfg: Path, frames: int | None, folder: Path,
     """Run a training cfg (displays dropped, `lines` applied after it, its o-lut writing into
     `folder`); the weights, the wall time of the run (build included) and kpn-t's summary
     line."""
-    from pipeline.cfg import apply_line, read_cfg
-    from pipeline.runner import run_graph
+    from vkgraph.pipeline.cfg import apply_line, read_cfg
+    from vkgraph.pipeline.runner import run_graph
 
     g = read_cfg(cfg)
     for n, line in enumerate(lines, 1):
@@ -303,8 +303,8 @@ def run_vkgraph(device, weights: Path, levels: int | None,
                 estimate: bool) -> tuple[dict, dict, int]:
     """{(image, level): metrics} of kpn, {(image, level): seconds} of each denoise and the
     pyramid levels kpn ran with (levels, else what the .lut says)."""
-    from pipeline.denoise import Denoiser
-    from pipeline.noise import estimate_noise
+    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.pipeline.noise import estimate_noise
 
     den = Denoiser(device, weights, levels=levels)
     out, seconds = {}, {}
@@ -382,7 +382,7 @@ def collect(cache: dict) -> dict:
 
 
 def write_noisy(folder: Path) -> None:
-    from pipeline.formats import write_png
+    from vkgraph.pipeline.formats import write_png
 
     folder.mkdir(parents=True, exist_ok=True)
     for path in photos():
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     info: dict = {"noise_levels": LEVELS, "seeds": [seed_of(i) for i in range(len(LEVELS))],
                   "metrics": "PSNR (dB, peak 1) and SSIM (data_range 1) in linear [0, 1]"}
     if not args.baselines_only:
-        from pipeline.vk import Device
+        from vkgraph.pipeline.vk import Device
 
         weights = args.weights or WEIGHTS
         if args.train is None and not weights.exists():
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.errors import VkgraphError
+    from vkgraph.pipeline.errors import VkgraphError
 
     try:
         sys.exit(main())

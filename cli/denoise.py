@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.errors import GraphError, VkgraphError, clip, printable
+from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable
 
 log = logging.getLogger("vkgraph")
 
@@ -99,7 +99,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
 
 
 def write(path: Path, image) -> None:
-    from pipeline import formats
+    from vkgraph.pipeline import formats
 
     kind = WRITERS[path.suffix.lower()]
     if kind == "png":
@@ -120,7 +120,7 @@ def one_line(text: str) -> str:
 def cmd_denoise(args) -> int:
     from tqdm import tqdm
 
-    from pipeline.denoise import Denoiser
+    from vkgraph.pipeline.denoise import Denoiser
 
     from .main import StopSignals, UsageError, open_device
 
@@ -178,8 +178,8 @@ def cmd_denoise(args) -> int:
 
 def denoise_file(den, src: Path, dst: Path, noise) -> str:
     """Read, denoise and write one file; the line that reports it."""
-    from pipeline.formats import read_image
-    from pipeline.noise import estimate_noise
+    from vkgraph.pipeline.formats import read_image
+    from vkgraph.pipeline.noise import estimate_noise
 
     t0 = time.perf_counter()
     image = read_image(src, finite=True)

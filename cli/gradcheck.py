@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from pipeline.errors import GraphError, RuntimeFailure
+from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 
 log = logging.getLogger("vkgraph")
 
@@ -118,8 +118,8 @@ class Probe:
 
 
 def cmd_gradcheck(args) -> int:
-    from pipeline.runner import Build
-    from pipeline.vk import Device
+    from vkgraph.pipeline.runner import Build
+    from vkgraph.pipeline.vk import Device
 
     from .main import StopSignals, load_graph
 
@@ -259,7 +259,7 @@ def report(idx, analytic_all, numeric, kinks, width, eps, E0, args, groups=()) -
 def write_image(path: str, idx, analytic, numeric, n: int, width: int) -> None:
     """vis-style picture: the layers side by side (x = width l + col, y = row), analytic
     on top, numeric below; positive green, negative red, unchecked black."""
-    from pipeline.formats import write_pfm
+    from vkgraph.pipeline.formats import write_pfm
 
     layers = n // (width * width)
     img = np.zeros((2 * width, layers * width, 3), np.float32)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import GraphError, RuntimeFailure
+from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 
 from .main import StopSignals, load_graph, open_device
 from .progress import summaries
@@ -202,16 +202,16 @@ class Status:
 def write_screenshot(path: str, rgba: np.ndarray) -> None:
     import imageio.v3 as iio
 
-    from pipeline.formats import atomic_write
+    from vkgraph.pipeline.formats import atomic_write
 
     atomic_write(path, iio.imwrite("<bytes>", np.ascontiguousarray(rgba[:, :, :3]),
                                    extension=".png"))
 
 
 def cmd_gui(args) -> int:
-    from pipeline.compose import Composer, panels_of
-    from pipeline.runner import Build
-    from pipeline.vk.display import OutOfDate, Surface, Swapchain
+    from vkgraph.pipeline.compose import Composer, panels_of
+    from vkgraph.pipeline.runner import Build
+    from vkgraph.pipeline.vk.display import OutOfDate, Surface, Swapchain
 
     graph, apply_config = load_graph(args)
     apply_config()

@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from pipeline.errors import GraphError, VkgraphError, clip
-from pipeline.module import INT32
+from vkgraph.pipeline.errors import GraphError, VkgraphError, clip
+from vkgraph.pipeline.module import INT32
 
 log = logging.getLogger("vkgraph")
 
@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                   "shaders, with on-GPU training of small MLPs (vkdt-compatible .cfg files).")
     p.add_argument("-v", "--verbose", action="store_true", help="more log lines on stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("--modules", action="append", default=[], metavar="DIR",
+                   help="a folder of your own modules (<name>/ folders, kernels beside them "
+                   "or in shaders/<name>/); repeatable, searched before $VKGRAPH_MODULES "
+                   "and the shipped modules")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
 
     c = sub.add_parser("cli", help="run a graph in batch mode, writing files",
@@ -173,12 +178,24 @@ def output_slots(argv: list[str]) -> list[dict]:
     return slots
 
 
-def load_graph(args):
-    from pipeline.cfg import apply_line, read_cfg
+def graph_path(name: str) -> Path:
+    """A graph file: the path as given, else (a bare file name) one of the shipped graphs,
+    so an installed vkgraph runs `vkgraph cli -g train-kpn.cfg` from any folder."""
+    path = Path(name)
+    if path.exists():
+        return path
+    from vkgraph import DATA
 
-    path = Path(args.graph)
-    if not path.exists():
-        raise GraphError(f"{path}: no such graph file")
+    shipped = DATA / "graphs" / path
+    if path.parent == Path(".") and shipped.is_file():
+        return shipped
+    raise GraphError(f"{path}: no such graph file")
+
+
+def load_graph(args):
+    from vkgraph.pipeline.cfg import apply_line, read_cfg
+
+    path = graph_path(args.graph)
     graph = read_cfg(path, lenient=args.lenient)
     return graph, (lambda: [apply_line(graph, line, f"--config {i + 1}", args.lenient)
                             for i, line in enumerate(args.config)])
@@ -218,7 +235,7 @@ def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool
 def open_device(args, surface=None):
     """The device of --device / --device-id; with a window `surface`, one that can show
     images in it (pipeline/vk/display.py)."""
-    from pipeline.vk import Device
+    from vkgraph.pipeline.vk import Device
 
     return Device.open(args.device, args.device_id, surface=surface)
 
@@ -256,8 +273,8 @@ class StopSignals:
 
 
 def cmd_cli(args, argv) -> int:
-    from pipeline import checkpoint
-    from pipeline.runner import run_graph
+    from vkgraph.pipeline import checkpoint
+    from vkgraph.pipeline.runner import run_graph
 
     from .progress import Progress, summaries
 
@@ -324,7 +341,7 @@ def cmd_cli(args, argv) -> int:
 
 
 def cmd_devices(args) -> int:
-    from pipeline.vk import choose, list_devices
+    from vkgraph.pipeline.vk import choose, list_devices
 
     infos = list_devices()
     chosen = choose(infos, args.device, args.device_id) if infos else None
@@ -344,12 +361,25 @@ def cmd_devices(args) -> int:
     return 0
 
 
-def shader_variants():
-    """Every (shader folder, kernel, defines) to compile: each kernel plain, plus the extra
-    variants a folder lists in `variants` (lines `kernel: NAME=VALUE ...`)."""
-    from pipeline.runner import SHADERS
+def shader_folders() -> list[Path]:
+    """Every kernel folder: the shipped shaders/<name>/, then those of the user's module
+    folders (<dir>/<name>/ and <dir>/shaders/<name>/ holding .comp files)."""
+    from vkgraph.pipeline.registry import user_dirs
+    from vkgraph.pipeline.runner import SHADERS
 
-    for folder in sorted(p for p in SHADERS.iterdir() if p.is_dir() and p.name != "include"):
+    folders = sorted(p for p in SHADERS.iterdir() if p.is_dir() and p.name != "include")
+    for d in user_dirs():
+        for root in (d, d / "shaders"):
+            if root.is_dir():
+                folders += sorted(p for p in root.iterdir()
+                                  if p.is_dir() and any(p.glob("*.comp")))
+    return folders
+
+
+def shader_variants():
+    """Every (kernel file, defines) to compile: each kernel plain, plus the extra variants a
+    folder lists in `variants` (lines `kernel: NAME=VALUE ...`)."""
+    for folder in shader_folders():
         extra = {}
         vfile = folder / "variants"
         if vfile.exists():
@@ -360,24 +390,24 @@ def shader_variants():
                 d = dict(tok.split("=", 1) for tok in defs.split())
                 extra.setdefault(kernel.strip(), []).append(d)
         for comp in sorted(folder.glob("*.comp")):
-            yield folder.name, comp.stem, {}
+            yield comp, {}
             for d in extra.get(comp.stem, []):
-                yield folder.name, comp.stem, d
+                yield comp, d
 
 
 def cmd_shaders(args) -> int:
-    from pipeline.runner import kernel_spirv
-    from pipeline.vk import ShaderCompileError
+    from vkgraph.pipeline.runner import compile_kernel
+    from vkgraph.pipeline.vk import ShaderCompileError
 
     if not args.check:
         raise UsageError("shaders: nothing to do (use --check)")
     failed = 0
     n = 0
-    for shader, kernel, defines in shader_variants():
+    for path, defines in shader_variants():
         n += 1
         try:
-            kernel_spirv(shader, kernel, defines)
-            log.debug("ok %s/%s %s", shader, kernel, defines)
+            compile_kernel(path, defines)
+            log.debug("ok %s %s", path, defines)
         except ShaderCompileError as e:
             failed += 1
             print(e.line(), file=sys.stderr)
@@ -386,7 +416,7 @@ def cmd_shaders(args) -> int:
 
 
 def cmd_modules(args) -> int:
-    from pipeline.registry import Registry
+    from vkgraph.pipeline.registry import Registry
 
     reg = Registry()
     if not args.name:
@@ -418,6 +448,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
         logging.basicConfig(level=level, format="vkgraph: %(message)s", stream=sys.stderr)
+        if args.version:
+            from vkgraph import __version__
+            print(f"vkgraph {__version__}")
+            return 0
+        from vkgraph.pipeline import registry
+        registry.USER_DIRS[:] = [Path(d).expanduser() for d in args.modules]
+        for d in registry.user_dirs():
+            if not d.is_dir():
+                raise UsageError(f"module folder '{clip(str(d), 200)}' does not exist "
+                                 f"(--modules or ${registry.ENV})")
         if args.command is None:
             parser.print_help()
             return 2

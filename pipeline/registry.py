@@ -1,9 +1,16 @@
 """Module classes are folders: every subfolder of a modules directory that has a `connectors`
 file is a class named after the folder. Nothing is parsed until a class is asked for, so one
-broken module does not stop graphs that never use it."""
+broken module does not stop graphs that never use it.
+
+The default directories are the user's module folders first (`vkgraph --modules DIR`, then
+the folders of $VKGRAPH_MODULES, a path list), then the shipped `modules/`: a user folder can
+add modules and shadow shipped ones. A user folder holds `<name>/` module folders; their
+kernels lie beside them (`<name>/main.comp`) or in `shaders/<name>/` of the same folder
+(`runner.kernel_file`)."""
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -11,11 +18,25 @@ from .errors import GraphError, closest
 from .module import ModuleClass
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "modules"
+ENV = "VKGRAPH_MODULES"
+
+# folders given on the command line (`vkgraph --modules DIR`, repeatable); before $VKGRAPH_MODULES
+USER_DIRS: list[Path] = []
+
+
+def user_dirs() -> list[Path]:
+    """The user's module folders: --modules ones, then $VKGRAPH_MODULES' (os.pathsep list)."""
+    env = [Path(p).expanduser() for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    return [*USER_DIRS, *env]
+
+
+def default_dirs() -> list[Path]:
+    return [*user_dirs(), DEFAULT_DIR]
 
 
 class Registry:
     def __init__(self, dirs: list[str | Path] | None = None):
-        self.dirs = [Path(d) for d in dirs] if dirs is not None else [DEFAULT_DIR]
+        self.dirs = [Path(d) for d in dirs] if dirs is not None else default_dirs()
         self._folders: dict[str, Path] = {}
         for d in self.dirs:
             if not d.is_dir():

@@ -19,7 +19,7 @@ from .datasets import PKG, package_file
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
-from .vk import Device, compile_glsl
+from .vk import Device, compile_glsl, spirv_bindings
 
 log = logging.getLogger("vkgraph")
 
@@ -39,11 +39,49 @@ def pack_push(values) -> bytes:
     return bytes(out)
 
 
-def kernel_spirv(shader: str, kernel: str, defines: dict | None = None) -> bytes:
-    path = SHADERS / shader / f"{kernel}.comp"
+def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
+    """`<kernel>.comp` of shader folder `shader`: in each module directory of `dirs` (a user
+    folder: `<dir>/<shader>/` or `<dir>/shaders/<shader>/`), then in the shipped `shaders/`."""
+    name = f"{kernel}.comp"
+    for d in dirs:
+        d = Path(d)
+        if d.resolve() == (SHADERS.parent / "modules").resolve():
+            continue  # the shipped modules: their kernels are in shaders/
+        for path in (d / shader / name, d / "shaders" / shader / name):
+            if path.is_file():
+                return path
+    path = SHADERS / shader / name
     if not path.exists():
         raise RuntimeFailure(f"kernel {path} does not exist")
-    return compile_glsl(path, [SHADERS / "include", SHADERS / shader], defines)
+    return path
+
+
+def compile_kernel(path: Path, defines: dict | None = None) -> bytes:
+    """SPIR-V of a kernel file; `#include "..."` finds the shared shaders/include/ and the
+    kernel's own folder."""
+    return compile_glsl(path, [SHADERS / "include", path.parent], defines)
+
+
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=()) -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines)
+
+
+SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)
+
+
+def check_bindings(node: Node, spirv: bytes) -> None:
+    """Every buffer a kernel declares must be one the engine binds: set 0 bindings 0..2, set 1
+    one per node connector. A binding past them would read as zeros and write nowhere (no
+    error from the driver), so it is a GraphError naming the kernel and the binding."""
+    n = len(node.connectors)
+    for dset, binding in spirv_bindings(spirv):
+        limit = SET0_BINDINGS if dset == 0 else n if dset == 1 else 0
+        if binding >= limit:
+            what = (f"node {node.label} has {n} connectors (bindings 0..{n - 1})"
+                    if dset == 1 else "the engine binds set 0 bindings 0..2 and set 1 only"
+                    if dset == 0 else "the engine binds sets 0 and 1 only")
+            raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
+                             f"binding {binding}, but {what}")
 
 
 class Build(NodeGraph):
@@ -169,6 +207,10 @@ class Build(NodeGraph):
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
 
+    def _kernel_dirs(self) -> list[Path]:
+        registry = getattr(self.graph, "registry", None)
+        return list(getattr(registry, "dirs", ()))
+
     # -- recording
     def _record(self) -> None:
         dev = self.device
@@ -176,7 +218,8 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            spirv = kernel_spirv(node.shader, node.kernel, node.defines)
+            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs())
+            check_bindings(node, spirv)
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
                                  push)

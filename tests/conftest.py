@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cfg import apply_line
-from pipeline.graph import Graph
+from vkgraph.pipeline.cfg import apply_line
+from vkgraph.pipeline.graph import Graph
 
 # The suite tests the portable fp32 kpn-t kernels against fp32 tolerances, also on a GPU where
 # the default would be the fused f16 ones; tests/test_kpn_coopmat.py picks its variants itself.
@@ -43,7 +43,7 @@ param:o-lut:w:filename:w"""
 
 @pytest.fixture(scope="session")
 def device():
-    from pipeline.vk import Device
+    from vkgraph.pipeline.vk import Device
 
     dev = Device.open()
     yield dev
@@ -60,11 +60,11 @@ def graph_from_lines(text: str, registry=None) -> Graph:
 
 ROOT = Path(__file__).resolve().parent.parent
 # `vkgraph` as a subprocess: the module, so tests need no console script on PATH
-VKGRAPH = [sys.executable, "-m", "cli.main"]
+VKGRAPH = [sys.executable, "-m", "vkgraph"]
 
 
 def vkgraph_env(env: dict | None = None) -> dict:
-    """An environment in which `python -m cli.main` finds the package from any directory."""
+    """An environment in which `python -m vkgraph` finds the package from any directory."""
     out = dict(os.environ if env is None else env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), out.get("PYTHONPATH")) if p)
     return out
@@ -90,10 +90,10 @@ def time_limit(seconds: float):
 
 def vkgraph(cwd: Path, *args: str, quiet: bool = False,
             limit_s: float | None = None) -> tuple[int, str, str]:
-    """`vkgraph [-q] cli ARGS` in this process (cli.main.main, much faster than a subprocess),
-    in `cwd`: (exit status, stdout, stderr). `limit_s` ends a run that takes longer with
-    Hang."""
-    from cli.main import main
+    """`vkgraph [-q] cli ARGS` in this process (vkgraph.cli.main.main, much faster than a
+    subprocess), in `cwd`: (exit status, stdout, stderr). `limit_s` ends a run that takes
+    longer with Hang."""
+    from vkgraph.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     limit = nullcontext() if limit_s is None else time_limit(limit_s)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cfg import apply_line, read_cfg, write_cfg
-from pipeline.errors import GraphError
-from pipeline.graph import Graph
-from pipeline.registry import Registry
+from vkgraph.pipeline.cfg import apply_line, read_cfg, write_cfg
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "modules"
 REGISTRY = Registry([FIXTURES])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cli.main import main
-from pipeline.formats import read_pfm, write_lut, write_pfm
+from vkgraph.cli.main import main
+from vkgraph.pipeline.formats import read_pfm, write_lut, write_pfm
 
 
 def run(capsys, *args):

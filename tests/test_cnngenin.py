@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import GraphError
-from pipeline.formats import write_pfm
-from pipeline.graph import Graph
-from pipeline.registry import Registry
-from pipeline.runner import run_graph
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import write_pfm
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
+from vkgraph.pipeline.runner import run_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 # the test-only `capture` sink lives apart from fixtures/modules, whose module set
@@ -121,7 +121,7 @@ def reference(img, ref, generate, tiles, frame, seed=0):
 
 @pytest.fixture(scope="module")
 def device():
-    from pipeline.vk import Device
+    from vkgraph.pipeline.vk import Device
     try:
         dev = Device.open()
     except Exception as e:  # no Vulkan here

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.datasets import image_set, package_file
-from pipeline.errors import GraphError
-from pipeline.formats import write_pfm
-from pipeline.graph import Graph
-from pipeline.registry import Registry
-from pipeline.runner import run_graph
+from vkgraph.pipeline.datasets import image_set, package_file
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import write_pfm
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
+from vkgraph.pipeline.runner import run_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "sinks"

@@ -9,10 +9,10 @@ import pytest
 from test_kpn_gpu import conditioned_weights
 from test_kpn_infer import ref
 
-from cli.main import main
-from pipeline.denoise import Denoiser
-from pipeline.errors import GraphError
-from pipeline.formats import (
+from vkgraph.cli.main import main
+from vkgraph.pipeline.denoise import Denoiser
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import (
     read_image,
     read_lut,
     read_pfm,
@@ -22,7 +22,7 @@ from pipeline.formats import (
     write_pfm,
     write_png,
 )
-from pipeline.registry import Registry
+from vkgraph.pipeline.registry import Registry
 
 H, W = 40, 48
 
@@ -67,7 +67,7 @@ def test_one_png_default_name(tmp_path, capsys, weights):
     assert "(estimated)" in out and "p-denoised.png" in out
     # 8-bit sRGB of kpn's result on the decoded input: within one code value
     want = expected(read_image(tmp_path / "p.png")[..., :3], weights)
-    from pipeline.formats import linear_to_srgb
+    from vkgraph.pipeline.formats import linear_to_srgb
     assert np.abs(linear_to_srgb(result[..., :3]) - linear_to_srgb(want)).max() <= 1 / 255 + 1e-6
 
 
@@ -132,9 +132,10 @@ def test_broken_input_among_good_ones(tmp_path, capsys, weights):
 
 
 def test_interrupt_finishes_the_current_file(tmp_path, capsys, weights, monkeypatch):
-    import cli.main
+    import vkgraph.cli.main
 
-    monkeypatch.setattr(cli.main.StopSignals, "__call__", lambda self: True)  # a signal came
+    # a signal came
+    monkeypatch.setattr(vkgraph.cli.main.StopSignals, "__call__", lambda self: True)
     for n in "ab":
         write_png(tmp_path / f"{n}.png", picture())
     code, _, err = run(capsys, tmp_path / "a.png", tmp_path / "b.png", "--outdir",
@@ -185,7 +186,7 @@ def test_tiles_equal_the_whole_image(device, weights):
     """An image larger than the device's buffers is denoised in tiles; with the margin of
     pipeline/denoise.py each tile sees everything its kept pixels depend on and starts on the
     pyramid's grid, so the result is the whole image's (here forced with max_pixels)."""
-    from pipeline.denoise import spans
+    from vkgraph.pipeline.denoise import spans
 
     img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
     img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60

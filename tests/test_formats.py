@@ -12,8 +12,8 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from pipeline import formats as F
-from pipeline.errors import GraphError, RuntimeFailure
+from vkgraph.pipeline import formats as F
+from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 
 KPN_TEXT = ("lut contains weights for\nmulti-level kernel predicting mlp with:\n"
             "6 hidden layers\n64 network width\nplain kernel weight activation\n"

@@ -3,7 +3,7 @@ PNG/EXR and `.lut` bytes. Every run must end in a valid run (exit 0, the output 
 a clean error (exit 2, exactly one `vkgraph: error:` line), never a traceback or an internal
 error, and within a time bound.
 
-The runs call cli.main.main in this process (much faster than a subprocess per example).
+The runs call vkgraph.cli.main.main in this process (much faster than a subprocess per example).
 Examples are derandomized for CI (the same inputs every run); for a deeper search set
 VKGRAPH_FUZZ_EXAMPLES=500 (then hypothesis picks new random inputs each time).
 """
@@ -22,7 +22,7 @@ from conftest import TINY_KPN_LINES, vkgraph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import formats as F
+from vkgraph.pipeline import formats as F
 
 EXAMPLES = int(os.environ.get("VKGRAPH_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=EXAMPLES or 100, deadline=None, derandomize=not EXAMPLES,

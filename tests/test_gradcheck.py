@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.formats import write_pfm
+from vkgraph.pipeline.formats import write_pfm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_gradcheck_passes_on_a_sample(tmp_path):
         "connect:i-pfm:main:output:cnngenin:01:imgi", "connect:i-pfm:ref:output:cnngenin:01:refi",
         "connect:cnngenin:01:imgo:kpn-t:01:input", "connect:cnngenin:01:refo:kpn-t:01:ref",
         "connect:kpn-t:01:output:display:main:input"]))
-    res = subprocess.run([sys.executable, "-m", "cli.main", "gradcheck", "-g", str(cfg),
+    res = subprocess.run([sys.executable, "-m", "vkgraph", "gradcheck", "-g", str(cfg),
                           "--count", "14", "--image", str(tmp_path / "gc.pfm")],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -52,7 +52,7 @@ def test_gradcheck_refuses_a_changing_input(tmp_path):
         "connect:i-pfm:main:output:cnngenin:01:imgi", "connect:i-pfm:main:output:cnngenin:01:refi",
         "connect:cnngenin:01:imgo:kpn-t:01:input", "connect:cnngenin:01:refo:kpn-t:01:ref",
         "connect:kpn-t:01:output:display:main:input"]))
-    res = subprocess.run([sys.executable, "-m", "cli.main", "gradcheck", "-g", str(cfg)],
+    res = subprocess.run([sys.executable, "-m", "vkgraph", "gradcheck", "-g", str(cfg)],
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 2
     assert "static input" in res.stderr
@@ -80,7 +80,7 @@ def test_gradcheck_covers_encoding_tables(tmp_path, enc, extra):
         "connect:i-pfm:main:output:mlp-t:01:target",
         "connect:mlp-t:01:output:display:main:input"]))
     # --warmup: a few Adam steps (talpha 0.05) move the table entries off their 1e-4 start
-    res = subprocess.run([sys.executable, "-m", "cli.main", "gradcheck", "-g", str(cfg),
+    res = subprocess.run([sys.executable, "-m", "vkgraph", "gradcheck", "-g", str(cfg),
                           "--count", "16", "--warmup", "3", "--config",
                           "param:mlp-t:01:talpha:0.05"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import GraphError
-from pipeline.graph import Graph, warp
-from pipeline.registry import Registry
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.graph import Graph, warp
+from vkgraph.pipeline.registry import Registry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "modules"
 

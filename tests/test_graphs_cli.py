@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from conftest import VKGRAPH, vkgraph_env
 
-from pipeline.cfg import read_cfg
-from pipeline.formats import read_lut, read_pfm, write_pfm
+from vkgraph.pipeline.cfg import read_cfg
+from vkgraph.pipeline.formats import read_lut, read_pfm, write_pfm
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "graphs"
@@ -103,8 +103,8 @@ def test_denoise(trained, tmp_path, request):
             "--config", f"param:i-lut:w:filename:{lut}"]
     wd, ht = 451, 300
     if not slow_enabled(request):  # a crop of the noisy photograph and of its reference
-        from pipeline.datasets import package_file
-        from pipeline.formats import read_image
+        from vkgraph.pipeline.datasets import package_file
+        from vkgraph.pipeline.formats import read_image
         noisy = read_image(GRAPHS / "images" / "chelsea-noisy.exr")[100:132, 60:100, :3]
         clean = read_image(package_file("pkg:skimage/data/chelsea.png"))[100:132, 60:100, :3]
         write_pfm(tmp_path / "crop.pfm", noisy)

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from conftest import VKGRAPH, vkgraph_env
 
-from pipeline.compose import STATUS_HT, fit, layout
-from pipeline.formats import linear_to_srgb, read_pfm, srgb_to_linear, write_pfm
+from vkgraph.pipeline.compose import STATUS_HT, fit, layout
+from vkgraph.pipeline.formats import linear_to_srgb, read_pfm, srgb_to_linear, write_pfm
 
 WD, HT = 320, 240  # enlarged in the main panel, shrunk in the side panel
 TIMEOUT = 120
@@ -118,7 +118,7 @@ def run_env(display: str | None) -> dict:
     if display is not None:
         env["DISPLAY"] = display
     # the window runs on the CPU driver where there is one (it presents to any X server)
-    from pipeline.vk import list_devices
+    from vkgraph.pipeline.vk import list_devices
 
     if any("llvmpipe" in d.name for d in list_devices()):
         env["VKGRAPH_DEVICE"] = "llvmpipe"
@@ -191,7 +191,7 @@ def test_screenshot_shows_the_cli_output(xdisplay, graph_dir):
 
 RESIZE = """
 import sys
-import cli.gui as gui
+import vkgraph.cli.gui as gui
 
 shown = {"n": 0}
 events = gui.Window.events
@@ -203,7 +203,7 @@ def events_then_resize(self, wait=0.0):
         self.glfw.set_window_size(self.handle, 500, 300)
 
 gui.Window.events = events_then_resize
-from cli.main import main
+from vkgraph.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -225,8 +225,8 @@ def test_resize_recreates_the_swapchain(xdisplay, graph_dir):
 KEYS = """
 import os
 import sys
-import cli.gui as gui
-from pipeline.runner import Build
+import vkgraph.cli.gui as gui
+from vkgraph.pipeline.runner import Build
 
 turn = {"n": 0, "frames": 0}
 events = gui.Window.events
@@ -248,7 +248,7 @@ def press(self, wait=0.0):
 
 Build.run_frame = count
 gui.Window.events = press
-from cli.main import main
+from vkgraph.cli.main import main
 rc = main(sys.argv[1:])
 print("total", turn["frames"])
 sys.exit(rc)

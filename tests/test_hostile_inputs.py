@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from test_kpn_infer import run_output, trained  # noqa: F401 (a fixture)
 
-from pipeline.errors import GraphError
-from pipeline.formats import read_lut, write_lut
-from pipeline.graph import Graph
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import read_lut, write_lut
+from vkgraph.pipeline.graph import Graph
 
 # ------------------------------------------------------------------------------------------
 # data meets a connector: kpn's `w`, kpn-t's `wcp`
@@ -68,8 +68,8 @@ def test_ssbo_of_another_format_from_a_kernel_is_refused(device, tmp_path):
     declaration resolved by its module) for a reader that reads f16 is an error."""
     from conftest import graph_from_lines
 
-    from pipeline.registry import DEFAULT_DIR, Registry
-    from pipeline.runner import Build
+    from vkgraph.pipeline.registry import DEFAULT_DIR, Registry
+    from vkgraph.pipeline.runner import Build
 
     mods = tmp_path / "mods"
     for name, conns in (("gen", "x:read:rgba:*\nout:write:ssbo:*\n"),
@@ -166,7 +166,7 @@ def png_declaring(wd: int, ht: int) -> bytes:
 def test_png_bombs_name_their_cause(tmp_path):
     """A PNG declaring 10^10 pixels said 'An unknown error occurred while initializing
     plugin pillow'."""
-    from pipeline.formats import read_image
+    from vkgraph.pipeline.formats import read_image
 
     (tmp_path / "huge.png").write_bytes(png_declaring(100000, 100000))
     with pytest.raises(GraphError, match="the header declares 100000x100000 pixels "
@@ -179,7 +179,7 @@ def test_png_bombs_name_their_cause(tmp_path):
 
 
 def test_huge_declared_lut_and_pfm_are_refused_before_reading(tmp_path, monkeypatch):
-    from pipeline import formats as F
+    from vkgraph.pipeline import formats as F
 
     monkeypatch.setattr(F, "READ_MAX", 1000)
     F.write_lut(tmp_path / "w.lut", np.zeros(64 * 8, np.float32), 1, "f32", 64, 8, ssbo=True)
@@ -191,7 +191,7 @@ def test_huge_declared_lut_and_pfm_are_refused_before_reading(tmp_path, monkeypa
 
 
 def test_lut_text_is_bounded(tmp_path):
-    from pipeline import formats as F
+    from vkgraph.pipeline import formats as F
 
     F.write_lut(tmp_path / "w.lut", np.zeros(4, np.float16), 1, "f16", 4, 1,
                 text="x" * (F.LUT_TEXT_MAX + 10))
@@ -200,7 +200,7 @@ def test_lut_text_is_bounded(tmp_path):
 
 
 def test_exr_nan_names_the_pixel_not_a_byte_past_the_end(tmp_path):
-    from pipeline import formats as F
+    from vkgraph.pipeline import formats as F
 
     img = np.ones((6, 5, 3), np.float32)
     img[4, 3, 1] = np.nan
@@ -243,7 +243,7 @@ def test_closed_stdout_ends_quietly():
     (["cli"], "vkgraph: error: cli: the following arguments are required: -g/--graph"),
 ])
 def test_bad_arguments_are_one_clean_line(tmp_path, capsys, args, needle):
-    from cli.main import main
+    from vkgraph.cli.main import main
 
     (tmp_path / "g.cfg").write_text("module:exposure:01\n")
     import os
@@ -268,7 +268,7 @@ def test_a_huge_name_is_clipped_in_the_message(tmp_path):
 
 def test_gradcheck_samples_exactly_count():
     """--count 64 on 7 layers checked 63 (64 // 7 from each)."""
-    from cli.gradcheck import layer_groups, sample
+    from vkgraph.cli.gradcheck import layer_groups, sample
 
     used = np.zeros(7 * 4096, bool)
     used[: 6 * 4096] = True
@@ -283,7 +283,7 @@ def test_gradcheck_samples_exactly_count():
 
 
 def test_gradcheck_stops_at_a_signal():
-    from cli.gradcheck import run_differences
+    from vkgraph.cli.gradcheck import run_differences
 
     class Probe:
         def __init__(self):
@@ -310,7 +310,7 @@ def test_readme_graph_block_is_train_kpn_cfg():
     trailing '# ...' notes were part of the values, and i-pfm:ref had no file)."""
     from pathlib import Path
 
-    from pipeline.cfg import apply_line, read_cfg, write_cfg
+    from vkgraph.pipeline.cfg import apply_line, read_cfg, write_cfg
 
     root = Path(__file__).resolve().parent.parent
     text = (root / "README.md").read_text()
@@ -326,7 +326,7 @@ def test_train_kpn_header_command_writes_a_png():
     the slot the next --output closes)."""
     from pathlib import Path
 
-    from cli.main import output_slots
+    from vkgraph.cli.main import output_slots
 
     root = Path(__file__).resolve().parent.parent
     lines = [ln for ln in (root / "graphs" / "train-kpn.cfg").read_text().splitlines()

@@ -10,9 +10,9 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from pipeline import formats as F
-from pipeline.errors import GraphError
-from pipeline.module import ModuleClass, ModuleInstance, Roi
+from vkgraph.pipeline import formats as F
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import ModuleClass, ModuleInstance, Roi
 
 MODULES = Path(__file__).resolve().parent.parent / "modules"
 KPN_TEXT = ("lut contains weights for\nmulti-level kernel predicting mlp with:\n"

@@ -36,8 +36,8 @@ from test_kpn_gpu import (
     train,
 )
 
-from pipeline.errors import GraphError
-from pipeline.runner import Build
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.runner import Build
 
 CM_SHAPE = "16x16x16 f16*f16+f32->f32"
 MLP_KERNELS = {"portable": {"fwd", "bck", "mulw"}, "coopmat": {"fwd_cm", "bck_cm", "mulw_cm"},

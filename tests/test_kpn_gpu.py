@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import graph_from_lines
 
-from pipeline.formats import write_pfm
-from pipeline.runner import Build
+from vkgraph.pipeline.formats import write_pfm
+from vkgraph.pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,7 +164,7 @@ def test_adam_step_matches_reference(device, tmp_path):
 def train(device, tmp_path, w, h, frames=40):
     """`frames` frames of kpn-t (3 levels, alpha 0.003, no L2) on a seeded w x h pair:
     (build, graph, module, loss history)."""
-    from pipeline.runner import run_graph
+    from vkgraph.pipeline.runner import run_graph
 
     X, R = pair(w, h, seed=5)
     g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")
@@ -187,7 +187,7 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
 
 def kpn_kernels():
     """kpn-t's module code, as the engine loads it."""
-    from pipeline.registry import Registry
+    from vkgraph.pipeline.registry import Registry
     return Registry([ROOT / "modules"]).get("kpn-t").hooks
 
 
@@ -262,6 +262,6 @@ def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
 def test_noise_features_need_noiseab(device, tmp_path):
     X, R = pair(16, 16)
     g = kpn_graph(tmp_path, X, R, 2, "param:kpn-t:01:feat:1")
-    from pipeline.errors import GraphError
+    from vkgraph.pipeline.errors import GraphError
     with pytest.raises(GraphError, match="noiseab"):
         Build(g, device)

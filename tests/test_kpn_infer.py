@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import GraphError
-from pipeline.formats import read_lut, write_lut, write_pfm
-from pipeline.graph import Graph
-from pipeline.registry import Registry
-from pipeline.runner import run_graph
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
+from vkgraph.pipeline.runner import run_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 SINKS = Path(__file__).parent / "fixtures" / "sinks"

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.formats import write_pfm
-from pipeline.graph import Graph
-from pipeline.registry import Registry
-from pipeline.runner import Build
+from vkgraph.pipeline.formats import write_pfm
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
+from vkgraph.pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 SINKS = Path(__file__).parent / "fixtures" / "sinks"

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import graph_from_lines
 
-from pipeline.formats import read_image, read_lut, read_pfm, write_pfm
-from pipeline.runner import Build, run_graph
+from vkgraph.pipeline.formats import read_image, read_lut, read_pfm, write_pfm
+from vkgraph.pipeline.runner import Build, run_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -294,8 +294,8 @@ def test_weights_through_lut_reproduce_the_output(device, tmp_path, case):
 
 
 def test_checkpoint_of_another_shape_is_refused(device, tmp_path):
-    from pipeline.errors import GraphError
-    from pipeline.formats import write_lut
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.formats import write_lut
 
     write_lut(tmp_path / "bad.lut", np.zeros(100, np.float32), 1, "f32", 100, 1, ssbo=True)
     g = mlp_graph(tmp_path, target_image(8, 8), dict(width=16, depth=1))
@@ -307,7 +307,7 @@ def test_checkpoint_of_another_shape_is_refused(device, tmp_path):
 
 
 def test_bad_choice_names_the_options(device, tmp_path):
-    from pipeline.errors import GraphError
+    from vkgraph.pipeline.errors import GraphError
 
     g = mlp_graph(tmp_path, target_image(8, 8), dict(act="relux"))
     with pytest.raises(GraphError, match="expected one of none, relu, leaky"):
@@ -327,7 +327,7 @@ def test_poly_matches_reference(device, tmp_path):
 
 def run_cli(tmp_path, monkeypatch, capsys, cfg: str, *config: str) -> tuple[float, float]:
     """Run a shipped graph with `vkgraph cli`; (first loss, last loss) from its summary."""
-    from cli.main import main
+    from vkgraph.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     rc = main(["-q", "cli", "-g", str(ROOT / "graphs" / cfg), "--last-frame-only",

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.datasets import image_set
-from pipeline.formats import read_image, read_pfm
-from pipeline.noise import estimate_noise
+from vkgraph.pipeline.datasets import image_set
+from vkgraph.pipeline.formats import read_image, read_pfm
+from vkgraph.pipeline.noise import estimate_noise
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]  # bench/quality.py

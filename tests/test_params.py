@@ -14,10 +14,10 @@ from conftest import vkgraph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import GraphError
-from pipeline.graph import Graph
-from pipeline.module import FLT_MAX, INT32, ModuleClass, Param
-from pipeline.registry import Registry
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.module import FLT_MAX, INT32, ModuleClass, Param
+from vkgraph.pipeline.registry import Registry
 
 REGISTRY = Registry()
 NUMERIC = [(name, p) for name in REGISTRY.names() for p in REGISTRY.get(name).params
@@ -142,7 +142,7 @@ def test_python_setter_is_checked():
 
 
 def test_modules_lists_the_ranges(capsys):
-    from cli.main import main
+    from vkgraph.cli.main import main
 
     assert main(["modules", "kpn-t"]) == 0
     out = capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.formats import write_lut, write_png
+from vkgraph.pipeline.formats import write_lut, write_png
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def test_train_first(quality, tmp_path, capsys, monkeypatch):
     """--train CFG: the cfg's o-lut gives the weights, kpn runs with the cfg's levels."""
     from conftest import TINY_KPN_LINES
 
-    from pipeline.formats import write_pfm
+    from vkgraph.pipeline.formats import write_pfm
 
     monkeypatch.setattr(quality, "bm3d_rgb", lambda noisy, sigma: noisy)
     rng = np.random.default_rng(9)
@@ -107,7 +107,7 @@ def test_train_first(quality, tmp_path, capsys, monkeypatch):
 
 def test_the_shipped_split_is_disjoint():
     pytest.importorskip("skimage")
-    from pipeline.datasets import image_set
+    from vkgraph.pipeline.datasets import image_set
 
     train = ROOT / "graphs" / "photos" / "train.txt"
     load_quality().check_held_out(image_set(str(train), lambda n: train.parent / n))
@@ -116,7 +116,7 @@ def test_the_shipped_split_is_disjoint():
 def test_a_cfg_reading_a_held_out_photo_is_refused(quality, tmp_path):
     from conftest import TINY_KPN_LINES
 
-    from pipeline.cfg import read_cfg
+    from vkgraph.pipeline.cfg import read_cfg
 
     (tmp_path / "copy.png").write_bytes((tmp_path / "tiny.png").read_bytes())  # another name
     lines = TINY_KPN_LINES.replace("i-pfm:main", "i-img:main").replace("x.pfm", "copy.png")

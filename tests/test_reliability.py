@@ -1,7 +1,7 @@
 """Reliability: checkpoint and resume, interrupts, the divergence guard, atomic
 outputs, resource limits.
 
-Most runs go through `vkgraph cli` in this process (cli.main.main, faster than a subprocess)
+Most runs go through `vkgraph cli` in this process (vkgraph.cli.main.main, faster than a subprocess)
 on a tiny kpn-t graph: a 16x16 image, cnngenin noise on the full image, 2 levels, 6 frames.
 """
 
@@ -19,12 +19,12 @@ import pytest
 from conftest import TINY_KPN_LINES, VKGRAPH, graph_from_lines, vkgraph, vkgraph_env
 from test_kpn_gpu import kpn_graph
 
-from pipeline import formats as F
-from pipeline.errors import GraphError
-from pipeline.formats import read_lut, read_pfm, write_pfm
-from pipeline.module import Roi
-from pipeline.registry import DEFAULT_DIR, Registry
-from pipeline.runner import Build
+from vkgraph.pipeline import formats as F
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import read_lut, read_pfm, write_pfm
+from vkgraph.pipeline.module import Roi
+from vkgraph.pipeline.registry import DEFAULT_DIR, Registry
+from vkgraph.pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,7 +108,7 @@ def no_speed(summary: str) -> str:
 def test_interrupt_finishes_frame_writes_sinks_and_checkpoint(full, tmp_path, monkeypatch):
     """Ctrl-C during frame 2: the frame completes, main.pfm, w.lut and a checkpoint are
     written, exit 130; resuming from it gives the uninterrupted run's weights."""
-    from cli.progress import Progress
+    from vkgraph.cli.progress import Progress
 
     real = Progress.update
 
@@ -241,7 +241,7 @@ def test_resume_restores_feedback_buffers_of_any_module(tmp_path):
 
 def test_trainer_without_state_hooks_is_refused(device, tmp_path):
     """A module with a loss history but no state hooks would lose its weights silently."""
-    from pipeline import checkpoint
+    from vkgraph.pipeline import checkpoint
 
     mod = tmp_path / "mods" / "trainer"
     mod.mkdir(parents=True)
@@ -467,7 +467,7 @@ def test_buffer_larger_than_a_storage_binding(device, huge_registry, monkeypatch
 def test_memory_limit_is_a_clean_cli_error(tmp_path, monkeypatch):
     """`vkgraph cli` on a device with (pretend) 1 MiB: exit 2, one line naming the largest
     buffers, nothing allocated, nothing written."""
-    import pipeline.vk.device as D
+    import vkgraph.pipeline.vk.device as D
 
     real = D._describe
 

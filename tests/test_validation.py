@@ -33,12 +33,12 @@ from pathlib import Path
 
 import imageio.v3 as iio
 
-from cli.main import main
-from pipeline.cfg import read_cfg
-from pipeline.datasets import resolve_name
-from pipeline.formats import read_image, write_pfm
-from pipeline.runner import kernel_spirv
-from pipeline.vk import Device, validation_messages
+from vkgraph.cli.main import main
+from vkgraph.pipeline.cfg import read_cfg
+from vkgraph.pipeline.datasets import resolve_name
+from vkgraph.pipeline.formats import read_image, write_pfm
+from vkgraph.pipeline.runner import kernel_spirv
+from vkgraph.pipeline.vk import Device, validation_messages
 
 GRAPHS = None  # filled in by the test
 

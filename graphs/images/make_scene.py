@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=here, help="output folder")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(here.parent.parent))  # the repository, when run as a script
-    from pipeline.formats import read_image, write_exr, write_pfm, write_png
+    from vkgraph.pipeline.formats import read_image, write_exr, write_pfm, write_png
 
     rendered = {}
     for name, seed in SCENES:
@@ -296,8 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     write_pfm(args.out / f"{name}.pfm", noisy)
     print(f"{args.out / name}.pfm: {clean}.pfm + noise a {a:g}, b {b:g}, seed {seed}, "
           f"rmse {np.sqrt(np.mean((noisy - rendered[clean]) ** 2)):.4f}")
-    from pipeline.datasets import package_file
-    from pipeline.errors import GraphError
+    from vkgraph.pipeline.datasets import package_file
+    from vkgraph.pipeline.errors import GraphError
     name, spec, a, b, seed = NOISY_PHOTO
     try:
         photo = read_image(package_file(spec))[..., :3]

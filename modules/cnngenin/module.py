@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from pipeline.errors import GraphError
-from pipeline.module import Roi
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import Roi
 
 
 def grid(batch: int) -> tuple[int, int]:

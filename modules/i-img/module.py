@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.formats import fit_channels, read_cached, read_image
-from pipeline.module import Roi
+from vkgraph.pipeline.formats import fit_channels, read_cached, read_image
+from vkgraph.pipeline.module import Roi
 
 
 def _load(graph, module) -> np.ndarray:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.formats import fit_channels, read_cached, read_lut
-from pipeline.module import Roi
+from vkgraph.pipeline.formats import fit_channels, read_cached, read_lut
+from vkgraph.pipeline.module import Roi
 
 _CHAN = {1: "r", 2: "rg", 3: "rgba", 4: "rgba"}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import GraphError
-from pipeline.formats import fit_channels, frame_name, pfm_info, read_pfm
-from pipeline.module import Roi
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import fit_channels, frame_name, pfm_info, read_pfm
+from vkgraph.pipeline.module import Roi
 
 
 def _is_sequence(module) -> bool:

@@ -16,10 +16,10 @@ import os
 
 import numpy as np
 
-from pipeline.datasets import image_set
-from pipeline.errors import GraphError
-from pipeline.formats import read_image
-from pipeline.module import Roi
+from vkgraph.pipeline.datasets import image_set
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import read_image
+from vkgraph.pipeline.module import Roi
 
 MAX_PIXELS = 1 << 28  # 4 GiB of f32 rgba: more does not fit one storage buffer binding
 

@@ -22,9 +22,9 @@ import os
 
 import numpy as np
 
-from pipeline.errors import GraphError
-from pipeline.module import OPTIONAL, Roi
-from pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import OPTIONAL, Roi
+from vkgraph.pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
 
 log = logging.getLogger("vkgraph")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import GraphError
-from pipeline.module import Roi
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import Roi
 
 _SHARED = "vkgraph_kpn_t_shared"
 NW = 64 * 448  # 7 matrices of 64 x 64, the .lut kpn-t writes

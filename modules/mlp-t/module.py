@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.errors import GraphError, closest
-from pipeline.module import CLEAR, OPTIONAL, Roi
-from pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
+from vkgraph.pipeline.errors import GraphError, closest
+from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
+from vkgraph.pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights

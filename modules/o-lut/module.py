@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.formats import output_path, write_lut
+from vkgraph.pipeline.formats import output_path, write_lut
 
 _FROM_DTYPE = {np.dtype(np.float16): "f16", np.dtype(np.uint8): "ui8"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.formats import output_path, write_png
+from vkgraph.pipeline.formats import output_path, write_png
 
 
 def write_sink(graph, module, connector, data) -> None:

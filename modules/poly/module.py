@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.errors import GraphError
-from pipeline.module import Roi
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import Roi
 
 
 def modify_roi_out(graph, module) -> None:

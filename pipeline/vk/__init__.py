@@ -7,12 +7,12 @@ commands.py command lists recorded once and submitted many times, GPU timestamps
 compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
 errors.py   VkResult failures as one-line errors
 display.py  window surface (glfw) and swapchain: present a buffer of texels, read it back
-            (imported on its own by the gui: `from pipeline.vk.display import ...`)
+            (imported on its own by the gui: `from vkgraph.pipeline.vk.display import ...`)
 """
 
-from .compile import ShaderCompileError, compile_glsl
+from .compile import ShaderCompileError, compile_glsl, spirv_bindings
 from .device import Device, DeviceInfo, choose, list_devices, validation_messages
 from .errors import VulkanError
 
 __all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
-           "compile_glsl", "list_devices", "validation_messages"]
+           "compile_glsl", "list_devices", "spirv_bindings", "validation_messages"]

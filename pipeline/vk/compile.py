@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -117,3 +118,33 @@ def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
                                  + (f" with {defines}" if defines else "") + f": {msg}")
     os.replace(tmp, out)
     return out.read_bytes()
+
+
+SPIRV_MAGIC = 0x07230203
+OP_DECORATE = 71
+DECORATION_BINDING = 33
+DECORATION_DESCRIPTOR_SET = 34
+
+
+def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
+    """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
+    OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
+    n = len(spirv) // 4
+    words = struct.unpack(f"<{n}I", spirv[: 4 * n])
+    if n < 5 or words[0] != SPIRV_MAGIC:
+        raise ShaderCompileError("not a SPIR-V module")
+    sets: dict[int, int] = {}
+    bindings: dict[int, int] = {}
+    i = 5
+    while i < n:
+        count, op = words[i] >> 16, words[i] & 0xFFFF
+        if count == 0:
+            break
+        if op == OP_DECORATE and count >= 4:
+            target, decoration, value = words[i + 1], words[i + 2], words[i + 3]
+            if decoration == DECORATION_DESCRIPTOR_SET:
+                sets[target] = value
+            elif decoration == DECORATION_BINDING:
+                bindings[target] = value
+        i += count
+    return sorted((sets.get(t, 0), b) for t, b in bindings.items())

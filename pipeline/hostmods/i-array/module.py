@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import GraphError
-from pipeline.formats import fit_channels
-from pipeline.module import Roi
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import fit_channels
+from vkgraph.pipeline.module import Roi
 
 
 def _image(module) -> np.ndarray:

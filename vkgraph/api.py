@@ -1,0 +1,193 @@
+"""The Python API: a graph on a device, driven from Python (README "Python API").
+
+    with vkgraph.Session.load("graphs/train-kpn.cfg") as s:
+        s.feed("i-pfm:main", noisy)       # a numpy image instead of the file
+        s.set("kpn-t:01", "alpha", 0.002)
+        s.run(50, progress=lambda frame, frames, stats: ...)
+        out = s.read("kpn-t:01", "output")  # any connector, as numpy
+        s.save_weights("w.lut")
+
+A module is named "name:inst" (as in cfg lines). The first `run` builds the graph on the
+device (nodes, buffers, kernels, recorded commands); later runs continue from the frame
+reached, with the same buffers, so training goes on. Params set between runs take effect at
+the next frame; feeding a source an image of another size rebuilds at the next run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from .pipeline.cfg import apply_line, read_cfg
+from .pipeline.denoise import HOST_MODULES
+from .pipeline.errors import GraphError
+from .pipeline.formats import write_lut
+from .pipeline.graph import Graph
+from .pipeline.module import ModuleInstance, Roi
+from .pipeline.registry import Registry, default_dirs
+from .pipeline.runner import Build
+
+Progress = Callable[[int, int, dict], None]
+
+
+def registry(modules: Iterable[str | Path] = ()) -> Registry:
+    """The module folders a session sees: `modules` first, then the user's (--modules,
+    $VKGRAPH_MODULES), the shipped ones and the host modules i-array / o-array."""
+    return Registry([*map(Path, modules), *default_dirs(), HOST_MODULES])
+
+
+class Session:
+    """One graph on one device."""
+
+    def __init__(self, graph: Graph, device=None):
+        self.graph = graph
+        self._device = device
+        self._own_device = device is None
+        self.build: Build | None = None
+        self.frame = 0  # the next frame to run
+
+    # -- loading
+    @classmethod
+    def load(cls, source: str | Path | Iterable[str], device=None,
+             modules: Iterable[str | Path] = (), lenient: bool = False) -> Session:
+        """A graph from a cfg file (a path), or from cfg lines (a string of several lines or
+        an iterable of lines; files they name are found in the working directory)."""
+        reg = registry(modules)
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+            return cls(read_cfg(source, registry=reg, lenient=lenient), device)
+        lines = source.splitlines() if isinstance(source, str) else list(source)
+        graph = Graph(reg)
+        for i, line in enumerate(lines, 1):
+            apply_line(graph, line, f"line {i}", lenient)
+        return cls(graph, device)
+
+    @property
+    def device(self):
+        if self._device is None:
+            from .pipeline.vk import Device
+
+            self._device = Device.open()
+        return self._device
+
+    def close(self) -> None:
+        """Release the device (when the session opened it)."""
+        self.build = None
+        if self._own_device and self._device is not None:
+            self._device.close()
+            self._device = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the graph
+    def module(self, name: str) -> ModuleInstance:
+        """The instance "name:inst"."""
+        mod, _, inst = name.partition(":")
+        return self.graph.module(mod, inst, "Session")
+
+    def set(self, module: str, param: str, value) -> None:
+        """Set a param (a number, a list, a string), checked against its range."""
+        self.module(module).set_param(param, value, "Session.set")
+
+    def get(self, module: str, param: str):
+        return self.module(module).param(param)
+
+    def feed(self, source: str, image: np.ndarray) -> None:
+        """Give a source module a numpy image (h, w) or (h, w, channels), linear float, in
+        place of its file: a source that is not `i-array` is replaced by one (same instance
+        name, same wires)."""
+        image = np.ascontiguousarray(image, np.float32)
+        if image.ndim not in (2, 3):
+            raise GraphError(f"feed {source}: expected an image (h, w[, c]), got shape "
+                             f"{image.shape}")
+        m = self.module(source)
+        if m.name != "i-array":
+            if not m.cls.is_source:
+                raise GraphError(f"feed {source}: {m} is not a source module")
+            readers = self.graph.readers(m, m.connectors[0].name)
+            wires = [(r.name, r.inst, rc.name, rc.feedback) for r, rc in readers]
+            self.graph.remove_module(m.name, m.inst)
+            m = self.graph.add_module("i-array", m.inst)
+            for name, inst, conn, fb in wires:
+                self.graph.connect("i-array", m.inst, "output", name, inst, conn, fb)
+            self.build = None  # the graph changed
+        old = m.data.get("image")
+        m.data["image"] = image
+        if self.build is not None:
+            if old is None or old.shape[:2] != image.shape[:2]:
+                self.build = None  # other sizes everywhere downstream
+            else:
+                self.build._sources_uploaded = False  # upload again at the next frame
+
+    # -- running
+    def run(self, frames: int = 1, progress: Progress | None = None) -> Session:
+        """Run `frames` frames (from the frame reached); progress(frame, last, stats) is
+        called after each, stats being the modules' progress values ({"kpn-t:01": {"loss":
+        ...}})."""
+        if frames < 1:
+            raise GraphError(f"run: frames must be at least 1, got {frames}")
+        end = self.frame + frames
+        if self.build is None:
+            self.graph.frames = end
+            for m in self.graph.modules.values():  # sizes come from this build's ROI passes
+                for c in m.connectors:
+                    if c.is_output:
+                        c.roi = Roi()
+            self.build = Build(self.graph, self.device)
+        self.build.frames = max(self.build.frames, end)
+        stats = [(m, m.cls.hook("stats")) for m in self.build.active if m.cls.hook("stats")]
+        for f in range(self.frame, end):
+            self.build.run_frame(f, download=f == end - 1)
+            self.frame = f + 1
+            if progress is not None:
+                progress(f, end - 1, {str(m): hook(self.build, m) for m, hook in stats})
+        return self
+
+    def _built(self) -> Build:
+        if self.build is None:
+            raise GraphError("the graph has not run yet (Session.run)")
+        return self.build
+
+    def read(self, module: str, connector: str) -> np.ndarray:
+        """A module connector's data after the last frame: an image (h, w, channels)
+        float32, or an ssbo as a 1-D array of its format."""
+        build = self._built()
+        m = self.module(module)
+        m.connector(connector, "Session.read")
+        backing = m.backing.get(connector)
+        if backing is None:
+            raise GraphError(f"{m}: connector '{connector}' has no buffer in this graph "
+                             "(an unconnected input, or a module that did not run)")
+        node, conn = backing
+        return build.read(node, conn)
+
+    def save_weights(self, path: str | Path, module: str | None = None,
+                     connector: str = "w") -> Path:
+        """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
+        with the module's description text. Default module: the one trainable module."""
+        if module is None:
+            found = [str(m) for m in self._built().active
+                     if m.cls.hook("state") and connector in m.cls.connector_names()]
+            if len(found) != 1:
+                raise GraphError(f"save_weights: name the module ({', '.join(found) or 'no'} "
+                                 "trainable modules)")
+            module = found[0]
+        m = self.module(module)
+        data = self.read(module, connector)
+        c = m.connector(connector)
+        fmt = c.format if c.format in ("f16", "f32", "ui8") else "f32"
+        path = Path(path)
+        if c.is_ssbo:
+            wd, ht = c.roi.wd, c.roi.ht
+            if wd * ht != data.size:
+                wd, ht = data.size, 1
+            write_lut(path, data, 1, fmt, wd, ht, ssbo=True, text=m.data.get("lut_text"))
+        else:
+            ht, wd, ch = data.shape
+            write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=m.data.get("lut_text"))
+        return path
