@@ -506,3 +506,35 @@ def test_mlp_t_resume_is_bit_exact(tmp_path, name):
     assert "mlp-t:01: 6 frames" in out
     assert_same_state(arrays(one / "end.npz"), arrays(two / "end.npz"))
     assert (one / f"{name}-w.lut").read_bytes() == (two / f"{name}-w.lut").read_bytes()
+
+
+def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
+    """The photo recipe (a training set, a batch of tiles, feat 1, apply 2, L1, the cosine
+    schedule) interrupted after frame 2 and resumed ends with the weights of the run that was
+    never interrupted (the schedule runs over the cfg's frames in both)."""
+    from vkgraph.cli.progress import Progress
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "set").mkdir()
+    for k, (wd, ht) in enumerate([(24, 20), (40, 18)]):
+        write_pfm(tmp_path / "set" / f"{k}.pfm", rng.uniform(0, 1, (ht, wd, 3)).astype(np.float32))
+    text = (ROOT / "graphs" / "train-kpn.cfg").read_text()
+    text = text.replace("frames:80", "frames:5").replace("photos/train.txt", "set")
+    text = text.replace("batch:4", "batch:2").replace("tile:32", "tile:16")
+    cfg = tmp_path / "photo.cfg"
+    cfg.write_text(text + "param:kpn-t:01:levels:2\n")
+    (tmp_path / "full").mkdir()
+    ok(vkgraph(tmp_path / "full", "-g", str(cfg), *OUT))
+    real = Progress.update
+
+    def update(self, build, frame):
+        real(self, build, frame)
+        if frame == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Progress, "update", update)
+    rc, _, err = vkgraph(tmp_path, "-g", str(cfg), *OUT)
+    assert rc == 130, err
+    monkeypatch.setattr(Progress, "update", real)
+    ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "photo.ckpt.npz"))
+    assert (tmp_path / "mlp-w.lut").read_bytes() == (tmp_path / "full" / "mlp-w.lut").read_bytes()
