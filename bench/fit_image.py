@@ -1,7 +1,8 @@
-"""Image fit (graphs/fit-image.cfg) at a large batch: ms per training step of vkgraph's mlp-t
-against the same network and training in PyTorch (eager, eager + CUDA graph, torch.compile)
-and JAX (jax.jit) in the same run, and the PSNR of the fitted image after the same number of
-steps. Target: <= 0.1 ms/step at batch 2^18 on an H100.
+"""Image fit (graphs/fit-image.cfg, graphs/fit-image-hash.cfg) at a large batch: ms per
+training step of vkgraph's mlp-t against the same network and training in PyTorch (eager,
+eager + CUDA graph, torch.compile) and, for the frequency fit, JAX (jax.jit) in the same run,
+and the PSNR of the fitted image after the same number of steps. Target: <= 0.1 ms/step at
+batch 2^18 on an H100.
 
 The network and training are fit-image.cfg's (modules/mlp-t/README.md): uv in [0,1)^2 ->
 frequency encoding sin/cos(pi 2^k u), sin/cos(pi 2^k v), k = 0..2 (12 inputs, mlp-t's order)
@@ -16,7 +17,17 @@ sum of its dispatches' timestamps); the peers' wall time over the timed steps, b
 device synchronisations. PSNR (peak 1, linear rgb) of the network at every texel centre
 against the target, after `--steps` optimizer steps (warm-up and compile steps included).
 
+The hash-grid fit (`--fits hash`) is fit-image-hash.cfg's: uv -> the multiresolution hash
+grid of mlp-t (8 levels x 2 features, N_l = floor(16 * 1.5^l) cells per unit, a level stored
+densely while its (N_l + 1)^2 grid points fit 2^16 entries, else hashed with
+(c_x * 1 xor c_y * 2654435761) mod 2^16, bilinear weights) -> 3 hidden layers of 64, leaky
+ReLU -> 3 outputs through exp, no biases, L2, Adam 1e-3 (network) and 1e-2 (table), one
+jittered sample per texel and step (batch / texels samples each for a larger batch),
+bilinear targets; the peers start from vkgraph's initial weights and table. It runs at
+`--batch` and at the graph's own batch (65536); JAX has no hash-grid row.
+
     python bench/fit_image.py [--batch 262144] [--steps 1000] [--device NAME] [--max-autotune]
+                              [--fits frequency,hash] [--hash-batches 262144,65536]
 """
 
 from __future__ import annotations
@@ -40,15 +51,19 @@ from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 CFG = ROOT / "graphs" / "fit-image.cfg"
+FITS = {"frequency": CFG, "hash": ROOT / "graphs" / "fit-image-hash.cfg"}
 MLP = ("mlp-t", "01")
 LR, BETA1, BETA2, EPS = 1e-3, 0.9, 0.999, 1e-8
 OCTAVES, SLOPE = 3, 0.01
+HASH_PRIMES = (1, 2654435761, 805459861)  # instant-NGP's spatial hash, one per dimension
+GUARD_DB = 0.5  # hash fit: the PyTorch rows' PSNR must be this close to vkgraph's
 
 
 class Row:
     def __init__(self, name: str, ms: float | None = None, psnr: float | None = None,
-                 note: str = "", gpu_ms: float | None = None):
+                 note: str = "", gpu_ms: float | None = None, fit: str = ""):
         self.name, self.ms, self.psnr, self.note, self.gpu_ms = name, ms, psnr, note, gpu_ms
+        self.fit = fit  # the workload and batch: rows are compared within one fit
 
 
 def psnr(x: np.ndarray, ref: np.ndarray) -> float:
@@ -68,9 +83,10 @@ def warm_steps(steps: int) -> int:
 
 # -- vkgraph ------------------------------------------------------------------------------
 
-def run_vkgraph(device_name, batch: int, steps: int, folder: Path):
-    """(Row, initial weights as (L, W, W), the target) of fit-image.cfg at this batch."""
-    g = read_cfg(CFG)
+def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = CFG):
+    """(Row, initial params (weights then table, flat), Arch, the target, the module's params
+    the peers need) of `cfg` (fit-image.cfg or fit-image-hash.cfg) at this batch."""
+    g = read_cfg(cfg)
     for name, inst in [k for k in g.modules if k[0] == "display"]:
         g.remove_module(name, inst)
     for line in [f"param:mlp-t:01:batch:{batch}", "param:mlp-t:01:preview:0",
@@ -87,7 +103,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path):
         m = g.modules[MLP]
         a = m.data["arch"]
         b.run_frame(0, download=False)
-        w0 = b.read(m.data["adam"], "w").reshape(a.layers, a.width, a.width).copy()
+        p0 = b.read(m.data["adam"], "w").ravel().copy()
         warm = warm_steps(steps)
         gpu = []
         for f in range(1, warm + 1):
@@ -104,16 +120,25 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path):
         out = b.read(m.data["eval"], "output")
         loss = m.cls.hook("current_loss")(b, m)
         target = read_image(b.resolve(g.modules[("i-img", "main")].param("filename")))
+        params = {k: m.param(k) for k in ("alpha", "talpha", "levels", "features",
+                                          "log2size", "baseres", "perlevel", "batch")}
     finally:
         dev.close()
     row = Row(f"vkgraph mlp-t ({name})", ms if n > 0 else None, psnr(out, target),
               f"wall per frame (submit + wait); GPU {np.median(gpu):.3f} ms/step (timestamps); "
               f"loss {loss:.4g}; setup {setup:.1f} s", gpu_ms=float(np.median(gpu)))
-    return row, w0, a, target
+    return row, p0, a, target, params
 
 
-def used_weights(w0: np.ndarray, a) -> list[np.ndarray]:
-    """mlp-t's padded (L, W, W) matrices -> the used (out, in) blocks, fp32."""
+def graph_batch(cfg: Path) -> int:
+    """The batch the graph itself trains with."""
+    g = read_cfg(cfg)
+    return int(g.modules[MLP].param("batch"))
+
+
+def used_weights(p0: np.ndarray, a) -> list[np.ndarray]:
+    """mlp-t's params (the padded (L, W, W) matrices first) -> the used (out, in) blocks, fp32."""
+    w0 = p0[: a.layers * a.width * a.width].reshape(a.layers, a.width, a.width)
     out = []
     for layer in range(a.layers):
         nin, nout = a.fans(layer)
@@ -129,49 +154,154 @@ def grid_uv(h: int, w: int) -> np.ndarray:
 
 # -- PyTorch ------------------------------------------------------------------------------
 
-def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
+class HashLayout:
+    """The hash grid's levels (modules/mlp-t/README.md, "Table encodings"): level l has
+    N_l = floor(N0 b^l) cells per unit (float64), is dense while its (N_l + 1)^dims grid
+    points fit 2^log2size entries (entry sum_d c_d (N_l + 1)^d), else hashed into 2^log2size
+    entries; level l's entries follow level l-1's."""
+
+    def __init__(self, levels: int, features: int, log2size: int, baseres: int,
+                 perlevel: float, dims: int = 2):
+        self.levels, self.features, self.log2size, self.dims = levels, features, log2size, dims
+        self.res = [int(math.floor(baseres * perlevel ** lv)) for lv in range(levels)]
+        self.dense = [(n + 1) ** dims <= 2 ** log2size for n in self.res]
+        self.sizes = [(n + 1) ** dims if d else 2 ** log2size
+                      for n, d in zip(self.res, self.dense, strict=True)]
+        self.offsets = [int(x) for x in np.cumsum([0, *self.sizes[:-1]])]
+        self.entries = int(sum(self.sizes))
+
+    @classmethod
+    def of(cls, params: dict, dims: int = 2) -> HashLayout:
+        return cls(int(params["levels"]), int(params["features"]), int(params["log2size"]),
+                   int(params["baseres"]), float(params["perlevel"]), dims)
+
+
+def hash_encoder(torch, lay: HashLayout, dev):
+    """encode(table (entries, F), x (B, dims) in [0, 1]) -> (B, levels F), input l F + f =
+    feature f of level l: p = N_l x (float32), i = min(floor p, N_l - 1), a = p - i, the 2^dims
+    corners c = i + bits with weights prod_d (bit ? a_d : 1 - a_d), summed from the table.
+    Autograd's backward of the gather is the scatter of the same weights."""
+    dims = lay.dims
+    res = torch.tensor(lay.res, dtype=torch.float32, device=dev)  # (L,)
+    top = res - 1
+    side = torch.tensor(lay.res, dtype=torch.int64, device=dev) + 1
+    dense = torch.tensor(lay.dense, device=dev)
+    offset = torch.tensor(lay.offsets, dtype=torch.int64, device=dev)
+    mask = 2 ** lay.log2size - 1
+
+    def encode(table, x):
+        p = x[:, None, :] * res[:, None]  # (B, L, dims)
+        i = torch.minimum(torch.floor(p), top[:, None])
+        a = p - i
+        i = i.long()
+        idx, wts = [], []
+        for k in range(2 ** dims):
+            bits = [(k >> d) & 1 for d in range(dims)]
+            c = [i[..., d] + bits[d] for d in range(dims)]
+            wt = a[..., 0] if bits[0] else 1 - a[..., 0]
+            for d in range(1, dims):
+                wt = wt * (a[..., d] if bits[d] else 1 - a[..., d])
+            flat = c[0] + side * c[1] + (side * side * c[2] if dims == 3 else 0)
+            hashed = c[0] * HASH_PRIMES[0]  # keys >= 0, products < 2^63: the low bits are
+            for d in range(1, dims):  # those of the 32-bit products
+                hashed = hashed ^ (c[d] * HASH_PRIMES[d])
+            idx.append(torch.where(dense, flat, hashed & mask) + offset)
+            wts.append(wt)
+        feats = table[torch.stack(idx, -1)]  # (B, L, 2^dims, F)
+        out = (torch.stack(wts, -1)[..., None] * feats).sum(2)
+        return out.reshape(x.shape[0], -1)
+
+    return encode
+
+
+def torch_rows(fit: dict, target, batch: int, steps: int, which: str, report) -> None:
     """which = "eager": eager (+ CUDA graph) rows; "compile": the torch.compile rows;
-    "max-autotune": torch.compile's max-autotune mode (minutes of compiling)."""
+    "max-autotune": torch.compile's max-autotune mode (minutes of compiling). `fit`: "kind"
+    (frequency or hash), "ws0" (the initial weights), "table0" (hash: the initial table,
+    (entries, F)), "layout" (hash: HashLayout), "lr" and "tlr" (network and table rates),
+    "label" (the rows' fit column)."""
     try:
         import torch
     except ImportError:
         if which == "eager":
-            report(Row("PyTorch", note="not installed"))
+            report(Row("PyTorch", note="not installed", fit=fit["label"]))
         return
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     where = torch.cuda.get_device_name(0) if cuda else "CPU"
     h, w = target.shape[:2]
     tgt = torch.from_numpy(np.ascontiguousarray(target[..., :3])).to(dev)
-    scale = (math.pi * 2.0 ** torch.arange(OCTAVES, dtype=torch.float32)).to(dev)
     grid = torch.from_numpy(grid_uv(h, w)).to(dev)
     warm = warm_steps(steps)
+    hashed = fit["kind"] == "hash"
+    ws0 = fit["ws0"]
+    init = [*ws0, fit["table0"]] if hashed else list(ws0)
 
     def sync():
         if cuda:
             torch.cuda.synchronize()
 
-    def encode(uv):  # (B, 2) -> (B, 4 O): input (d O + k) 2 + s, as mlp-t
-        a = uv[:, :, None] * scale
-        return torch.stack([torch.sin(a), torch.cos(a)], -1).reshape(uv.shape[0], -1)
+    if hashed:
+        encode_table = hash_encoder(torch, fit["layout"], dev)
+        texels = h * w
+        stride = max(1, texels // batch)  # mlp-t's jitter: a smaller batch spread evenly
+        spread = (torch.arange(batch, device=dev) % texels) * stride
+        size = torch.tensor([w, h], dtype=torch.float32, device=dev)
+
+        def encode(params, x):
+            return encode_table(params[-1], x)
+
+        def draw():  # one sample per texel (turned by a random offset) at a random point in it
+            j = (spread + torch.randint(texels, (1,), device=dev)) % texels
+            return (torch.stack([j % w, j // w], 1).float()
+                    + torch.rand(batch, 2, device=dev)) / size
+
+        def fetch(x):  # bilinear: texel centres at k + 1/2, edges clamped
+            q = x * size - 0.5
+            p = torch.floor(q)
+            a = q - p
+            p = p.long()
+            x0, y0 = p[:, 0].clamp(0, w - 1), p[:, 1].clamp(0, h - 1)
+            x1, y1 = (p[:, 0] + 1).clamp(0, w - 1), (p[:, 1] + 1).clamp(0, h - 1)
+            ax, ay = a[:, :1], a[:, 1:]
+            return ((tgt[y0, x0] * (1 - ax) + tgt[y0, x1] * ax) * (1 - ay)
+                    + (tgt[y1, x0] * (1 - ax) + tgt[y1, x1] * ax) * ay)
+
+        out_act = torch.exp
+    else:
+        scale = (math.pi * 2.0 ** torch.arange(OCTAVES, dtype=torch.float32)).to(dev)
+
+        def encode(params, uv):  # (B, 2) -> (B, 4 O): input (d O + k) 2 + s, as mlp-t
+            a = uv[:, :, None] * scale
+            return torch.stack([torch.sin(a), torch.cos(a)], -1).reshape(uv.shape[0], -1)
+
+        def draw():
+            return torch.rand(batch, 2, device=dev)
+
+        def fetch(uv):  # nearest texel
+            ix = (uv[:, 0] * w).long().clamp_(max=w - 1)
+            iy = (uv[:, 1] * h).long().clamp_(max=h - 1)
+            return tgt[iy, ix]
+
+        out_act = torch.sigmoid
 
     def forward(params, uv):
-        x = encode(uv)
-        for p in params[:-1]:
+        x = encode(params, uv)
+        for p in params[: len(ws0) - 1]:
             x = torch.nn.functional.leaky_relu(x @ p.t(), SLOPE)
-        return torch.sigmoid(x @ params[-1].t())
+        return out_act(x @ params[len(ws0) - 1].t())
 
     def loss_of(params, uv):
-        ix = (uv[:, 0] * w).long().clamp_(max=w - 1)
-        iy = (uv[:, 1] * h).long().clamp_(max=h - 1)
-        t = tgt[iy, ix]
-        return torch.mean((forward(params, uv) - t) ** 2)
+        return torch.mean((forward(params, uv) - fetch(uv)) ** 2)
 
     def fresh(capturable=False):
         torch.manual_seed(1)  # each variant draws the same batches (where its RNG use agrees)
-        params = [torch.nn.Parameter(torch.from_numpy(x).to(dev)) for x in ws0]
+        params = [torch.nn.Parameter(torch.from_numpy(x).to(dev)) for x in init]
+        groups = [{"params": params[: len(ws0)], "lr": fit["lr"]}]
+        if hashed:
+            groups.append({"params": params[len(ws0):], "lr": fit["tlr"]})
         kw = {"fused": True} if cuda else {}
-        opt = torch.optim.Adam(params, lr=LR, betas=(BETA1, BETA2), eps=EPS,
+        opt = torch.optim.Adam(groups, lr=fit["lr"], betas=(BETA1, BETA2), eps=EPS,
                                capturable=capturable, **kw)
         return params, opt
 
@@ -198,7 +328,7 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
         def step():
             if mark:
                 torch.compiler.cudagraph_mark_step_begin()
-            uv = torch.rand(batch, 2, device=dev)
+            uv = draw()
             loss = fn_loss(params, uv)
             loss.backward()
             opt.step()
@@ -207,7 +337,7 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
         t0 = time.perf_counter()
         ms = timed(step, warm)
         report(Row(name, ms, fitted(params),
-                   f"{note}; {time.perf_counter() - t0:.1f} s in all"))
+                   f"{note}; {time.perf_counter() - t0:.1f} s in all", fit=fit["label"]))
 
     def graphed(name, note, tf32=False):
         """The whole step (sampling, forward, backward, fused Adam) as one CUDA graph."""
@@ -215,7 +345,7 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
         params, opt = fresh(capturable=True)
 
         def step():
-            uv = torch.rand(batch, 2, device=dev)
+            uv = draw()
             loss = loss_of(params, uv)
             loss.backward()
             opt.step()
@@ -242,7 +372,8 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
             graph.replay()
         sync()
         ms = (time.perf_counter() - t1) / max(1, n) * 1e3
-        report(Row(name, ms, fitted(params), f"{note}; {time.perf_counter() - t0:.1f} s in all"))
+        report(Row(name, ms, fitted(params), f"{note}; {time.perf_counter() - t0:.1f} s in all",
+                   fit=fit["label"]))
 
     adam = "fused Adam" if cuda else "Adam"
     runs = []  # (name, function of the name)
@@ -271,7 +402,7 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
         try:
             run(name)
         except Exception as e:  # one peer failing must not lose the others' rows
-            report(Row(name, note=failure(e)))
+            report(Row(name, note=failure(e), fit=fit["label"]))
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
             if cuda:
@@ -280,23 +411,23 @@ def torch_rows(ws0, target, batch: int, steps: int, which: str, report) -> None:
 
 # -- JAX ----------------------------------------------------------------------------------
 
-def jax_rows(ws0, target, batch: int, steps: int, report) -> None:
+def jax_rows(ws0, target, batch: int, steps: int, report, label: str = "") -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # PyTorch shares the GPU
     try:
         import jax
         import jax.numpy as jnp
     except ImportError:
-        report(Row("JAX", note="not installed"))
+        report(Row("JAX", note="not installed", fit=label))
         return
     try:
         backend = jax.default_backend()
         where = jax.devices()[0].device_kind
     except Exception as e:
-        report(Row("JAX", note="no device: " + failure(e)))
+        report(Row("JAX", note="no device: " + failure(e), fit=label))
         return
     if backend == "cpu" and batch * steps > 2 ** 22:
         report(Row(f"JAX {jax.__version__}", note="found no GPU (cpu backend): skipped at "
-                                                  "this size"))
+                                                  "this size", fit=label))
         return
     h, w = target.shape[:2]
     tgt = jnp.asarray(target[..., :3])
@@ -345,7 +476,7 @@ def jax_rows(ws0, target, batch: int, steps: int, report) -> None:
         ms = (time.perf_counter() - t1) / max(1, steps - warm) * 1e3
         img = np.asarray(jax.jit(forward)(state[0], grid)).reshape(h, w, 3)
         report(Row(name, ms, psnr(img, target), f"{note}; {time.perf_counter() - t0:.1f} s "
-                                                "in all"))
+                                                "in all", fit=label))
 
     for name, precision, note in [
             (f"JAX {jax.__version__} jit fp32 ({where})", jax.lax.Precision.HIGHEST,
@@ -355,54 +486,116 @@ def jax_rows(ws0, target, batch: int, steps: int, report) -> None:
         try:
             one(name, precision, note)
         except Exception as e:
-            report(Row(name, note=failure(e)))
+            report(Row(name, note=failure(e), fit=label))
 
 
 # -- table --------------------------------------------------------------------------------
+
+def batch_label(batch: int) -> str:
+    return f"2^{batch.bit_length() - 1}" if batch & (batch - 1) == 0 else str(batch)
+
+
+def peer_fit(kind: str, p0: np.ndarray, a, params: dict, batch: int) -> dict:
+    """What the peers need to train as vkgraph does: its initial weights (and table)."""
+    fit = {"kind": kind, "ws0": used_weights(p0, a), "lr": float(params["alpha"]),
+           "label": f"{kind} {batch_label(batch)}"}
+    if kind == "hash":
+        lay = HashLayout.of(params, a.dims)
+        if lay.entries * lay.features != a.table.used:  # our layout against the engine's
+            raise SystemExit(f"hash layout: {lay.entries} entries x {lay.features}, the "
+                             f"engine's table has {a.table.used} floats")
+        start = a.layers * a.width * a.width
+        fit["table0"] = np.ascontiguousarray(
+            p0[start: start + a.table.used].reshape(lay.entries, lay.features), np.float32)
+        fit["layout"] = lay
+        fit["tlr"] = float(params["talpha"]) or fit["lr"]
+    return fit
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=2 ** 18, help="samples per step (2^18)")
     ap.add_argument("--steps", type=int, default=1000, help="optimizer steps per run")
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
+    ap.add_argument("--fits", default="frequency,hash",
+                    help="workloads: frequency (fit-image.cfg), hash (fit-image-hash.cfg)")
+    ap.add_argument("--hash-batches",
+                    help="batches of the hash fit (default: --batch and the graph's own)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--no-jax", action="store_true", help="skip JAX")
     ap.add_argument("--max-autotune", action="store_true",
                     help="add torch.compile(mode='max-autotune') (slow to compile)")
     args = ap.parse_args()
+    fits = [f.strip() for f in args.fits.split(",") if f.strip()]
+    if not fits or set(fits) - set(FITS):
+        ap.error(f"--fits: a comma-separated subset of {', '.join(FITS)}")
+    runs = []  # (kind, batch)
+    for kind in fits:
+        if kind == "hash":
+            own = graph_batch(FITS["hash"])
+            batches = ([int(b) for b in args.hash_batches.split(",")] if args.hash_batches
+                       else sorted({args.batch, own}, reverse=True))
+            runs += [(kind, b) for b in batches]
+        else:
+            runs.append((kind, args.batch))
     rows: list[Row] = []
+    vk: dict[str, Row] = {}
 
     def report(row: Row) -> None:  # as each finishes: a run cut short keeps its rows
         rows.append(row)
         ms = f"{row.ms:.3f} ms" if row.ms is not None else "-"
-        print(f"  {row.name}: {ms}, PSNR "
+        print(f"  [{row.fit}] {row.name}: {ms}, PSNR "
               f"{'-' if row.psnr is None else f'{row.psnr:.2f}'} dB; {row.note}", flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        vk, w0, a, target = run_vkgraph(args.device, args.batch, args.steps, Path(tmp))
-    report(vk)
-    ws0 = used_weights(w0, a)
-    torch_rows(ws0, target, args.batch, args.steps, "eager", report)
-    if not args.no_jax:
-        jax_rows(ws0, target, args.batch, args.steps, report)
-    if not args.no_compile:  # last: the compiles take the longest
-        torch_rows(ws0, target, args.batch, args.steps, "compile", report)
-    if args.max_autotune:
-        torch_rows(ws0, target, args.batch, args.steps, "max-autotune", report)
+    target = None
+    for kind, batch in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            row, p0, a, target, params = run_vkgraph(args.device, batch, args.steps, Path(tmp),
+                                                     FITS[kind])
+        fit = peer_fit(kind, p0, a, params, batch)
+        row.fit = fit["label"]
+        vk[row.fit] = row
+        report(row)
+        torch_rows(fit, target, batch, args.steps, "eager", report)
+        if kind == "frequency" and not args.no_jax:
+            jax_rows(fit["ws0"], target, batch, args.steps, report, fit["label"])
+        if not args.no_compile:  # last: the compiles take the longest
+            torch_rows(fit, target, batch, args.steps, "compile", report)
+        if args.max_autotune:
+            torch_rows(fit, target, batch, args.steps, "max-autotune", report)
 
     h, w = target.shape[:2]
-    print(f"\nfit-image (12 -> 64x4 leaky -> 3 sigmoid, L2, Adam 1e-3), batch {args.batch}, "
-          f"{args.steps} steps, target {w}x{h}; {warm_steps(args.steps)} warm-up steps "
-          "untimed; PSNR of the fit after all steps (linear rgb, peak 1)")
-    print("| implementation | ms/step | ÷ vkgraph | PSNR dB | notes |")
-    print("|---|---|---|---|---|")
+    what = {"frequency": "frequency: 12 -> 64x4 leaky -> 3 sigmoid, L2, Adam 1e-3, uniform uv, "
+                         "nearest targets",
+            "hash": "hash: hash grid 8x2 (2^16 per level) -> 64x3 leaky -> 3 exp, L2, Adam "
+                    "1e-3 / table 1e-2, jittered uv, bilinear targets"}
+    print(f"\nfit-image ({'; '.join(what[k] for k in fits)}), {args.steps} steps, target "
+          f"{w}x{h}; {warm_steps(args.steps)} warm-up steps untimed; PSNR of the fit after "
+          "all steps (linear rgb, peak 1)")
+    print("| fit | implementation | ms/step | ÷ vkgraph | PSNR dB | notes |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
+        ref = vk.get(r.fit)
         ms = f"{r.ms:.3f}" if r.ms is not None else "-"
-        ratio = f"{r.ms / vk.ms:.2f}" if r.ms is not None and vk.ms else "-"
+        ratio = f"{r.ms / ref.ms:.2f}" if r.ms is not None and ref and ref.ms else "-"
         ps = f"{r.psnr:.2f}" if r.psnr is not None else "-"
-        print(f"| {r.name} | {ms} | {ratio} | {ps} | {r.note} |")
+        print(f"| {r.fit} | {r.name} | {ms} | {ratio} | {ps} | {r.note} |")
     print("target for vkgraph: <= 0.1 ms/step at batch 2^18 (H100); ÷ vkgraph < 1: "
-          "faster than vkgraph")
+          "faster than vkgraph (the vkgraph row of the same fit and batch)")
+    bad = 0
+    for label, ref in vk.items():  # the hash peers must train as vkgraph does
+        if not label.startswith("hash") or ref.psnr is None:
+            continue
+        for r in rows:
+            if r.fit != label or r is ref or r.psnr is None:
+                continue
+            ok = abs(r.psnr - ref.psnr) <= GUARD_DB
+            bad += not ok
+            print(f"PSNR guard [{label}] {r.name}: {r.psnr:.2f} dB against vkgraph's "
+                  f"{ref.psnr:.2f} dB: {'ok' if ok else 'MISMATCH'} (within {GUARD_DB} dB)")
+    if bad:
+        print(f"PSNR guard: {bad} hash-grid peer rows differ from vkgraph by more than "
+              f"{GUARD_DB} dB: not the same training")
 
 
 if __name__ == "__main__":
