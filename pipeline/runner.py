@@ -19,7 +19,9 @@ from .datasets import PKG, package_file
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
-from .vk import Device, compile_glsl, spirv_bindings
+from .paramblock import GENERATED, glsl_name, params_glsl
+from .paramblock import check_params as check_param_scalars
+from .vk import Device, compile_glsl, spirv_bindings, spirv_block_scalars
 
 log = logging.getLogger("vkgraph")
 
@@ -56,14 +58,23 @@ def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
     return path
 
 
-def compile_kernel(path: Path, defines: dict | None = None) -> bytes:
-    """SPIR-V of a kernel file; `#include "..."` finds the shared shaders/include/ and the
-    kernel's own folder."""
-    return compile_glsl(path, [SHADERS / "include", path.parent], defines)
+def compile_kernel(path: Path, defines: dict | None = None, params=(),
+                   where: str = "params") -> bytes:
+    """SPIR-V of a kernel file; `#include "..."` finds the generated `params.gen` (the block
+    of `params`, the module's declared params: pipeline/paramblock.py), the shared
+    shaders/include/ and the kernel's own folder. `where` names the params file in errors."""
+    params = list(params)
+    for p in params:
+        if glsl_name(p.name) in (defines or {}):
+            raise GraphError(f"param '{p.name}' has the name of a define of kernel "
+                             f"{path.parent.name}/{path.name}", where=where)
+    return compile_glsl(path, [SHADERS / "include", path.parent], defines,
+                        {GENERATED: params_glsl(params, where)})
 
 
-def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=()) -> bytes:
-    return compile_kernel(kernel_file(shader, kernel, dirs), defines)
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=(), params=(),
+                 where: str = "params") -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines, params, where)
 
 
 SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)
@@ -82,6 +93,15 @@ def check_bindings(node: Node, spirv: bytes) -> None:
                     if dset == 0 else "the engine binds sets 0 and 1 only")
             raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
                              f"binding {binding}, but {what}")
+
+
+def check_params(kernel: str, params, spirv: bytes) -> None:
+    """The kernel's set 0 binding 1 block against the module's declared params: a member
+    outside them or of another type (float read as int) is a GraphError naming both."""
+    blob = sum(p.nbytes() for p in params)
+    scalars = spirv_block_scalars(spirv, 0, 1, limit=blob)
+    if scalars:
+        check_param_scalars(kernel, scalars, list(params))
 
 
 class Build(NodeGraph):
@@ -218,8 +238,11 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs())
+            cls = node.module.cls
+            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs(),
+                                 cls.params, str(cls.folder / "params"))
             check_bindings(node, spirv)
+            check_params(f"{node.shader}/{node.kernel}.comp", cls.params, spirv)
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
                                  push)
