@@ -401,14 +401,10 @@ def main() -> int:
 
 
 def _reference_module():
-    """modules/kpn-t/reference.py (its folder name has a dash)."""
-    import importlib.util
+    """modules/kpn-t/reference.py."""
+    from vkgraph.modules.kpn_t import reference
 
-    spec = importlib.util.spec_from_file_location(
-        "kpn_reference", ROOT / "modules" / "kpn-t" / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return reference
 
 
 if __name__ == "__main__":

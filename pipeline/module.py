@@ -16,7 +16,6 @@ A module class is declared in vkdt's line syntax:
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import struct
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from types import ModuleType
 
 import numpy as np
 
+from . import loader
 from .errors import GraphError, clip, closest
 
 MAX_NAME = 8
@@ -321,12 +321,8 @@ class ModuleClass:
                 if line.strip() and not line.lstrip().startswith("#"):
                     parse_range_line(line, by_name, f"{range_file}:{i}")
         self.optional = self._read_optional(folder / "optional")
-        self.hooks: ModuleType | None = None
-        code = folder / "module.py"
-        if code.exists():
-            spec = importlib.util.spec_from_file_location(f"vkgraph_modules.{name}", code)
-            self.hooks = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(self.hooks)
+        # module.py, imported once as vkgraph.modules.<name>.module (pipeline/loader.py)
+        self.hooks: ModuleType | None = loader.hooks(name, folder)
 
     def _read_optional(self, path: Path) -> frozenset[str]:
         """Inputs listed in `optional` (one name a line) may stay unconnected (kpn-t's wcp)."""
