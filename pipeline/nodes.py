@@ -4,7 +4,6 @@ The passes, in order (each one way, no back-and-forth):
 1. active modules: those a connected sink reaches through inputs (feedback inputs included);
    every required input of an active module must be connected;
 2. ROI forward pass (`modify_roi_out`, default: outputs take the size of `input`);
-   ROI backward pass (`modify_roi_in`, default: nothing to request);
 3. node creation (`create_nodes`, default: one node running `main.comp`; sources and sinks
    get a transfer node without a kernel);
 4. wiring: node inputs bound to module inputs are pointed at the node backing the upstream
@@ -189,10 +188,6 @@ class NodeGraph:
                 if c.is_input and c.source is not None and c.feedback:
                     self._copy_from_source(c, decl)
                     self._check_format(m, c, decl)
-        for m in reversed(self.active):
-            hook = m.cls.hook("modify_roi_in")
-            if hook:
-                hook(self, m)
 
     def _convert_for_readers(self, m: ModuleInstance) -> None:
         """A source's storage buffer whose file holds another float format than an active

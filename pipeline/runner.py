@@ -379,24 +379,18 @@ class Build(NodeGraph):
             hook(self, node.module, c0, self._shape(c0, raw))
 
     # -- frames
-    def _frame_hooks(self) -> None:
+    def _frame_lists(self) -> None:
         """Per-frame work lists, looked up once (host time per frame matters: bench/overhead.py)."""
-        self._commit = [(m, m.cls.hook("commit_params")) for m in self.active
-                        if m.cls.hook("commit_params")]
-        self._after = [(m, m.cls.hook("after_frame")) for m in self.active
-                       if m.cls.hook("after_frame")]
         self._param_mods = [m for m in self.active if id(m) in self.params]
         self._keyframes = bool(getattr(self.graph, "has_keyframes", None)
                                and self.graph.has_keyframes())
 
     def run_frame(self, frame: int, download: bool = True) -> None:
         self.frame = frame
-        if not hasattr(self, "_commit"):
-            self._frame_hooks()
+        if not hasattr(self, "_param_mods"):
+            self._frame_lists()
         if self._keyframes:
             self.graph.apply_keyframes(frame)
-        for m, hook in self._commit:
-            hook(self, m)
         for m in self._param_mods:  # params may change between frames (keyframes, gui, tools)
             buf, last = self.params[id(m)]
             blob = m.param_blob()
@@ -416,8 +410,6 @@ class Build(NodeGraph):
         t_wait = time.perf_counter()
         cl.wait()
         self.wait_seconds += time.perf_counter() - t_wait
-        for m, hook in self._after:
-            hook(self, m)
         if download:
             self.download_sinks()
 
