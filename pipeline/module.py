@@ -44,7 +44,7 @@ FLT_MAX = 3.4028234663852886e38
 # The module hook protocol: every function the engine calls in a module's module.py, with its
 # signature and when it runs. pipeline/README.md ("Module hooks") lists the same, and
 # README.md's "Adding a module" names them; a test keeps the three equal. `graph` is the
-# build of one run (pipeline/runner.py: Build), `module` the ModuleInstance.
+# run as hooks see it (pipeline/context.py: HookContext), `module` the ModuleInstance.
 HOOKS = {
     "init": ("init(module)", "once, after the instance is created"),
     "modify_roi_out": ("modify_roi_out(graph, module)",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .context import HookContext
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -84,10 +85,11 @@ def topo_modules(graph) -> list[ModuleInstance]:
 
 
 class NodeGraph:
-    """The nodes of one build. Hooks receive the build (which subclasses this) as `graph`."""
+    """The nodes of one build. Hooks receive its `context` (a HookContext) as `graph`."""
 
     def __init__(self, graph):
         self.graph = graph
+        self.context = HookContext(self)  # what hooks get as `graph` (pipeline/context.py)
         self.nodes: list[Node] = []
         self.active: list[ModuleInstance] = []
         self.schedule: list[Node] = []
@@ -174,7 +176,7 @@ class NodeGraph:
                     self._check_format(m, c, decl)
             hook = m.cls.hook("modify_roi_out")
             if hook:
-                hook(self, m)
+                hook(self.context, m)
             else:
                 self._default_roi_out(m)
             for c in m.connectors:
@@ -250,7 +252,7 @@ class NodeGraph:
             m.data.pop("_inputs", None)
             hook = m.cls.hook("create_nodes")
             if hook:
-                hook(self, m)
+                hook(self.context, m)
             else:
                 self._default_nodes(m)
             for c in m.connectors:

@@ -160,6 +160,10 @@ class Build(NodeGraph):
         p = self.frame % 2 if parity is None else parity
         return bufs[p % len(bufs)]
 
+    def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
+        """Put `array` into the buffer a node connector writes (this frame's parity)."""
+        self.buffer(node, conn).upload(array)
+
     def read(self, node: Node, conn: str) -> np.ndarray:
         """Download a node connector's current data (after the frame ran)."""
         return self._shape(node.connector(conn), self.buffer(node, conn).download(np.uint8))
@@ -251,7 +255,7 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None and node.is_source:
                 hook = node.module.cls.hook("source_due")
-                if hook and hook(self, node.module):
+                if hook and hook(self.context, node.module):
                     self.streaming.append(node)
         self.commands = self._command_lists(parities, self.schedule, self.streaming,
                                             len(self.schedule) if self.profile else 0)
@@ -312,7 +316,7 @@ class Build(NodeGraph):
             hook = node.module.cls.hook("read_source")
             if hook is None:
                 raise RuntimeFailure(f"source module {node.module.name} has no read_source")
-            data = hook(self, node.module, c0)
+            data = hook(self.context, node.module, c0)
             data = self._check_source(node, c0, data)
             staging = self.staging[id(node)]
             staging.view()[: data.nbytes] = data.view(np.uint8).reshape(-1)
@@ -376,7 +380,7 @@ class Build(NodeGraph):
             writer = c0.source[0].module
             if "lut_text" in writer.data:
                 node.module.data["lut_text"] = writer.data["lut_text"]
-            hook(self, node.module, c0, self._shape(c0, raw))
+            hook(self.context, node.module, c0, self._shape(c0, raw))
 
     # -- frames
     def _frame_lists(self) -> None:

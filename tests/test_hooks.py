@@ -66,3 +66,33 @@ def test_a_removed_hook_is_refused(tmp_path):
         Registry([tmp_path]).get("old")
     assert "defines hook 'commit_params', which the engine does not call" in e.value.line()
     assert "module.py" in e.value.line()
+
+
+def test_hooks_get_a_typed_context(tmp_path, monkeypatch, device):
+    """Hooks see a HookContext: the frame, the readers of a connector, the device's
+    capabilities; not the Build."""
+    from test_wheel import USER_GRAPH, image, write_user_module
+
+    import vkgraph
+    from vkgraph.pipeline.formats import write_pfm
+
+    mods = tmp_path / "mods"
+    write_user_module(mods)
+    (mods / "bright" / "module.py").write_text(
+        "SEEN = {}\n\n\n"
+        "def modify_roi_out(graph, module):\n"
+        "    SEEN['type'] = type(graph).__name__\n"
+        "    SEEN['readers'] = [str(m) for m, c in graph.readers(module, 'output')]\n"
+        "    SEEN['subgroup'] = graph.capabilities.subgroup_size\n"
+        "    module.connector('output').roi = module.connector('input').roi\n")
+    write_pfm(tmp_path / "in.pfm", image()[..., :3])
+    (tmp_path / "g.cfg").write_text(USER_GRAPH)
+    monkeypatch.setenv("VKGRAPH_MODULES", str(mods))
+    monkeypatch.chdir(tmp_path)  # the graph's out.pfm lands here
+    with vkgraph.Session.load(tmp_path / "g.cfg", device=device) as s:
+        s.run(1)
+    from vkgraph.modules.bright.module import SEEN
+
+    assert SEEN["type"] == "HookContext"
+    assert SEEN["readers"] == ["o-pfm:main"]
+    assert SEEN["subgroup"] == device.info.subgroup_size

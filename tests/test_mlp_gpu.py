@@ -202,7 +202,7 @@ def test_precise_loss_differences_match_the_gradient(device, tmp_path, act, outa
 
     def E():
         b.run_frame(next(frame), download=False)
-        return current(b, m)
+        return current(b.context, m)
 
     E()  # frame 0 initialises
     E0 = E()
