@@ -142,7 +142,7 @@ def main() -> None:
             if evaluated:
                 out = b.read(m.data["eval"], "output")
                 rows.append({"frame": f, "psnr": round(psnr(out, target), 3),
-                             "loss": current(b, m)})
+                             "loss": current(b.context, m)})
                 print(f"  frame {f:6d}: PSNR {rows[-1]['psnr']:6.2f} dB, loss "
                       f"{rows[-1]['loss']:.4g}", flush=True)
         wall = time.perf_counter() - t0

@@ -120,7 +120,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict
         m = g.modules[("kpn-t", "01")]
         used = {n.kernel for n in m.nodes}
         b.run_frame(0, download=False)
-        loss0 = m.cls.hook("current_loss")(b, m)
+        loss0 = m.cls.hook("current_loss")(b.context, m)
         for f in range(1, 3):
             b.run_frame(f, download=False)
         t0 = time.perf_counter()
@@ -130,7 +130,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict
         want = {"fused": "bck_fused", "coopmat": "mulw_cm", "portable": "mulw"}[variant]
         if want not in used:  # e.g. a device without cooperative matrices
             raise RuntimeError(f"the build chose other kernels: {sorted(used)}")
-        out = {"ms": ms, "loss0": loss0, "loss": m.cls.hook("current_loss")(b, m),
+        out = {"ms": ms, "loss0": loss0, "loss": m.cls.hook("current_loss")(b.context, m),
                "kernels": sorted(used)}
         if profile:
             nodes = [n for n in b.schedule if n.kernel is not None]
@@ -401,14 +401,10 @@ def main() -> int:
 
 
 def _reference_module():
-    """modules/kpn-t/reference.py (its folder name has a dash)."""
-    import importlib.util
+    """modules/kpn-t/reference.py."""
+    from vkgraph.modules.kpn_t import reference
 
-    spec = importlib.util.spec_from_file_location(
-        "kpn_reference", ROOT / "modules" / "kpn-t" / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return reference
 
 
 if __name__ == "__main__":

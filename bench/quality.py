@@ -294,7 +294,7 @@ def train(device, cfg: Path, frames: int | None, folder: Path,
     t0 = time.perf_counter()
     b = run_graph(g, device, frames=frames, last_frame_only=True)
     seconds = time.perf_counter() - t0
-    lines = [m.cls.hook("summary")(b, m) for m in g.modules.values()
+    lines = [m.cls.hook("summary")(b.context, m) for m in g.modules.values()
              if m.name == "kpn-t" and m.cls.hook("summary")]
     return folder / f"{luts[0].inst}.lut", seconds, "; ".join(x for x in lines if x)
 

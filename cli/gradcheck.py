@@ -107,11 +107,11 @@ class Probe:
     def loss(self) -> float:
         self.build.run_frame(self.frame, download=False)
         self.frame += 1
-        return self.current(self.build, self.module)
+        return self.current(self.build.context, self.module)
 
     def forward_loss(self) -> float:
         self.build.run_upto(self.module.data["lsum"], stop=self.module.data["adam"])
-        return self.current(self.build, self.module)
+        return self.current(self.build.context, self.module)
 
     def set(self, j: int, value: float) -> None:
         self.wbuf.upload(np.array([value], np.float32), offset=4 * int(j))

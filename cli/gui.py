@@ -186,7 +186,7 @@ class Status:
             for m in build.active:
                 hook = m.cls.hook("stats")
                 if hook:
-                    for k, v in hook(build, m).items():
+                    for k, v in hook(build.context, m).items():
                         parts.append(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}")
             self.stats = "  ".join(parts)
         text = f"frame {done}/{build.frames}  {self.fps(done):.1f} frames/s"

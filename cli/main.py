@@ -377,8 +377,10 @@ def shader_folders() -> list[Path]:
 
 
 def shader_variants():
-    """Every (kernel file, defines) to compile: each kernel plain, plus the extra variants a
-    folder lists in `variants` (lines `kernel: NAME=VALUE ...`)."""
+    """Every (kernel file, defines, module name) to compile: each kernel plain, plus the extra
+    variants a folder lists in `variants` (lines `kernel: NAME=VALUE ...`). A kernel gets the
+    params block (`params.gen`) of the module named like its folder, or of the module a
+    variant names after `@` (`nmap@kpn: FROM_PARAMS=1`: kpn runs that kernel)."""
     for folder in shader_folders():
         extra = {}
         vfile = folder / "variants"
@@ -387,28 +389,35 @@ def shader_variants():
                 if not line.strip() or line.startswith("#"):
                     continue
                 kernel, _, defs = line.partition(":")
+                kernel, _, module = kernel.strip().partition("@")
                 d = dict(tok.split("=", 1) for tok in defs.split())
-                extra.setdefault(kernel.strip(), []).append(d)
+                extra.setdefault(kernel, []).append((d, module or folder.name))
         for comp in sorted(folder.glob("*.comp")):
-            yield comp, {}
-            for d in extra.get(comp.stem, []):
-                yield comp, d
+            yield comp, {}, folder.name
+            for d, module in extra.get(comp.stem, []):
+                yield comp, d, module
 
 
 def cmd_shaders(args) -> int:
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.registry import Registry
     from vkgraph.pipeline.runner import compile_kernel
     from vkgraph.pipeline.vk import ShaderCompileError
 
     if not args.check:
         raise UsageError("shaders: nothing to do (use --check)")
+    reg = Registry()
     failed = 0
     n = 0
-    for path, defines in shader_variants():
+    for path, defines, module in shader_variants():
         n += 1
         try:
-            compile_kernel(path, defines)
-            log.debug("ok %s %s", path, defines)
-        except ShaderCompileError as e:
+            cls = reg.get(module) if module in reg else None
+            params = cls.params if cls is not None else []
+            where = str(cls.folder / "params") if cls is not None else "params"
+            compile_kernel(path, defines, params, where)
+            log.debug("ok %s %s (params of %s)", path, defines, module)
+        except (ShaderCompileError, GraphError) as e:
             failed += 1
             print(e.line(), file=sys.stderr)
     print(f"{n - failed}/{n} kernel variants compile")

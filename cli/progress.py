@@ -33,7 +33,7 @@ class Progress:
                 hook = m.cls.hook("stats")
                 if hook:
                     post.update({k: (f"{v:.4g}" if isinstance(v, float) else v)
-                                 for k, v in hook(build, m).items()})
+                                 for k, v in hook(build.context, m).items()})
             if post:
                 self.bar.set_postfix(post, refresh=False)
 
@@ -47,7 +47,7 @@ def summaries(build) -> list[str]:
     for m in build.active:
         hook = m.cls.hook("summary")
         if hook:
-            line = hook(build, m)
+            line = hook(build.context, m)
             if line:
                 out.append(line)
     return out

@@ -68,7 +68,7 @@ def collect(build) -> dict[str, np.ndarray]:
     for m in build.active:
         hook = m.cls.hook("state")
         if hook:
-            for key, arr in hook(build, m).items():
+            for key, arr in hook(build.context, m).items():
                 if "/" in key or key.startswith("@"):
                     raise ValueError(f"{m}: state key '{key}' (no '/', no leading '@')")
                 out[f"{m}/{key}"] = np.ascontiguousarray(arr)
@@ -195,7 +195,7 @@ class Checkpoint:
                     buf.upload(arr)
             hook = m.cls.hook("load_state")
             if hook:
-                hook(build, m, {k: v for k, v in mine.items() if not k.startswith("@")})
+                hook(build.context, m, {k: v for k, v in mine.items() if not k.startswith("@")})
         extra = sorted(set(self.arrays) - used)
         if extra:
             raise GraphError(f"state of '{extra[0]}' has no place in this graph", where=where)
@@ -212,7 +212,7 @@ def upload(build, node, conn: str, arrays: dict, key: str, module) -> None:
     if arr.dtype != want.dtype or arr.shape != want.shape:
         raise GraphError(f"checkpoint '{key}' of {module} is {arr.dtype} {arr.shape}, this "
                          f"graph needs {want.dtype} {want.shape}")
-    build.buffer(node, conn).upload(np.ascontiguousarray(arr))
+    build.upload(node, conn, np.ascontiguousarray(arr))
 
 
 def trainer_state(build, module, entries) -> dict:

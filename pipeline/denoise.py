@@ -57,7 +57,9 @@ class Denoiser:
         # levels are needed here too, for the tile margin
         text = read_lut(self.weights)[2]
         kpn = self.registry.get("kpn")
-        trained = (self.registry.get("kpn-t").hooks.trained_with(text)["levels"] if text
+        from vkgraph.modules.kpn_t.module import trained_with  # kpn's code imports it too
+
+        trained = (trained_with(text)["levels"] if text
                    else None)
         default = next(p.default[0] for p in kpn.params if p.name == "levels")
         self.levels = levels or trained or default

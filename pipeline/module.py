@@ -10,13 +10,12 @@ A module class is declared in vkdt's line syntax:
   param) or `name:a|b|c` (the only values allowed) per line. A string param needs no line
   (`name:*` says so explicitly). Values are checked whenever they are set (`Param.check`).
 * `optional` (optional): input connector names, one per line, that may stay unconnected.
-* `module.py` (optional): hooks `modify_roi_out`, `modify_roi_in`, `create_nodes`,
-  `read_source`, `write_sink`, `commit_params`, `init`.
+* `module.py` (optional): the hooks of `HOOKS` below, imported as
+  `vkgraph.modules.<name>.module` (pipeline/loader.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import struct
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from types import ModuleType
 
 import numpy as np
 
+from . import loader
 from .errors import GraphError, clip, closest
 
 MAX_NAME = 8
@@ -40,6 +40,37 @@ FORMAT_DTYPE = {"f16": np.float16, "f32": np.float32, "ui8": np.uint8, "u8": np.
 # what a param value must fit on the device: ints are GLSL `int`, floats are `float`
 INT32 = (-2**31, 2**31 - 1)
 FLT_MAX = 3.4028234663852886e38
+
+# The module hook protocol: every function the engine calls in a module's module.py, with its
+# signature and when it runs. pipeline/README.md ("Module hooks") lists the same, and
+# README.md's "Adding a module" names them; a test keeps the three equal. `graph` is the
+# run as hooks see it (pipeline/context.py: HookContext), `module` the ModuleInstance.
+HOOKS = {
+    "init": ("init(module)", "once, after the instance is created"),
+    "modify_roi_out": ("modify_roi_out(graph, module)",
+                       "output sizes (default: `input`'s)"),
+    "create_nodes": ("create_nodes(graph, module)",
+                     "add nodes (default: one running main.comp)"),
+    "read_source": ("read_source(graph, module, connector) -> np.ndarray",
+                    "image (ht, wd, nchan) f32 / ssbo 1-D"),
+    "source_due": ("source_due(graph, module) -> bool",
+                   "upload every frame? (asked once)"),
+    "write_sink": ("write_sink(graph, module, connector, data)",
+                   "same shapes, after the download"),
+    "stats": ("stats(graph, module) -> dict", "progress bar, e.g. {'loss': 0.1}"),
+    "summary": ("summary(graph, module) -> str",
+                "end-of-run line; marks a trainable"),
+    "losses": ("losses(graph, module) -> np.ndarray",
+               "trainable: loss of every frame so far"),
+    "current_loss": ("current_loss(graph, module) -> float",
+                     "trainable: this frame's loss"),
+    "state": ("state(graph, module) -> dict[str, np.ndarray]",
+              "checkpoint: what persists"),
+    "load_state": ("load_state(graph, module, arrays)", "resume: put state() back"),
+}
+# hooks that earlier versions documented and nothing implemented; a module.py that still
+# defines one is refused instead of being silently never called
+REMOVED_HOOKS = ("modify_roi_in", "commit_params", "after_frame")
 
 # connector flags (vkdt's names)
 CLEAR = 2
@@ -321,12 +352,13 @@ class ModuleClass:
                 if line.strip() and not line.lstrip().startswith("#"):
                     parse_range_line(line, by_name, f"{range_file}:{i}")
         self.optional = self._read_optional(folder / "optional")
-        self.hooks: ModuleType | None = None
-        code = folder / "module.py"
-        if code.exists():
-            spec = importlib.util.spec_from_file_location(f"vkgraph_modules.{name}", code)
-            self.hooks = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(self.hooks)
+        # module.py, imported once as vkgraph.modules.<name>.module (pipeline/loader.py)
+        self.hooks: ModuleType | None = loader.hooks(name, folder)
+        for old in REMOVED_HOOKS:
+            if callable(getattr(self.hooks, old, None)):
+                raise GraphError(f"module '{name}' defines hook '{old}', which the engine does "
+                                 "not call (removed); the hooks are: " + ", ".join(HOOKS),
+                                 where=str(folder / "module.py"))
 
     def _read_optional(self, path: Path) -> frozenset[str]:
         """Inputs listed in `optional` (one name a line) may stay unconnected (kpn-t's wcp)."""
@@ -348,6 +380,9 @@ class ModuleClass:
         return frozenset(names)
 
     def hook(self, name: str):
+        """The module's function for hook `name` (one of HOOKS), or None."""
+        if name not in HOOKS:
+            raise KeyError(f"'{name}' is not a module hook (pipeline/module.py: HOOKS)")
         return getattr(self.hooks, name, None) if self.hooks else None
 
     def readme(self) -> str:

@@ -4,7 +4,6 @@ The passes, in order (each one way, no back-and-forth):
 1. active modules: those a connected sink reaches through inputs (feedback inputs included);
    every required input of an active module must be connected;
 2. ROI forward pass (`modify_roi_out`, default: outputs take the size of `input`);
-   ROI backward pass (`modify_roi_in`, default: nothing to request);
 3. node creation (`create_nodes`, default: one node running `main.comp`; sources and sinks
    get a transfer node without a kernel);
 4. wiring: node inputs bound to module inputs are pointed at the node backing the upstream
@@ -17,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .context import HookContext
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -85,10 +85,11 @@ def topo_modules(graph) -> list[ModuleInstance]:
 
 
 class NodeGraph:
-    """The nodes of one build. Hooks receive the build (which subclasses this) as `graph`."""
+    """The nodes of one build. Hooks receive its `context` (a HookContext) as `graph`."""
 
     def __init__(self, graph):
         self.graph = graph
+        self.context = HookContext(self)  # what hooks get as `graph` (pipeline/context.py)
         self.nodes: list[Node] = []
         self.active: list[ModuleInstance] = []
         self.schedule: list[Node] = []
@@ -175,7 +176,7 @@ class NodeGraph:
                     self._check_format(m, c, decl)
             hook = m.cls.hook("modify_roi_out")
             if hook:
-                hook(self, m)
+                hook(self.context, m)
             else:
                 self._default_roi_out(m)
             for c in m.connectors:
@@ -189,10 +190,6 @@ class NodeGraph:
                 if c.is_input and c.source is not None and c.feedback:
                     self._copy_from_source(c, decl)
                     self._check_format(m, c, decl)
-        for m in reversed(self.active):
-            hook = m.cls.hook("modify_roi_in")
-            if hook:
-                hook(self, m)
 
     def _convert_for_readers(self, m: ModuleInstance) -> None:
         """A source's storage buffer whose file holds another float format than an active
@@ -255,7 +252,7 @@ class NodeGraph:
             m.data.pop("_inputs", None)
             hook = m.cls.hook("create_nodes")
             if hook:
-                hook(self, m)
+                hook(self.context, m)
             else:
                 self._default_nodes(m)
             for c in m.connectors:

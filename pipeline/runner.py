@@ -19,7 +19,9 @@ from .datasets import PKG, package_file
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
-from .vk import Device, compile_glsl, spirv_bindings
+from .paramblock import GENERATED, glsl_name, params_glsl
+from .paramblock import check_params as check_param_scalars
+from .vk import Device, compile_glsl, spirv_bindings, spirv_block_scalars
 
 log = logging.getLogger("vkgraph")
 
@@ -56,14 +58,23 @@ def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
     return path
 
 
-def compile_kernel(path: Path, defines: dict | None = None) -> bytes:
-    """SPIR-V of a kernel file; `#include "..."` finds the shared shaders/include/ and the
-    kernel's own folder."""
-    return compile_glsl(path, [SHADERS / "include", path.parent], defines)
+def compile_kernel(path: Path, defines: dict | None = None, params=(),
+                   where: str = "params") -> bytes:
+    """SPIR-V of a kernel file; `#include "..."` finds the generated `params.gen` (the block
+    of `params`, the module's declared params: pipeline/paramblock.py), the shared
+    shaders/include/ and the kernel's own folder. `where` names the params file in errors."""
+    params = list(params)
+    for p in params:
+        if glsl_name(p.name) in (defines or {}):
+            raise GraphError(f"param '{p.name}' has the name of a define of kernel "
+                             f"{path.parent.name}/{path.name}", where=where)
+    return compile_glsl(path, [SHADERS / "include", path.parent], defines,
+                        {GENERATED: params_glsl(params, where)})
 
 
-def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=()) -> bytes:
-    return compile_kernel(kernel_file(shader, kernel, dirs), defines)
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=(), params=(),
+                 where: str = "params") -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines, params, where)
 
 
 SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)
@@ -82,6 +93,15 @@ def check_bindings(node: Node, spirv: bytes) -> None:
                     if dset == 0 else "the engine binds sets 0 and 1 only")
             raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
                              f"binding {binding}, but {what}")
+
+
+def check_params(kernel: str, params, spirv: bytes) -> None:
+    """The kernel's set 0 binding 1 block against the module's declared params: a member
+    outside them or of another type (float read as int) is a GraphError naming both."""
+    blob = sum(p.nbytes() for p in params)
+    scalars = spirv_block_scalars(spirv, 0, 1, limit=blob)
+    if scalars:
+        check_param_scalars(kernel, scalars, list(params))
 
 
 class Build(NodeGraph):
@@ -139,6 +159,10 @@ class Build(NodeGraph):
         bufs = self.buffers[(id(node), conn)]
         p = self.frame % 2 if parity is None else parity
         return bufs[p % len(bufs)]
+
+    def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
+        """Put `array` into the buffer a node connector writes (this frame's parity)."""
+        self.buffer(node, conn).upload(array)
 
     def read(self, node: Node, conn: str) -> np.ndarray:
         """Download a node connector's current data (after the frame ran)."""
@@ -218,8 +242,11 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs())
+            cls = node.module.cls
+            spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs(),
+                                 cls.params, str(cls.folder / "params"))
             check_bindings(node, spirv)
+            check_params(f"{node.shader}/{node.kernel}.comp", cls.params, spirv)
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
                                  push)
@@ -228,7 +255,7 @@ class Build(NodeGraph):
         for node in self.schedule:
             if node.kernel is None and node.is_source:
                 hook = node.module.cls.hook("source_due")
-                if hook and hook(self, node.module):
+                if hook and hook(self.context, node.module):
                     self.streaming.append(node)
         self.commands = self._command_lists(parities, self.schedule, self.streaming,
                                             len(self.schedule) if self.profile else 0)
@@ -289,7 +316,7 @@ class Build(NodeGraph):
             hook = node.module.cls.hook("read_source")
             if hook is None:
                 raise RuntimeFailure(f"source module {node.module.name} has no read_source")
-            data = hook(self, node.module, c0)
+            data = hook(self.context, node.module, c0)
             data = self._check_source(node, c0, data)
             staging = self.staging[id(node)]
             staging.view()[: data.nbytes] = data.view(np.uint8).reshape(-1)
@@ -353,27 +380,21 @@ class Build(NodeGraph):
             writer = c0.source[0].module
             if "lut_text" in writer.data:
                 node.module.data["lut_text"] = writer.data["lut_text"]
-            hook(self, node.module, c0, self._shape(c0, raw))
+            hook(self.context, node.module, c0, self._shape(c0, raw))
 
     # -- frames
-    def _frame_hooks(self) -> None:
+    def _frame_lists(self) -> None:
         """Per-frame work lists, looked up once (host time per frame matters: bench/overhead.py)."""
-        self._commit = [(m, m.cls.hook("commit_params")) for m in self.active
-                        if m.cls.hook("commit_params")]
-        self._after = [(m, m.cls.hook("after_frame")) for m in self.active
-                       if m.cls.hook("after_frame")]
         self._param_mods = [m for m in self.active if id(m) in self.params]
         self._keyframes = bool(getattr(self.graph, "has_keyframes", None)
                                and self.graph.has_keyframes())
 
     def run_frame(self, frame: int, download: bool = True) -> None:
         self.frame = frame
-        if not hasattr(self, "_commit"):
-            self._frame_hooks()
+        if not hasattr(self, "_param_mods"):
+            self._frame_lists()
         if self._keyframes:
             self.graph.apply_keyframes(frame)
-        for m, hook in self._commit:
-            hook(self, m)
         for m in self._param_mods:  # params may change between frames (keyframes, gui, tools)
             buf, last = self.params[id(m)]
             blob = m.param_blob()
@@ -393,8 +414,6 @@ class Build(NodeGraph):
         t_wait = time.perf_counter()
         cl.wait()
         self.wait_seconds += time.perf_counter() - t_wait
-        for m, hook in self._after:
-            hook(self, m)
         if download:
             self.download_sinks()
 

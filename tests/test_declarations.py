@@ -9,7 +9,7 @@ from conftest import vkgraph
 from test_wheel import USER_GRAPH, USER_MODULE, image, write_user_module
 
 from vkgraph.pipeline.formats import read_pfm, write_pfm
-from vkgraph.pipeline.vk import compile_glsl, spirv_bindings
+from vkgraph.pipeline.vk import compile_glsl, spirv_bindings, spirv_block_scalars
 
 
 def setup(tmp_path, kernel: str | None = None):
@@ -46,7 +46,122 @@ def test_binding_past_the_connectors_is_an_error(tmp_path, monkeypatch):
 def test_spirv_bindings_reads_the_declarations(tmp_path):
     path = tmp_path / "k.comp"
     path.write_text(USER_MODULE["shaders/bright/main.comp"])
+    from vkgraph.pipeline.module import parse_param_line
+    from vkgraph.pipeline.paramblock import params_glsl
     from vkgraph.pipeline.runner import SHADERS
 
-    spirv = compile_glsl(path, [SHADERS / "include"])
+    gen = {"params.gen": params_glsl([parse_param_line("gain:float:1:2", "p")])}
+    spirv = compile_glsl(path, [SHADERS / "include"], generated=gen)
     assert spirv_bindings(spirv) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+# -- the params block generated from `params`
+
+def test_generated_block_follows_the_declaration():
+    from vkgraph.pipeline.paramblock import params_glsl
+    from vkgraph.pipeline.registry import Registry
+
+    reg = Registry()
+    kpn_t = params_glsl(reg.get("kpn-t").params)
+    assert "  int precise_;  // 'precise'" in kpn_t
+    assert kpn_t.index("float alpha;") < kpn_t.index("int init;") < kpn_t.index("int feat;")
+    kpn = params_glsl(reg.get("kpn").params)
+    assert "  float noise_a;  // 'noise a'" in kpn
+    mlp = params_glsl(reg.get("mlp-t").params)
+    assert "  int tiles[2];" in mlp and "  uint enc[4];  // string 'enc'" in mlp
+
+
+def test_every_awkward_name_compiles_and_lands_on_its_bytes(tmp_path):
+    """Every GLSL keyword and reserved word, names with spaces, digits and gl_ as params: the
+    generated block compiles, and each member's offset and type is the blob's."""
+    from vkgraph.pipeline.module import parse_param_line
+    from vkgraph.pipeline.paramblock import GLSL_WORDS, glsl_name, layout, params_glsl
+    from vkgraph.pipeline.runner import SHADERS
+    from vkgraph.pipeline.vk import spirv_block_scalars
+
+    names = sorted(w for w in GLSL_WORDS if len(w) <= 8) + ["noise a", "2x", "gl_x", "a-b"]
+    lines = [f"{n}:{('int', 'float', 'string')[i % 3]}:{(1, 3, 5)[i % 3]}:0"
+             for i, n in enumerate(names)]
+    params = [parse_param_line(ln, "params") for ln in lines]
+    first = {True: "[0]", False: ""}
+    reads = " + ".join(f"float(params.{glsl_name(p.name)}{first[p.nbytes() > 4]})"
+                       for p in params)
+    path = tmp_path / "k.comp"
+    path.write_text('#version 460\n#extension GL_GOOGLE_include_directive : enable\n'
+                    '#include "vkgraph.glsl"\n#include "params.gen"\nSSBO_OUT(0, float, o)\n'
+                    f"void main() {{ o[0] = {reads}; }}\n")
+    spirv = compile_glsl(path, [SHADERS / "include"], generated={"params.gen": params_glsl(params)})
+    scalars = spirv_block_scalars(spirv, 0, 1)
+    words = layout(params)
+    assert len(scalars) == len(words)
+    for member, off, kind, _bits in scalars:
+        p, ptype = words[off]
+        assert member.split("[")[0] == glsl_name(p.name)
+        assert kind == {"float": "float", "int": "int", "string": "uint"}[ptype]
+
+
+def test_generated_text_is_part_of_the_cache_key(tmp_path):
+    from vkgraph.pipeline.module import parse_param_line
+    from vkgraph.pipeline.paramblock import params_glsl
+    from vkgraph.pipeline.runner import SHADERS
+
+    path = tmp_path / "k.comp"
+    path.write_text(USER_MODULE["shaders/bright/main.comp"])
+    one = compile_glsl(path, [SHADERS / "include"], generated={
+        "params.gen": params_glsl([parse_param_line("gain:float:1:2", "p")])})
+    two = compile_glsl(path, [SHADERS / "include"], generated={
+        "params.gen": params_glsl([parse_param_line("x:int:1:0", "p"),
+                                   parse_param_line("gain:float:1:2", "p")])})
+    offsets = [s[1] for s in spirv_block_scalars(one, 0, 1)], [
+        s[1] for s in spirv_block_scalars(two, 0, 1)]
+    assert offsets == ([0], [0, 4])
+
+
+HAND = 'layout(std430, set = 0, binding = 1) readonly buffer Params { %s } params;\n'
+
+
+def test_a_hand_written_block_that_agrees_runs(tmp_path, monkeypatch):
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace('#include "params.gen"\n',
+                                                             HAND % "float gain;")
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, _, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 0, err
+
+
+def test_a_param_read_as_another_type_is_an_error(tmp_path, monkeypatch):
+    # `gain` is declared float; the kernel reads its bits as an int: a wrong image, silently,
+    # before the check
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        '#include "params.gen"\n', HAND % "int gain;").replace("params.gain", "float(params.gain)")
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    assert ("kernel bright/main.comp reads params member 'gain' (byte 0) as int, but param "
+            "'gain' is declared float") in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.pfm").exists()
+
+
+def test_a_member_past_the_params_is_an_error(tmp_path, monkeypatch):
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        '#include "params.gen"\n', HAND % "float gain; float bias;").replace(
+        "params.gain", "(params.gain + params.bias)")
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    assert "reads params member 'bias' at byte 4 as float, but the module's params are 4 bytes" \
+        in err
+
+
+def test_same_glsl_name_twice_is_an_error():
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.module import parse_param_line
+    from vkgraph.pipeline.paramblock import params_glsl
+
+    params = [parse_param_line("noise a:float:1:0", "p"), parse_param_line("noise_a:int:1:0", "p")]
+    try:
+        params_glsl(params, "mods/x/params")
+    except GraphError as e:
+        assert "params 'noise a' and 'noise_a' have the same GLSL name 'noise_a'" in e.line()
+    else:
+        raise AssertionError("no error")

@@ -10,6 +10,7 @@ from test_kpn_gpu import conditioned_weights
 from test_kpn_infer import ref
 
 from vkgraph.cli.main import main
+from vkgraph.modules.kpn_t import module as kpn_t
 from vkgraph.pipeline.denoise import Denoiser
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import (
@@ -22,7 +23,6 @@ from vkgraph.pipeline.formats import (
     write_pfm,
     write_png,
 )
-from vkgraph.pipeline.registry import Registry
 
 H, W = 40, 48
 
@@ -162,7 +162,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     # weights with noise-normalised features read the profile: a new (a, b) on the same
     # build changes the result
     feat = weights.parent / "feat.lut"
-    lut_text = Registry().get("kpn-t").hooks.lut_text  # what kpn-t writes
+    lut_text = kpn_t.lut_text  # what kpn-t writes
     write_lut(feat, read_lut(weights)[0].ravel(), 1, "f16", 64, 448, ssbo=True,
               text=lut_text(1, 0, 1, 2))
     den = Denoiser(device, feat)
@@ -171,7 +171,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     kpn = den.builds[(W, H)][1].modules[("kpn", "01")]
     assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
     assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
-    bands = Registry().get("kpn-t").hooks.band_noise(2)
+    bands = kpn_t.band_noise(2)
     Wl = read_lut(feat)[0].astype(np.float64).reshape(7, 64, 64)
     want = ref.forward(img.astype(np.float64), img.astype(np.float64), Wl, levels=2,
                        apply_mode="softmax", noise=(5e6, 400), bands=bands)[1]

@@ -5,30 +5,21 @@ unchanged), so frame 1 computes E and dE/dW for exactly those weights."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import graph_from_lines
 
+from vkgraph.modules.kpn_t import module as kpn_t_module
+from vkgraph.modules.kpn_t import reference as kpn_t_reference
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_reference():
-    spec = importlib.util.spec_from_file_location(
-        "kpn_reference", ROOT / "modules" / "kpn-t" / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["kpn_reference"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ref = load_reference()
+ref = kpn_t_reference
 APPLY = {"plain": 0, "softmax": 1, "blend": 2}
 
 
@@ -186,9 +177,8 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
 
 
 def kpn_kernels():
-    """kpn-t's module code, as the engine loads it."""
-    from vkgraph.pipeline.registry import Registry
-    return Registry([ROOT / "modules"]).get("kpn-t").hooks
+    """kpn-t's module code (the engine's hooks are this module)."""
+    return kpn_t_module
 
 
 def test_band_noise_matches_monte_carlo():

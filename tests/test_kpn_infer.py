@@ -4,13 +4,12 @@ against the float64 reference forward pass (modules/kpn-t/reference.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from vkgraph.modules.kpn_t import reference as kpn_t_reference
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
 from vkgraph.pipeline.graph import Graph
@@ -23,17 +22,7 @@ LEVELS = 2
 W, H = 29, 22
 
 
-def load_reference():
-    name = "kpn_reference_infer"
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "modules" / "kpn-t" / "reference.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ref = load_reference()
+ref = kpn_t_reference
 
 
 def registry() -> Registry:

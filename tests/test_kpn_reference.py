@@ -8,18 +8,11 @@ the tap limit |K| = 10, the plain normaliser floor S = 0.001, |.| in the losses 
 o = 0) or asserts that the perturbed evaluations did not cross one (``_regime``).
 """
 
-import importlib.util
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "modules" / "kpn-t" / "reference.py"
-_SPEC = importlib.util.spec_from_file_location("kpn_t_reference", _PATH)
-ref = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = ref
-_SPEC.loader.exec_module(ref)
+from vkgraph.modules.kpn_t import reference as ref
 
 SIZES = [(37, 23), (13, 9)]  # (W, H)
 

@@ -7,31 +7,23 @@ so frame 1 computes E and dE/dW for exactly those weights."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import graph_from_lines
 
+from vkgraph.modules.mlp_t import reference as mlp_t_reference
+from vkgraph.modules.poly import module as poly_module
 from vkgraph.pipeline.formats import read_image, read_lut, read_pfm, write_pfm
 from vkgraph.pipeline.runner import Build, run_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ref = load("mlp_reference", ROOT / "modules" / "mlp-t" / "reference.py")
-poly = load("poly_module", ROOT / "modules" / "poly" / "module.py")
+ref = mlp_t_reference
+poly = poly_module
 
 
 def target_image(w, h):
@@ -210,7 +202,7 @@ def test_precise_loss_differences_match_the_gradient(device, tmp_path, act, outa
 
     def E():
         b.run_frame(next(frame), download=False)
-        return current(b, m)
+        return current(b.context, m)
 
     E()  # frame 0 initialises
     E0 = E()

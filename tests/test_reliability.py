@@ -294,7 +294,7 @@ def train_with_bad_pixel(build, m, inst: str, value: float, at: int = 2):
         elif f == at + 1:
             buf.upload(clean)
         build.run_frame(f)
-        rows.append((m.cls.hook("current_loss")(build, m), build.read(m.data["adam"], "w"),
+        rows.append((m.cls.hook("current_loss")(build.context, m), build.read(m.data["adam"], "w"),
                      bool(np.isfinite(build.read(m.data["dw"], "dw")).all()),
                      int(build.read(m.data["adam"], "stats")[0])))
     return rows
@@ -308,7 +308,7 @@ def assert_skipped_once(rows, build, m, at: int = 2):
     assert not np.array_equal(rows[at + 2][1], rows[at + 1][1])  # training goes on
     assert all(np.isfinite(r[0]) for i, r in enumerate(rows) if i != at)
     build.seconds = 1.0
-    assert m.cls.hook("stats")(build, m)["skipped"] == 1
+    assert m.cls.hook("stats")(build.context, m)["skipped"] == 1
     assert "1 updates skipped (non-finite loss or gradient)" in m.cls.hook("summary")(build, m)
 
 

@@ -35,7 +35,7 @@ USER_MODULE = {
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 
-layout(std430, set = 0, binding = 1) readonly buffer Params { float gain; } params;
+#include "params.gen"
 IMG_IN(0, img_in)
 IMG_OUT(1, img_out)
 

@@ -22,6 +22,10 @@ if not (_HERE / "pipeline").is_dir() and (_HERE.parent / "pipeline" / "__init__.
 # root in a checkout
 DATA = _HERE if (_HERE / "modules").is_dir() else _HERE.parent
 
+# module code is importable as vkgraph.modules.<name> (dashes as underscores), shipped and
+# user module folders alike, from the first `import vkgraph` on (pipeline/loader.py)
+from .pipeline import loader as _loader  # noqa: E402, F401
+
 
 def __getattr__(name: str):
     """The Python API (vkgraph/api.py), imported on first use so that `import vkgraph`

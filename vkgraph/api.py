@@ -145,7 +145,7 @@ class Session:
             self.build.run_frame(f, download=f == end - 1)
             self.frame = f + 1
             if progress is not None:
-                progress(f, end - 1, {str(m): hook(self.build, m) for m, hook in stats})
+                progress(f, end - 1, {str(m): hook(self.build.context, m) for m, hook in stats})
         return self
 
     def _built(self) -> Build:

@@ -195,7 +195,7 @@ def _env_on(name: str) -> bool:
 def cm_capable(graph) -> bool:
     """Whether the build's device runs the cooperative-matrix kernels: 16x16x16 f16 x f16 +
     f32 matrices, 32-wide subgroups, f16 arithmetic and storage, 45 KiB of shared memory."""
-    info = getattr(getattr(graph, "device", None), "info", None)
+    info = graph.capabilities
     return (info is not None and info.subgroup_size == 32 and info.fp16 and info.storage16
             and "16x16x16 f16*f16+f32->f32" in info.coopmat and info.shared_memory >= 46080)
 
@@ -575,9 +575,7 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
     """graph (loss plot), vis (weights and gradients), debug (kernels), each only when
     something reads it. The plot and the vis bars get a small reduction pass first, so no
     pixel scans the loss history or all weights."""
-    readers = getattr(graph.graph, "readers", None)
-    if readers is None:
-        return
+    readers = graph.readers
     hist_len = module.data["hist_len"]
     if readers(module, "graph"):
         x0, y0, x1, y1 = GRAPH_PLOT
@@ -616,8 +614,8 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
 def summary(graph, module) -> str:
     hist = losses(graph, module)
     frames = graph.frame + 1
-    ran = frames - getattr(graph, "first_frame", 0)  # a resumed run ran only its part
-    fps = ran / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
+    ran = frames - graph.first_frame  # a resumed run ran only its part
+    fps = ran / graph.seconds if graph.seconds else float("nan")
     n_skipped = skipped(graph, module)
     best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4f}, loss {hist[-1]:.4f}, "

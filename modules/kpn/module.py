@@ -8,30 +8,15 @@ and kpn's output equals what kpn-t's `output` shows for the same weights and inp
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 
+from vkgraph.modules.kpn_t.module import forward_nodes, trained_with
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
 
-_SHARED = "vkgraph_kpn_t_shared"
 NW = 64 * 448  # 7 matrices of 64 x 64, the .lut kpn-t writes
-
-
-def _kpn_t():
-    """kpn-t's module code (its folder name has a dash, so it is loaded by path)."""
-    mod = sys.modules.get(_SHARED)
-    if mod is None:
-        path = Path(__file__).resolve().parent.parent / "kpn-t" / "module.py"
-        spec = importlib.util.spec_from_file_location(_SHARED, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules[_SHARED] = mod
-    return mod
 
 
 def weights_text(module) -> str | None:
@@ -50,7 +35,7 @@ def variant(module) -> int:
     text = weights_text(module)
     if text is None:
         return 0
-    said = _kpn_t().trained_with(text)
+    said = trained_with(text)
     for name, words in (("apply", lambda v: f"apply {v} ({_APPLY_WORDS[v]})"),
                         ("levels", lambda v: f"{v} pyramid levels")):
         value, want = int(module.param(name)), said[name]
@@ -78,7 +63,7 @@ def create_nodes(graph, module) -> None:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     feat = variant(module)
-    n = _kpn_t().forward_nodes(graph, module, levels, False, "w",
+    n = forward_nodes(graph, module, levels, False, "w",
                                noise="params" if feat else None)
     if module.connector("ref").source is None:
         return

@@ -381,9 +381,9 @@ def create_nodes(graph, module):
     rows = a.nets * bpad
     nw = a.weights
     n_p = a.params  # weights, then the table
-    if a.table is not None and not graph.device.info.int64_atomics:
+    if a.table is not None and not graph.capabilities.int64_atomics:
         raise GraphError(f"{module}: enc {module.param('enc')} sums its table gradient with "
-                         f"64-bit integer atomics, which {graph.device.info.name} lacks")
+                         f"64-bit integer atomics, which {graph.capabilities.name} lacks")
     chunks, chunk = chunks_of(batch)
     hist_len = max(500, int(graph.frames))
     wcp = _checkpoint(module, a)
@@ -450,7 +450,7 @@ def create_nodes(graph, module):
 def summary(graph, module) -> str:
     hist = losses(graph, module)
     frames = graph.frame + 1
-    fps = frames / graph.seconds if getattr(graph, "seconds", 0) else float("nan")
+    fps = frames / graph.seconds if graph.seconds else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
             f"best {np.nanmin(hist):.4g}, {fps:.1f} frames/s")
     n_skipped = skipped(graph, module)

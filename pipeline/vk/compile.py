@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import RuntimeFailure
+from ..formats import atomic_write
 
 TARGET_ENV = "vulkan1.3"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -78,27 +79,50 @@ def _sources(path: Path, include_dirs: list[Path], seen: dict[Path, bytes]) -> N
             _sources(inc, include_dirs, seen)
 
 
-def cache_key(path: Path, include_dirs: list[Path], defines: dict) -> str:
+def cache_key(path: Path, include_dirs: list[Path], defines: dict,
+              generated: dict | None = None) -> str:
     seen: dict[Path, bytes] = {}
     _sources(path, include_dirs, seen)
     h = hashlib.sha256()
     for p in sorted(seen):
         h.update(p.name.encode() + b"\0" + seen[p] + b"\0")
+    for name in sorted(generated or {}):
+        h.update(b"gen\0" + name.encode() + b"\0" + generated[name].encode() + b"\0")
     for k in sorted(defines):
         h.update(f"-D{k}={defines[k]}\0".encode())
     h.update(TARGET_ENV.encode() + compiler_version().encode())
     return h.hexdigest()[:32]
 
 
+def _generated_dir(generated: dict) -> Path:
+    """A folder holding the generated include files (name -> text), named by their content,
+    so that concurrent compiles of other modules never see each other's files."""
+    h = hashlib.sha256()
+    for name in sorted(generated):
+        h.update(name.encode() + b"\0" + generated[name].encode() + b"\0")
+    folder = cache_dir().parent / "generated" / h.hexdigest()[:32]
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+    for name, text in generated.items():
+        target = folder / name
+        if not target.exists() or target.read_text() != text:
+            atomic_write(target, text.encode())
+    return folder
+
+
 def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
-                 defines: dict | None = None) -> bytes:
-    """SPIR-V for a compute shader, from the cache or freshly compiled."""
+                 defines: dict | None = None, generated: dict | None = None) -> bytes:
+    """SPIR-V for a compute shader, from the cache or freshly compiled. `generated` maps
+    include names to text made by the engine (the params block, `params.gen`): a kernel's
+    `#include` finds them before the include folders, and their text is part of the key."""
     path = Path(path).resolve()
     if not path.exists():
         raise ShaderCompileError(f"shader {path} does not exist")
     incs = [Path(d).resolve() for d in include_dirs]
+    if generated:
+        incs.insert(0, _generated_dir(generated))
     defines = dict(defines or {})
-    key = cache_key(path, incs, defines)
+    key = cache_key(path, incs, defines, generated)
     out = cache_dir() / f"{path.parent.name}-{path.stem}-{key}.spv"
     if out.exists():
         return out.read_bytes()
@@ -148,3 +172,118 @@ def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
                 bindings[target] = value
         i += count
     return sorted((sets.get(t, 0), b) for t, b in bindings.items())
+
+
+# SPIR-V opcodes and decorations that spirv_block_scalars reads
+OP_NAME, OP_MEMBER_NAME = 5, 6
+OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX = 21, 22, 23, 24
+OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER = 28, 29, 30, 32
+OP_CONSTANT, OP_VARIABLE, OP_MEMBER_DECORATE = 43, 59, 72
+DECORATION_ARRAY_STRIDE, DECORATION_MATRIX_STRIDE, DECORATION_OFFSET = 6, 7, 35
+
+
+def _string(words, start: int, end: int) -> str:
+    raw = struct.pack(f"<{end - start}I", *words[start:end])
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
+                        limit: int = 1 << 16) -> list[tuple[str, int, str, int]] | None:
+    """The scalars of the buffer block a SPIR-V module declares at (dset, binding), as
+    (member path, byte offset, kind 'float'/'int'/'uint', bits), read from its type and
+    Offset/ArrayStride decorations; None when it declares nothing there. Runtime arrays and
+    arrays sized by specialization constants are listed only up to `limit` bytes."""
+    n = len(spirv) // 4
+    words = struct.unpack(f"<{n}I", spirv[: 4 * n])
+    if n < 5 or words[0] != SPIRV_MAGIC:
+        raise ShaderCompileError("not a SPIR-V module")
+    types: dict[int, tuple] = {}
+    consts: dict[int, int] = {}
+    sets: dict[int, int] = {}
+    bindings: dict[int, int] = {}
+    strides: dict[int, int] = {}
+    offsets: dict[tuple[int, int], int] = {}
+    mstrides: dict[tuple[int, int], int] = {}
+    mnames: dict[tuple[int, int], str] = {}
+    names: dict[int, str] = {}
+    variables: dict[int, int] = {}  # variable id -> pointer type id
+    i = 5
+    while i < n:
+        count, op = words[i] >> 16, words[i] & 0xFFFF
+        if count == 0:
+            break
+        w = words[i + 1: i + count]
+        if op == OP_DECORATE and len(w) >= 3:
+            table = {DECORATION_DESCRIPTOR_SET: sets, DECORATION_BINDING: bindings,
+                     DECORATION_ARRAY_STRIDE: strides}.get(w[1])
+            if table is not None:
+                table[w[0]] = w[2]
+        elif op == OP_MEMBER_DECORATE and len(w) >= 4:
+            if w[2] == DECORATION_OFFSET:
+                offsets[(w[0], w[1])] = w[3]
+            elif w[2] == DECORATION_MATRIX_STRIDE:
+                mstrides[(w[0], w[1])] = w[3]
+        elif op == OP_NAME:
+            names[w[0]] = _string(words, i + 2, i + count)
+        elif op == OP_MEMBER_NAME:
+            mnames[(w[0], w[1])] = _string(words, i + 3, i + count)
+        elif op == OP_TYPE_INT:
+            types[w[0]] = ("int" if w[2] else "uint", w[1])
+        elif op == OP_TYPE_FLOAT:
+            types[w[0]] = ("float", w[1])
+        elif op in (OP_TYPE_VECTOR, OP_TYPE_MATRIX):
+            types[w[0]] = ("vector", w[1], w[2])
+        elif op == OP_TYPE_ARRAY:
+            types[w[0]] = ("array", w[1], w[2])
+        elif op == OP_TYPE_RUNTIME_ARRAY:
+            types[w[0]] = ("array", w[1], None)
+        elif op == OP_TYPE_STRUCT:
+            types[w[0]] = ("struct", *w[1:])
+        elif op == OP_TYPE_POINTER:
+            types[w[0]] = ("pointer", w[2])
+        elif op == OP_CONSTANT and len(w) >= 3:
+            consts[w[1]] = w[2]
+        elif op == OP_VARIABLE:
+            variables[w[1]] = w[0]
+        i += count
+    var = next((v for v in variables if sets.get(v, 0) == dset and bindings.get(v) == binding
+                and v in bindings), None)
+    if var is None:
+        return None
+    out: list[tuple[str, int, str, int]] = []
+
+    def size_of(t: int) -> int:
+        ty = types[t]
+        if ty[0] in ("int", "uint", "float"):
+            return ty[1] // 8
+        if ty[0] == "vector":
+            return ty[2] * size_of(ty[1])
+        return 0  # arrays and structs only occur through members with their own offsets
+
+    def walk(t: int, off: int, path: str, mstride: int | None = None) -> None:
+        ty = types.get(t)
+        if ty is None:
+            return
+        if ty[0] in ("int", "uint", "float"):
+            out.append((path, off, ty[0], ty[1]))
+        elif ty[0] == "vector":
+            inner = types.get(ty[1], ())
+            step = mstride if inner and inner[0] == "vector" and mstride else size_of(ty[1])
+            for k in range(ty[2]):
+                walk(ty[1], off + k * step, f"{path}[{k}]")
+        elif ty[0] == "array":
+            stride = strides.get(t, 0)
+            length = consts.get(ty[2]) if ty[2] is not None else None
+            if length is None:  # runtime or specialization-sized: what lies inside `limit`
+                length = max(1, -(-(limit - off) // stride)) if stride else 1
+            for k in range(min(length, 1 << 16)):
+                walk(ty[1], off + k * stride, f"{path}[{k}]", mstride)
+        elif ty[0] == "struct":
+            for k, member in enumerate(ty[1:]):
+                name = mnames.get((t, k), str(k))
+                walk(member, off + offsets.get((t, k), 0), f"{path}.{name}" if path else name,
+                     mstrides.get((t, k)))
+
+    pointer = types.get(variables[var], ("pointer", 0))
+    walk(pointer[1], 0, "")
+    return out

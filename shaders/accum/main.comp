@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 
-layout(std430, set = 0, binding = 1) readonly buffer Params { int mode; } params;
+#include "params.gen"  // the params block, generated from modules/accum/params
 IMG_IN(0, img_in)
 IMG_IN(1, img_back)
 IMG_OUT(2, img_out)

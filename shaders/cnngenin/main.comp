@@ -8,15 +8,15 @@
 // SET: imgi and refi are training sets from i-set (a header of image offsets and sizes, then
 // the pixels); each tile draws its image.
 
-layout(std430, set = 0, binding = 1) readonly buffer Params {
-  int generate;  // 0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both
-  int tiles;     // 1: a grid of `batch` tiles of tile x tile, 0: full image
-  int seed;      // added to vkdt's per-frame seed
-  float noise;   // scales the drawn noise a and b (1: vkdt's range)
-  int batch;     // tiles per frame
-  int tile;      // tile size (vkdt: 64)
-  int nlog;      // 1: a and b log-uniform over three decades below their maximum
-} params;
+// params (generated from modules/cnngenin/params, in file order):
+//   generate  0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both
+//   tiles     1: a grid of `batch` tiles of tile x tile, 0: full image
+//   seed      added to vkdt's per-frame seed
+//   noise     scales the drawn noise a and b (1: vkdt's range)
+//   batch     tiles per frame
+//   tile      tile size (vkdt: 64)
+//   nlog      1: a and b log-uniform over three decades below their maximum
+#include "params.gen"
 
 IMG_IN(0, imgi)
 IMG_IN(1, refi)

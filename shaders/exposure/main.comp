@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 
-layout(std430, set = 0, binding = 1) readonly buffer Params { float exposure; float black; } params;
+#include "params.gen"  // the params block, generated from modules/exposure/params
 IMG_IN(0, img_in)
 IMG_OUT(1, img_out)
 

@@ -4,7 +4,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "vkgraph.glsl"
 #include "rng.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/kpn-t/params
 // Adam on fp32 master weights; frame f applies the gradient of frame f-1 (dw, gn are read
 // through feedback edges), step t = f:
 //   g *= gradclip / ||g|| if ||g|| > gradclip;  g += 2 L2 w;

@@ -11,10 +11,7 @@ IMG_IN(0, inp)
 SSBO_IN(1, float, noiseab)
 IMG_OUT(2, outp)
 #ifdef FROM_PARAMS
-layout(std430, set = 0, binding = 1) readonly buffer Params {  // modules/kpn/params
-  float noise_a, noise_b;
-  int levels, apply;
-} params;
+#include "params.gen"  // kpn's params block (modules/kpn/params): noise_a, noise_b, ...
 #endif
 
 void main() {

@@ -6,7 +6,7 @@
 #endif
 #include "vkgraph.glsl"
 #include "rng.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/mlp-t/params
 #include "config.glsl"
 // The optimizer on fp32 master weights; frame f applies the gradient of frame f-1 (dw and
 // gn come through feedback edges), step t = f:

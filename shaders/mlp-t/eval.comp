@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/mlp-t/params
 // The current networks over the target's grid: pixel (x, y) of tile n is net n at the tile-
 // local texel centre uv = ((x - x0 + 1/2) / tw, (y - y0 + 1/2) / th), outputs -> r, g, b, a
 // (one output: grey; alpha 1 where there is none). Workgroup (j, n) does MLP_BATCH pixels

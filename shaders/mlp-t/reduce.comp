@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #include "vkgraph.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/mlp-t/params
 #include "config.glsl"
 // dw[i] = (sum over chunks of part[chunk * NW + i]) / lscale = dE/dw_i: the loss scale that
 // the backward carried is divided out here, so dw is the plain gradient. Table entries

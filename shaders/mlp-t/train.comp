@@ -6,7 +6,7 @@
 #endif
 #include "vkgraph.glsl"
 #include "rng.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/mlp-t/params
 // One fused training step for MLP_BATCH samples of net n = workgroup y, one thread per neuron:
 //   samples   uv_i from mrand seeded by (seed, frame, n, i), target t_i = T(uv_i) of the tile
 //   forward   h_0 = enc(uv), h_{l+1} = act(W_l h_l), y = out_act(W_{L-1} h_{L-1})

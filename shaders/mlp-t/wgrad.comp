@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-#include "params.glsl"
+#include "params.gen"  // the params block, generated from modules/mlp-t/params
 // Weight gradient of matrix l of net n over one chunk of its samples, blocked in shared
 // memory (mlp_weight_grad in mlp.glsl): workgroup (chunk, l, n) of 16 x 16 threads computes
 //   part[chunk][n][l][o][c] = sum_{i in chunk} g_l[i][o] h_l[i][c]

@@ -1,0 +1,89 @@
+"""What a module hook may use of a run: the `graph` argument of every hook (HOOKS in
+pipeline/module.py) is a HookContext, not the whole Build.
+
+    the run        frame, frames, first_frame (> 0 when resumed), seconds (after the run)
+    files          resolve(filename) -> Path
+    the graph      modules (name, inst) -> ModuleInstance; readers(module, connector)
+    the device     capabilities: vk.DeviceInfo (subgroup_size, fp16, storage16, coopmat,
+                   shared_memory, int64_atomics, name, ...), None without a device
+    buffers        read(node, connector) -> np.ndarray, upload(node, connector, array)
+                   (state hooks, after a frame)
+    nodes          add_node, node_connect, node_feedback, bind (create_nodes; signatures in
+                   pipeline/README.md, "Node API")
+
+The names are the Build's own, so code that still hands a hook the Build itself (an older
+bench script) keeps working; new hook code should use only these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HookContext:
+    __slots__ = ("_build",)
+
+    def __init__(self, build):
+        self._build = build
+
+    def __repr__(self) -> str:
+        return f"HookContext(frame={self.frame}, frames={self.frames})"
+
+    # -- the run
+    @property
+    def frame(self) -> int:
+        return self._build.frame
+
+    @property
+    def frames(self) -> int:
+        return self._build.frames
+
+    @property
+    def first_frame(self) -> int:
+        """The first frame this run executes (> 0 when resumed from a checkpoint)."""
+        return getattr(self._build, "first_frame", 0)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the run's frames, once it has ended (0 before)."""
+        return getattr(self._build, "seconds", 0.0)
+
+    def resolve(self, filename: str) -> Path:
+        """A file named in a cfg: `pkg:`, absolute, next to the cfg, the working folder."""
+        return self._build.resolve(filename)
+
+    # -- the graph
+    @property
+    def modules(self) -> dict:
+        return self._build.modules
+
+    def readers(self, module, connector: str) -> list:
+        """(reader module, its connector) for every wire from `module`'s `connector`."""
+        readers = getattr(self._build.graph, "readers", None)
+        return readers(module, connector) if readers is not None else []
+
+    # -- the device
+    @property
+    def capabilities(self):
+        """The device's vk.DeviceInfo, or None when the nodes are built without a device."""
+        return getattr(getattr(self._build, "device", None), "info", None)
+
+    # -- buffers (after a frame)
+    def read(self, node, connector: str):
+        return self._build.read(node, connector)
+
+    def upload(self, node, connector: str, array) -> None:
+        self._build.upload(node, connector, array)
+
+    # -- nodes (create_nodes)
+    def add_node(self, module, kernel, dispatch, connectors, **kw):
+        return self._build.add_node(module, kernel, dispatch, connectors, **kw)
+
+    def node_connect(self, src, src_conn: str, dst, dst_conn: str) -> None:
+        self._build.node_connect(src, src_conn, dst, dst_conn)
+
+    def node_feedback(self, src, src_conn: str, dst, dst_conn: str) -> None:
+        self._build.node_feedback(src, src_conn, dst, dst_conn)
+
+    def bind(self, module, mconn: str, node, nconn: str) -> None:
+        self._build.bind(module, mconn, node, nconn)
