@@ -99,9 +99,19 @@ def installed(tmp_path_factory):
     return venv / "bin", wheel
 
 
+def outside(env: dict | None = None) -> dict:
+    """The environment without this checkout on PYTHONPATH (where a machine puts the project
+    there, e.g. the GPU runner, the installed copy must still be the one imported)."""
+    env = dict(os.environ if env is None else env)
+    keep = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != ROOT.resolve()]
+    env["PYTHONPATH"] = os.pathsep.join(keep)
+    return env
+
+
 def run(bin_dir: Path, cwd: Path, *args: str, env: dict | None = None):
     return subprocess.run([str(bin_dir / "vkgraph"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=300, env=outside(env))
 
 
 def test_wheel_claims_one_name_and_carries_the_data(installed):
@@ -122,7 +132,7 @@ def test_installed_command_runs_from_anywhere(installed, tmp_path):
     bin_dir, _ = installed
     where = subprocess.run([str(bin_dir / "python"), "-c", "import vkgraph; "
                             "print(vkgraph.__file__)"], cwd=tmp_path, capture_output=True,
-                           text=True, check=True).stdout
+                           text=True, check=True, env=outside()).stdout
     assert where.startswith(str(bin_dir.parent)), where  # the installed copy, not this one
 
     res = run(bin_dir, tmp_path, "--version")
