@@ -105,19 +105,26 @@ def no_speed(summary: str) -> str:
     return re.sub(r", [0-9.]+ frames/s", "", summary)
 
 
-def test_interrupt_finishes_frame_writes_sinks_and_checkpoint(full, tmp_path, monkeypatch):
-    """Ctrl-C during frame 2: the frame completes, main.pfm, w.lut and a checkpoint are
-    written, exit 130; resuming from it gives the uninterrupted run's weights."""
+def interrupt_after(monkeypatch, at: int):
+    """Send this process SIGINT once the progress bar has shown frame `at` (as Ctrl-C during
+    the next frame would); returns the function that undoes it."""
     from vkgraph.cli.progress import Progress
 
     real = Progress.update
 
     def update(self, build, frame):
         real(self, build, frame)
-        if frame == 2:
+        if frame == at:
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(Progress, "update", update)
+    return lambda: monkeypatch.setattr(Progress, "update", real)
+
+
+def test_interrupt_finishes_frame_writes_sinks_and_checkpoint(full, tmp_path, monkeypatch):
+    """Ctrl-C during frame 2: the frame completes, main.pfm, w.lut and a checkpoint are
+    written, exit 130; resuming from it gives the uninterrupted run's weights."""
+    restore = interrupt_after(monkeypatch, 2)
     before = signal.getsignal(signal.SIGINT)
     cfg = scene(tmp_path)
     rc, out, err = vkgraph(tmp_path, "-g", str(cfg), *OUT)
@@ -127,7 +134,7 @@ def test_interrupt_finishes_frame_writes_sinks_and_checkpoint(full, tmp_path, mo
     assert "kpn-t:01: 3 frames" in out
     assert read_pfm(tmp_path / "main.pfm").shape == (SIZE, SIZE, 3)
     assert int(arrays(tmp_path / "tiny.ckpt.npz")["frame"]) == 3
-    monkeypatch.setattr(Progress, "update", real)
+    restore()
     ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "tiny.ckpt.npz"))
     assert (tmp_path / "w.lut").read_bytes() == (full[0] / "w.lut").read_bytes()
 
@@ -512,8 +519,6 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
     """The photo recipe (a training set, a batch of tiles, feat 1, apply 2, L1, the cosine
     schedule) interrupted after frame 2 and resumed ends with the weights of the run that was
     never interrupted (the schedule runs over the cfg's frames in both)."""
-    from vkgraph.cli.progress import Progress
-
     rng = np.random.default_rng(4)
     (tmp_path / "set").mkdir()
     for k, (wd, ht) in enumerate([(24, 20), (40, 18)]):
@@ -525,16 +530,9 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
     cfg.write_text(text + "param:kpn-t:01:levels:2\n")
     (tmp_path / "full").mkdir()
     ok(vkgraph(tmp_path / "full", "-g", str(cfg), *OUT))
-    real = Progress.update
-
-    def update(self, build, frame):
-        real(self, build, frame)
-        if frame == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(Progress, "update", update)
+    restore = interrupt_after(monkeypatch, 2)
     rc, _, err = vkgraph(tmp_path, "-g", str(cfg), *OUT)
     assert rc == 130, err
-    monkeypatch.setattr(Progress, "update", real)
+    restore()
     ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "photo.ckpt.npz"))
     assert (tmp_path / "mlp-w.lut").read_bytes() == (tmp_path / "full" / "mlp-w.lut").read_bytes()

@@ -45,9 +45,7 @@ void main() {
   float wk[N_TAPS];
   float S = 0.0;
   if (push.mode >= 1) {
-    float mx = -1e30;
-    for (int k = 0; k < N_TAPS; k++) mx = max(mx, K[i * N_OUT + k]);
-    for (int k = 0; k < N_TAPS; k++) { wk[k] = exp(K[i * N_OUT + k] - mx); S += wk[k]; }
+    SOFTMAX_EXP(K, i, wk, S)
     float gain = push.mode == 2 ? sigmoid(K[i * N_OUT + N_TAPS]) : 1.0;
     for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
     S = 1.0;

@@ -26,9 +26,7 @@ void main() {
   float S = 0.0;
   float dK15 = 0.0;
   if (push.mode >= 1) {
-    float mx = -1e30;
-    for (int k = 0; k < N_TAPS; k++) mx = max(mx, K[i * N_OUT + k]);
-    for (int k = 0; k < N_TAPS; k++) { wk[k] = exp(K[i * N_OUT + k] - mx); S += wk[k]; }
+    SOFTMAX_EXP(K, i, wk, S)
     float beta = 1.0;
     if (push.mode == 2) {  // F = sum s_k D_k, recomputed (I / beta is unstable for small beta)
       beta = sigmoid(K[i * N_OUT + N_TAPS]);

@@ -30,9 +30,7 @@ void main() {
     float wk[N_TAPS];
     float S = 0.0;
     if (push.mode >= 1) {  // blend (2): the taps without the band's gain
-      float mx = -1e30;
-      for (int k = 0; k < N_TAPS; k++) mx = max(mx, K[i * N_OUT + k]);
-      for (int k = 0; k < N_TAPS; k++) { wk[k] = exp(K[i * N_OUT + k] - mx); S += wk[k]; }
+      SOFTMAX_EXP(K, i, wk, S)
     } else {
       for (int k = 0; k < N_TAPS; k++) {
         float v = K[i * N_OUT + k];

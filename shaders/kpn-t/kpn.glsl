@@ -19,6 +19,18 @@ const ivec2 taps[N_TAPS] = ivec2[](
 
 float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
+// the softmax of pixel i's taps K_0..14 (buffer Kb, N_OUT floats a pixel) without its
+// division: e[k] = exp(K_k - max K) and S += sum e[k] (softmax_k = e[k] / S)
+#define SOFTMAX_EXP(Kb, i, e, S)                                              \
+  {                                                                           \
+    float mx_ = -1e30;                                                        \
+    for (int k_ = 0; k_ < N_TAPS; k_++) mx_ = max(mx_, Kb[(i) * N_OUT + k_]); \
+    for (int k_ = 0; k_ < N_TAPS; k_++) {                                     \
+      e[k_] = exp(Kb[(i) * N_OUT + k_] - mx_);                                \
+      S += e[k_];                                                             \
+    }                                                                         \
+  }
+
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
 // MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
