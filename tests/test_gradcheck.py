@@ -14,7 +14,14 @@ from vkgraph.pipeline.formats import write_pfm
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_gradcheck_passes_on_a_sample(tmp_path):
+@pytest.mark.parametrize("variant", [
+    [],  # vkdt's: plain taps, SMAPE, |D| features
+    # the photo recipe's: noise-normalised features with the bias, softmax taps with the band
+    # gain (float64 softmax and sigmoid in the precise forward), L1
+    ["param:kpn-t:01:feat:1", "param:kpn-t:01:apply:2", "param:kpn-t:01:loss:2",
+     "connect:cnngenin:01:noiseab:kpn-t:01:noiseab"],
+])
+def test_gradcheck_passes_on_a_sample(tmp_path, variant):
     rng = np.random.default_rng(2)
     yy, xx = np.mgrid[0:24, 0:24]
     clean = np.stack([0.5 + 0.3 * np.sin(xx / 2.5 + c) * np.cos(yy / 3.0) for c in range(3)], -1)
@@ -30,7 +37,7 @@ def test_gradcheck_passes_on_a_sample(tmp_path):
         "param:kpn-t:01:init:1", "param:kpn-t:01:levels:2",
         "connect:i-pfm:main:output:cnngenin:01:imgi", "connect:i-pfm:ref:output:cnngenin:01:refi",
         "connect:cnngenin:01:imgo:kpn-t:01:input", "connect:cnngenin:01:refo:kpn-t:01:ref",
-        "connect:kpn-t:01:output:display:main:input"]))
+        "connect:kpn-t:01:output:display:main:input", *variant]))
     res = subprocess.run([sys.executable, "-m", "vkgraph", "gradcheck", "-g", str(cfg),
                           "--count", "14", "--image", str(tmp_path / "gc.pfm")],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -9,24 +9,35 @@
 // I(p) = sum_k softmax(K)_k D(p + T_k)                          (softmax, mode 1)
 // I(p) = sigmoid(K_15) sum_k softmax(K)_k D(p + T_k)             (blend, mode 2: the band's
 //        gain beta = sigmoid(K_15) lets the network remove a band where it is only noise)
-// PRECISE (plain mode, gradient check): K, the sums and I in float64 (Kd in, Id out).
+// PRECISE (gradient check): K, the taps' weights, the sums and I in float64 (Kd in, Id out);
+// softmax and the band gain through a float64 exp (f64.glsl).
 layout(push_constant) uniform Push { int mode; } push;
 IMG_IN(0, detail)
 SSBO_IN(1, float, K)
 IMG_RW(2, filtered)
 #ifdef PRECISE
+#include "f64.glsl"
 SSBO_IN(3, double, Kd)
 SSBO_OUT(4, dvec4, Id)
 
-dvec3 apply_precise(int i, ivec2 p) {
+dvec3 apply_precise(int i, ivec2 p, int mode) {
+  double wk[N_TAPS];
   double S = 0.0lf;
-  dvec3 num = dvec3(0.0lf);
+  double mx = -1e300lf;
+  for (int k = 0; k < N_TAPS; k++) mx = max(mx, Kd[i * N_OUT + k]);
   for (int k = 0; k < N_TAPS; k++) {
-    double wk = tap_ok(K[i * N_OUT + k]) ? Kd[i * N_OUT + k] : double(TAP_FALLBACK);
-    S += wk;
-    num += wk * dvec3(detail[texel(0, p + taps[k])].rgb);
+    if (mode == 0)
+      wk[k] = tap_ok(K[i * N_OUT + k]) ? Kd[i * N_OUT + k] : double(TAP_FALLBACK);
+    else
+      wk[k] = mlp_exp64(Kd[i * N_OUT + k] - mx);
+    S += wk[k];
   }
-  return num / max(S, double(S_FLOOR));
+  dvec3 num = dvec3(0.0lf);
+  for (int k = 0; k < N_TAPS; k++) num += wk[k] * dvec3(detail[texel(0, p + taps[k])].rgb);
+  if (mode == 0) return num / max(S, double(S_FLOOR));
+  dvec3 I = num / S;
+  if (mode == 2) I /= 1.0lf + mlp_exp64(-Kd[i * N_OUT + N_TAPS]);  // the band gain
+  return I;
 }
 #endif
 
@@ -35,12 +46,10 @@ void main() {
   if (!inside(2, p)) return;
   int i = p.x + p.y * node.roi[2].x;
 #ifdef PRECISE
-  if (push.mode == 0) {
-    dvec3 I = apply_precise(i, p);
-    filtered[i] = vec4(vec3(I), 1.0);
-    Id[i] = dvec4(I, 1.0lf);
-    return;
-  }
+  dvec3 Ip = apply_precise(i, p, push.mode);
+  filtered[i] = vec4(vec3(Ip), 1.0);
+  Id[i] = dvec4(Ip, 1.0lf);
+  return;
 #endif
   float wk[N_TAPS];
   float S = 0.0;
@@ -59,7 +68,4 @@ void main() {
   vec3 s = vec3(0.0);
   for (int k = 0; k < N_TAPS; k++) s += wk[k] * detail[texel(0, p + taps[k])].rgb;
   filtered[i] = vec4(s / max(S, S_FLOOR), 1.0);
-#ifdef PRECISE
-  Id[i] = dvec4(filtered[i]);  // softmax: no float64 exp in GLSL, the fp32 result
-#endif
 }
