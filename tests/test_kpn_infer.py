@@ -15,9 +15,10 @@ from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
 from vkgraph.pipeline.runner import run_graph
+from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent
-SINKS = Path(__file__).parent / "fixtures" / "sinks"
+SINKS = CAPTURE  # the `capture` sink
 LEVELS = 2
 W, H = 29, 22
 
