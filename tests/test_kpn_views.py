@@ -88,8 +88,8 @@ def run_views(device, tmp_path, apply=0, frames=FRAMES, levels=2, alpha=0.01):
     for f in range(frames):
         b.run_frame(f)
         state.append({
-            "w": b.read(m.data["adam"], "w").astype(np.float64),
-            "dw": b.read(m.data["dw"], "dw").astype(np.float64),
+            "w": b.read(m.trainable.adam, "w").astype(np.float64),
+            "dw": b.read(m.trainable.dw, "dw").astype(np.float64),
             "hist": m.cls.hook("losses")(b.context, m),
             "K": b.read(fwd0, "K").reshape(-1, 16).astype(np.float64),
             "D": b.read(diff0, "detail")[..., :3].astype(np.float64),
