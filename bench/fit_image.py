@@ -103,7 +103,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         m = g.modules[MLP]
         a = m.data["arch"]
         b.run_frame(0, download=False)
-        p0 = b.read(m.data["adam"], "w").ravel().copy()
+        p0 = b.read(m.trainable.adam, "w").ravel().copy()
         warm = warm_steps(steps)
         gpu = []
         for f in range(1, warm + 1):

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, RuntimeFailure
+from vkgraph.pipeline.trainer import trainable
 
 log = logging.getLogger("vkgraph")
 
@@ -100,7 +101,7 @@ class Probe:
     def __init__(self, build, module, first_frame: int):
         self.build = build
         self.module = module
-        self.wbuf = build.buffer(module.data["adam"], "w")
+        self.wbuf = build.buffer(trainable(module).adam, "w")
         self.frame = first_frame
         self.current = module.cls.hook("current_loss")
 
@@ -110,7 +111,8 @@ class Probe:
         return self.current(self.build.context, self.module)
 
     def forward_loss(self) -> float:
-        self.build.run_upto(self.module.data["lsum"], stop=self.module.data["adam"])
+        t = trainable(self.module)
+        self.build.run_upto(t.lsum, stop=t.adam)
         return self.current(self.build.context, self.module)
 
     def set(self, j: int, value: float) -> None:
@@ -135,8 +137,9 @@ def cmd_gradcheck(args) -> int:
     device = Device.open(args.device, args.device_id)
     try:
         build = Build(graph, device)
-        if "adam" not in module.data:
+        if getattr(module, "trainable", None) is None:
             raise GraphError(f"{module} is not trainable by the gradient check")
+        t = module.trainable
         for f in range(1 + max(0, args.warmup)):  # frame 0 initialises the weights
             build.run_frame(f, download=False)
         module.set_param("alpha", 0.0)  # from now on the optimiser leaves the weights alone
@@ -144,16 +147,16 @@ def cmd_gradcheck(args) -> int:
             module.set_param("talpha", 0.0)
         probe = Probe(build, module, first_frame=f + 1)
         E0 = probe.loss()
-        w0 = build.read(module.data["adam"], "w").astype(np.float32)
-        layers, width = module.data.get("layout", (7, 64))
-        used = module.data.get("used", np.ones(w0.size, bool))
-        analytic = build.read(module.data["dw"], "dw").astype(np.float64)
+        w0 = build.read(t.adam, "w").astype(np.float32)
+        layers, width = t.layout
+        used = t.used
+        analytic = build.read(t.dw, "dw").astype(np.float64)
         if probe.loss() != E0:
             raise GraphError("the loss changes between frames with the same weights: the "
                              "gradient check needs a static input (cnngenin generate:0)")
         if probe.forward_loss() != E0:
             raise RuntimeFailure("the forward alone gives another loss than the whole frame")
-        groups = module.data.get("groups") or layer_groups(used, layers)
+        groups = t.groups or layer_groups(used, layers)
         idx = np.flatnonzero(used) if args.all else sample(used, groups, args.count, args.seed,
                                                            analytic)
         if not args.all and idx.size < args.count:

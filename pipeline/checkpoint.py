@@ -216,18 +216,24 @@ def upload(build, node, conn: str, arrays: dict, key: str, module) -> None:
 
 
 def trainer_state(build, module, entries) -> dict:
-    """For `state` hooks of trainers: the (node key in module.data, connector) buffers the
-    engine cannot know about, e.g. weights, optimiser moments and the loss history."""
-    return {f"{n}.{c}": build.read(module.data[n], c) for n, c in entries}
+    """For `state` hooks of trainers: the (node of the module's Trainable, connector) buffers
+    the engine cannot know about, e.g. weights, optimiser moments and the loss history."""
+    from .trainer import trainable
+
+    t = trainable(module)
+    return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
 
 
 def load_trainer_state(build, module, arrays: dict, entries,
                        history: str = "lsum.hist") -> None:
     """For `load_state` hooks: the inverse of trainer_state. A loss history saved with another
     length (another frame count) is moved to its new ring-buffer slots."""
+    from .trainer import trainable
+
+    t = trainable(module)
     arrays = dict(arrays)
     old = arrays.get(history)
-    n_new = module.data.get("hist_len")
+    n_new = t.hist_len
     if old is not None and n_new and old.ndim == 1 and old.size and old.size != n_new:
         new = np.zeros(n_new, old.dtype)
         done = build.frame + 1
@@ -235,4 +241,4 @@ def load_trainer_state(build, module, arrays: dict, entries,
         new[f % new.size] = old[f % old.size]
         arrays[history] = new
     for n, c in entries:
-        upload(build, module.data[n], c, arrays, f"{n}.{c}", module)
+        upload(build, getattr(t, n), c, arrays, f"{n}.{c}", module)

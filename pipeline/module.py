@@ -417,6 +417,9 @@ class ModuleInstance:
         self.keyframes: list[tuple[int, str, int, int, list, str]] = []
         self.position: tuple[float, float] | None = None
         self.data: dict = {}  # module-private state (hooks keep what they need here)
+        # a trainable module's record (pipeline/trainer.py: Trainable), set by create_nodes;
+        # the trainer hooks, checkpoints and the gradient check read it
+        self.trainable = None
         self.nodes: list = []
         # module connector name -> (node, node connector name) that backs it
         self.backing: dict[str, tuple] = {}

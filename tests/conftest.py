@@ -1,4 +1,5 @@
-"""Shared test fixtures: one Vulkan device per test session (closed at the end), a helper to
+"""Shared test fixtures: one Vulkan device per test session (pipeline.testing's, closed at
+the end), a helper to
 build a graph from cfg lines, and `vkgraph` as a subprocess or in this process."""
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ param:o-lut:w:filename:w"""
 
 @pytest.fixture(scope="session")
 def device():
-    from vkgraph.pipeline.vk import Device
+    from vkgraph.pipeline.testing import session_device
 
-    dev = Device.open()
+    dev = session_device()  # the device pipeline.testing.dispatch runs on, too
     yield dev
     dev.close()
 

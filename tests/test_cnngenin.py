@@ -22,11 +22,10 @@ from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
 from vkgraph.pipeline.runner import run_graph
+from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent
-# the test-only `capture` sink lives apart from fixtures/modules, whose module set
-# test_graph.py pins
-FIXTURES = Path(__file__).parent / "fixtures" / "sinks"
+FIXTURES = CAPTURE  # the `capture` sink
 FRAMES = 3
 TILE = 64
 F32 = np.float32

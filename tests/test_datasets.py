@@ -15,9 +15,10 @@ from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
 from vkgraph.pipeline.runner import run_graph
+from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "sinks"
+FIXTURES = CAPTURE  # the `capture` sink
 
 
 def _iset():

@@ -36,7 +36,7 @@ def test_kpn_t_starts_from_f32_weights(device, trained, tmp_path):  # noqa: F811
     f32 = tmp_path / "w32.lut"
     write_lut(f32, w, 1, "f32", 64, 448, ssbo=True)
     _, b, m = run_output(device, "kpn-t", f32, d / "x.pfm")
-    w0 = b.read(m.data["adam"], "w").reshape(7, 64, 64)
+    w0 = b.read(m.trainable.adam, "w").reshape(7, 64, 64)
     want = w.astype(np.float16).astype(np.float32).reshape(7, 64, 64)
     want[6, 16:] = 0  # rows kpn-t does not use start at 0
     np.testing.assert_array_equal(w0, want)

@@ -219,7 +219,7 @@ def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant)
     assert MLP_KERNELS[variant] <= kernels(g)
     assert len(hist) == 40 and np.all(np.isfinite(hist))
     assert hist[-1] < 0.7 * hist[0]
-    assert int(b.read(m.data["adam"], "stats")[0]) == 0  # no skipped (non-finite) updates
+    assert int(b.read(m.trainable.adam, "stats")[0]) == 0  # no skipped (non-finite) updates
 
 
 @pytest.mark.parametrize("emulate", [True, False])

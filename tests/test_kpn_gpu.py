@@ -84,11 +84,11 @@ def run_with_weights(device, graph, W):
     b = Build(graph, device)
     b.run_frame(0, download=False)
     m = graph.modules[("kpn-t", "01")]
-    adam = m.data["adam"]
+    adam = m.trainable.adam
     b.buffer(adam, "w").upload(W.astype(np.float32).ravel())
     b.run_frame(1, download=False)
     E = m.cls.hook("current_loss")(b, m)
-    dW = b.read(m.data["dw"], "dw").reshape(7, 64, 64).astype(np.float64)
+    dW = b.read(m.trainable.dw, "dw").reshape(7, 64, 64).astype(np.float64)
     O = b.read(m.backing["output"][0], "output")[..., :3]
     return b, E, dW, O
 
@@ -129,7 +129,7 @@ def test_init_is_vkdt_xavier(device, tmp_path):
     b = Build(g, device)
     b.run_frame(0, download=False)
     m = g.modules[("kpn-t", "01")]
-    w = b.read(m.data["adam"], "w").reshape(7, 64, 64)
+    w = b.read(m.trainable.adam, "w").reshape(7, 64, 64)
     assert np.abs(w - ref.xavier_init()).max() <= 1e-6
     assert np.all(w[6, 16:] == 0)
 
@@ -141,10 +141,10 @@ def test_adam_step_matches_reference(device, tmp_path):
     b = Build(g, device)
     m = g.modules[("kpn-t", "01")]
     b.run_frame(0, download=False)
-    w0 = b.read(m.data["adam"], "w").reshape(7, 64, 64).astype(np.float64)
-    g0 = b.read(m.data["dw"], "dw").reshape(7, 64, 64).astype(np.float64)
+    w0 = b.read(m.trainable.adam, "w").reshape(7, 64, 64).astype(np.float64)
+    g0 = b.read(m.trainable.dw, "dw").reshape(7, 64, 64).astype(np.float64)
     b.run_frame(1, download=False)
-    w1 = b.read(m.data["adam"], "w").reshape(7, 64, 64)
+    w1 = b.read(m.trainable.adam, "w").reshape(7, 64, 64)
     wr, _, _, skipped = ref.adam_step(w0, np.zeros_like(w0), np.zeros_like(w0), g0, 1,
                                       alpha=0.01, gradclip=0.05, L2=0.001)
     assert not skipped

@@ -15,9 +15,10 @@ from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
 from vkgraph.pipeline.runner import run_graph
+from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent
-SINKS = Path(__file__).parent / "fixtures" / "sinks"
+SINKS = CAPTURE  # the `capture` sink
 LEVELS = 2
 W, H = 29, 22
 
@@ -58,7 +59,7 @@ def trained(device, tmp_path_factory):
     g.connect("kpn-t", "01", "w", "o-lut", "w", "input")
     b = run_graph(g, device, frames=3, last_frame_only=True)
     m = g.modules[("kpn-t", "01")]
-    w32 = b.read(m.data["adam"], "w")
+    w32 = b.read(m.trainable.adam, "w")
     return d, noisy, d / "mlp-w.lut", w32, m.data["lut_text"]
 
 
@@ -119,7 +120,7 @@ def test_kpn_equals_kpn_t_output(device, trained, apply, tmp_path):
         lut = relabel(lut, tmp_path / "soft.lut", "plain kernel", "softmax kernel")
     out_t, b, m = run_output(device, "kpn-t", lut, d / "x.pfm", apply)
     # kpn-t started from the lut's f16 values (init 0: the checkpoint)
-    w0 = b.read(m.data["adam"], "w")
+    w0 = b.read(m.trainable.adam, "w")
     np.testing.assert_array_equal(w0, read_lut(lut)[0].astype(np.float32).ravel())
     out_k, b, m = run_output(device, "kpn", lut, d / "x.pfm", apply)
     fwd = [n for n in m.nodes if n.kernel == "fwd"]

@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkgraph.modules.kpn_t import module as kpn_t_module
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
 from vkgraph.pipeline.runner import Build
+from vkgraph.pipeline.testing import CAPTURE, dispatch
 
 ROOT = Path(__file__).resolve().parent.parent
-SINKS = Path(__file__).parent / "fixtures" / "sinks"
+SINKS = CAPTURE  # the `capture` sink
 FRAMES = 3
 W, H = 22, 19  # not multiples of 8: the debug view has partial blocks at both edges
 
@@ -86,8 +88,8 @@ def run_views(device, tmp_path, apply=0, frames=FRAMES, levels=2, alpha=0.01):
     for f in range(frames):
         b.run_frame(f)
         state.append({
-            "w": b.read(m.data["adam"], "w").astype(np.float64),
-            "dw": b.read(m.data["dw"], "dw").astype(np.float64),
+            "w": b.read(m.trainable.adam, "w").astype(np.float64),
+            "dw": b.read(m.trainable.dw, "dw").astype(np.float64),
             "hist": m.cls.hook("losses")(b.context, m),
             "K": b.read(fwd0, "K").reshape(-1, 16).astype(np.float64),
             "D": b.read(diff0, "detail")[..., :3].astype(np.float64),
@@ -319,33 +321,28 @@ def moving_average(hist: np.ndarray, frame: int, ncols: int) -> np.ndarray:
     return out
 
 
-def test_graph_long_history(device, tmp_path):
-    """250000 frames of history (uploaded, then frame 249999 runs): every column draws the
-    min..max envelope of its 579 frames and, over it, the moving average over 25000 frames;
-    the labels show the extremes and the frame count."""
+def loss_plot(hist: np.ndarray, frame: int) -> np.ndarray:
+    """kpn-t's loss plot of `hist` (the whole ring buffer) at `frame`: its `grange` then its
+    `graph` kernel, as create_nodes wires them, one dispatch each."""
+    x0, y0, x1, y1 = kpn_t_module.GRAPH_PLOT
+    wd, ht = kpn_t_module.GRAPH_SIZE
+    common = {"frame": frame, "frames": hist.size}
+    cols = dispatch("kpn-t", "grange", {"hist": hist}, size=(256, 1), local=(256, 1, 1),
+                    outputs={"cols": (kpn_t_module.GRAPH_COLS,)}, push=[hist.size, x1 - x0],
+                    **common)["cols"]
+    return dispatch("kpn-t", "graph", {"cols": cols}, size=(wd, ht),
+                    outputs={"plot": (ht, wd, 4)}, push=[hist.size, x0, y0, x1, y1],
+                    **common)["plot"]
+
+
+def test_graph_long_history():
+    """250000 frames of history, plotted at frame 249999: every column draws the min..max
+    envelope of its 579 frames and, over it, the moving average over 25000 frames; the
+    labels show the extremes and the frame count."""
     frames = 250000
-    rng = np.random.default_rng(3)
-    write_pfm(tmp_path / "x.pfm", rng.random((8, 8, 3), dtype=np.float32))
-    registry = Registry([ROOT / "modules", SINKS])
-    g = Graph(registry=registry)
-    g.add_module("i-pfm", "main").set_param("filename", str(tmp_path / "x.pfm"))
-    g.add_module("kpn-t", "01").set_param("levels", 1)
-    g.connect("i-pfm", "main", "output", "kpn-t", "01", "input")
-    g.connect("i-pfm", "main", "output", "kpn-t", "01", "ref")
-    g.add_module("capture", "graph")
-    g.connect("kpn-t", "01", "graph", "capture", "graph", "input")
-    g.frames = frames
-    captured = registry.get("capture").hooks.CAPTURED
-    b = Build(g, device)
-    m = g.modules[("kpn-t", "01")]
-    assert m.data["hist_len"] == frames
-    b.run_frame(0)
     f = np.arange(frames)
-    synth = 10.0 ** (0.5 - 2.0 * f / frames + 0.3 * np.sin(f / 3000.0))
-    b.buffer(m.data["lsum"], "hist").upload(synth.astype(np.float32))
-    b.run_frame(frames - 1)
-    img = captured[("graph", frames - 1)]
-    hist = b.read(m.data["lsum"], "hist")  # the last frame's own loss is in there now
+    hist = (10.0 ** (0.5 - 2.0 * f / frames + 0.3 * np.sin(f / 3000.0))).astype(np.float32)
+    img = loss_plot(hist, frames - 1)
     spans = column_spans(hist, frames - 1, X1 - X0)
     lmin, lmax = np.nanmin(spans[:, 0]), np.nanmax(spans[:, 1])
     scale = (Y1 - 1 - Y0) / (lmax - lmin)

@@ -107,8 +107,8 @@ def test_matches_reference(device, tmp_path, case):
     spec = spec_of(m)
     a = m.data["arch"]
     shape = (a.nets, a.layers, a.width, a.width)
-    used = m.data["used"]
-    assert m.data["layout"] == (a.nets * a.layers, a.width)
+    used = m.trainable.used
+    assert m.trainable.layout == (a.nets * a.layers, a.width)
     assert used.shape == (a.params,)
     if a.table is not None:  # the engine's layout against the reference's
         lay = ref.table_layout(spec)
@@ -116,9 +116,9 @@ def test_matches_reference(device, tmp_path, case):
         assert a.n_in == spec["levels"] * spec["features"]
 
     b.run_frame(0, download=False)
-    w0, t0 = split(a, b.read(m.data["adam"], "w"))
+    w0, t0 = split(a, b.read(m.trainable.adam, "w"))
     assert np.abs(w0 - ref.init_weights(spec, spec["seed"])).max() <= 1e-6
-    w0all = b.read(m.data["adam"], "w")
+    w0all = b.read(m.trainable.adam, "w")
     assert np.all(w0all[~used] == 0) and np.abs(w0all[used]).max() > 0
     if t0 is not None:
         tref = ref.init_table(spec, spec["seed"], a.table_floats, a.weights)
@@ -131,11 +131,11 @@ def test_matches_reference(device, tmp_path, case):
     if t0 is not None:  # table entries of the size training gives them
         Tb = (0.5 * rng.standard_normal(t0.size) * used[a.weights:]).astype(np.float32)
     wall = np.concatenate([W.ravel(), Tb if Tb is not None else []]).astype(np.float32)
-    b.buffer(m.data["adam"], "w").upload(wall)
+    b.buffer(m.trainable.adam, "w").upload(wall)
     b.run_frame(1, download=False)
-    assert np.array_equal(b.read(m.data["adam"], "w"), wall)  # alpha 0: unchanged
-    E = float(b.read(m.data["lsum"], "cur")[0])
-    dW, dT = split(a, b.read(m.data["dw"], "dw"))
+    assert np.array_equal(b.read(m.trainable.adam, "w"), wall)  # alpha 0: unchanged
+    E = float(b.read(m.trainable.lsum, "cur")[0])
+    dW, dT = split(a, b.read(m.trainable.dw, "dw"))
     W64 = W.astype(np.float64)
     T64 = Tb.astype(np.float64) if Tb is not None else None
     out = ref.frame_loss_grad(spec, W64, rgba(T), 1, T64)
@@ -206,17 +206,17 @@ def test_precise_loss_differences_match_the_gradient(device, tmp_path, act, outa
 
     E()  # frame 0 initialises
     E0 = E()
-    dw = b.read(m.data["dw"], "dw").astype(np.float64)
+    dw = b.read(m.trainable.dw, "dw").astype(np.float64)
     assert E() == E0  # same samples, same weights: the same loss
-    w = b.read(m.data["adam"], "w")
+    w = b.read(m.trainable.adam, "w")
     spec = spec_of(m)
     a = m.data["arch"]
     Eref, _ = ref.frame_loss_grad(spec, w.reshape(a.nets, a.layers, a.width, a.width).astype(
         np.float64), rgba(T), 0)
     assert abs(E0 - Eref) <= 1e-7 * abs(Eref)  # inputs are encoded in fp32
-    wbuf = b.buffer(m.data["adam"], "w")
+    wbuf = b.buffer(m.trainable.adam, "w")
     rng = np.random.default_rng(4)
-    for j in rng.choice(np.flatnonzero(m.data["used"]), 10, replace=False):
+    for j in rng.choice(np.flatnonzero(m.trainable.used), 10, replace=False):
         wp, wm = np.float32(w[j] + 1e-4), np.float32(w[j] - 1e-4)
         wbuf.upload(np.array([wp], np.float32), offset=4 * int(j))
         ep = E()
@@ -235,17 +235,17 @@ def test_optimizer_step_matches_reference(device, tmp_path, opt):
     b = Build(g, device)
     m = g.modules[("mlp-t", "01")]
     b.run_frame(0, download=False)
-    w0 = b.read(m.data["adam"], "w").astype(np.float64)
-    g0 = b.read(m.data["dw"], "dw").astype(np.float64)
+    w0 = b.read(m.trainable.adam, "w").astype(np.float64)
+    g0 = b.read(m.trainable.dw, "dw").astype(np.float64)
     b.run_frame(1, download=False)
-    w1 = b.read(m.data["adam"], "w")
+    w1 = b.read(m.trainable.adam, "w")
     if opt == "adam":
         wr, _, _ = ref.adam_step(w0, 0 * w0, 0 * w0, g0, 1, alpha=0.01)
     else:
         wr = ref.sgd_step(w0, g0, 0.01)
     assert np.abs(w1 - wr).max() <= 1e-6
     assert np.abs(w1 - w0).max() > 1e-4  # it moved
-    assert np.all(w1[~m.data["used"]] == 0)
+    assert np.all(w1[~m.trainable.used] == 0)
 
 
 LUT_CASES = {
@@ -271,7 +271,7 @@ def test_weights_through_lut_reproduce_the_output(device, tmp_path, case):
     assert info.format == "f32" and info.ssbo
     a = m.data["arch"]
     assert (info.wd, info.ht) == (a.width, a.params // a.width)
-    assert np.array_equal(data.ravel(), b.read(m.data["adam"], "w"))
+    assert np.array_equal(data.ravel(), b.read(m.trainable.adam, "w"))
     assert described in text and "leaky hidden activation" in text
     trained = read_pfm(tmp_path / "out.pfm")
 

@@ -301,9 +301,10 @@ def train_with_bad_pixel(build, m, inst: str, value: float, at: int = 2):
         elif f == at + 1:
             buf.upload(clean)
         build.run_frame(f)
-        rows.append((m.cls.hook("current_loss")(build.context, m), build.read(m.data["adam"], "w"),
-                     bool(np.isfinite(build.read(m.data["dw"], "dw")).all()),
-                     int(build.read(m.data["adam"], "stats")[0])))
+        t = m.trainable
+        rows.append((m.cls.hook("current_loss")(build.context, m), build.read(t.adam, "w"),
+                     bool(np.isfinite(build.read(m.trainable.dw, "dw")).all()),
+                     int(build.read(m.trainable.adam, "stats")[0])))
     return rows
 
 

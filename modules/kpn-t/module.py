@@ -24,7 +24,15 @@ import numpy as np
 
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi
-from vkgraph.pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
+from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
+    Trainable,
+    current_loss,
+    load_state,
+    losses,
+    skipped,
+    state,
+    stats,
+)
 
 log = logging.getLogger("vkgraph")
 
@@ -439,13 +447,8 @@ def create_nodes(graph, module):
         ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
         shader="kpn-t", local=(256, 1, 1), push=[groups, hist_len], keep=True)
     graph.node_connect(loss, "Epart", lsum, "Epart")
-    module.data["lsum"] = lsum
-    module.data["adam"] = adam
-    module.data["hist_len"] = hist_len
     used = np.ones(NW, bool)
     used[6 * 4096 + 16 * 64:] = False  # rows 16..63 of the last matrix
-    module.data["used"] = used
-    module.data["layout"] = (7, 64)
 
     grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
     acc = None
@@ -484,7 +487,8 @@ def create_nodes(graph, module):
     graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
     graph.node_feedback(acc, "dw", adam, "dw")
     graph.node_connect(norm, "gn", adam, "gn")
-    module.data["dw"] = acc
+    module.trainable = Trainable(adam=adam, dw=acc, lsum=lsum, hist_len=hist_len, used=used,
+                                 layout=(7, 64))
     _view_nodes(graph, module, n, adam, acc, lsum)
 
 
@@ -576,7 +580,7 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
     something reads it. The plot and the vis bars get a small reduction pass first, so no
     pixel scans the loss history or all weights."""
     readers = graph.readers
-    hist_len = module.data["hist_len"]
+    hist_len = module.trainable.hist_len
     if readers(module, "graph"):
         x0, y0, x1, y1 = GRAPH_PLOT
         rng = graph.add_node(module, "grange", (256, 1), [

@@ -11,10 +11,11 @@ Nodes, in schedule order:
   eval    w -> `output`: the networks over the target's grid
 adam and norm read dw through feedback edges: frame f applies the gradient of frame f-1.
 
-For tools (vkgraph gradcheck, tests): data["adam"] is the node whose output "w" holds the
-fp32 master weights (with alpha 0 a step leaves them unchanged), data["dw"] the node whose
-output "dw" holds dE/dW of the frame, data["lsum"] the node whose output "cur"[0] holds the
-frame's loss E, data["used"] a bool mask of the weights the network uses and data["layout"]
+For tools (vkgraph gradcheck, checkpoints, tests): module.trainable (pipeline/trainer.py:
+Trainable) names the node `adam` whose output "w" holds the fp32 master weights (with alpha 0
+a step leaves them unchanged), `dw` whose output "dw" holds dE/dW of the frame, `lsum` whose
+output "cur"[0] holds the frame's loss E, `used` a bool mask of the weights the network uses
+and `layout`
 = (matrices, width): the weights are that many width x width matrices (row = output neuron),
 net n's layer l being matrix n * (depth + 1) + l. The samples of a frame depend only on the
 frame index and `seed` (with `resample` 0 not even on the frame: the gradient check's static
@@ -32,7 +33,15 @@ import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
-from vkgraph.pipeline.trainer import current_loss, load_state, losses, skipped, state, stats  # noqa: F401 (hooks)
+from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
+    Trainable,
+    current_loss,
+    load_state,
+    losses,
+    skipped,
+    state,
+    stats,
+)
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
@@ -442,9 +451,10 @@ def create_nodes(graph, module):
     graph.node_connect(adam, "w", ev, "w")
     graph.bind(module, "output", ev, "output")
 
-    module.data.update(adam=adam, dw=reduce, lsum=lsum, train=train, eval=ev, arch=a,
-                       used=a.used(), layout=(a.nets * a.layers, a.width), groups=a.groups(),
-                       hist_len=hist_len, lut_text=a.describe())
+    module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
+                                 used=a.used(), layout=(a.nets * a.layers, a.width),
+                                 groups=a.groups())
+    module.data.update(train=train, eval=ev, arch=a, lut_text=a.describe())
 
 
 def summary(graph, module) -> str:
