@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import PKG, package_file
+from .datasets import resolve_name
 from .errors import GraphError, RuntimeFailure
 from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node, NodeGraph
@@ -132,8 +132,9 @@ class Build(NodeGraph):
     def resolve(self, filename: str) -> Path:
         """A file named in a cfg: `pkg:<package>/<path>` (inside an installed Python package),
         absolute, next to the cfg, or in the working directory."""
-        if filename.startswith(PKG):
-            return package_file(filename)
+        return resolve_name(filename, self._near_cfg)
+
+    def _near_cfg(self, filename: str) -> Path:
         path = Path(filename).expanduser()
         if path.is_absolute():
             return path
