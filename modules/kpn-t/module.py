@@ -301,7 +301,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.bind(module, noise, nmap, "noiseab")
         else:
             nmap.connector("noiseab").flags |= OPTIONAL
-    bands = band_noise(levels)
+        bands = band_noise(levels)  # only the noise-normalised features need them
     for i in range(levels):
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
         npx = w * h
