@@ -150,40 +150,47 @@ DECORATION_BINDING = 33
 DECORATION_DESCRIPTOR_SET = 34
 
 
-def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
-    """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
-    OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
+def _instructions(spirv: bytes):
+    """(opcode, operand words) of every instruction of a SPIR-V module, after its 5-word
+    header."""
     n = len(spirv) // 4
     words = struct.unpack(f"<{n}I", spirv[: 4 * n])
     if n < 5 or words[0] != SPIRV_MAGIC:
         raise ShaderCompileError("not a SPIR-V module")
-    sets: dict[int, int] = {}
-    bindings: dict[int, int] = {}
     i = 5
     while i < n:
         count, op = words[i] >> 16, words[i] & 0xFFFF
         if count == 0:
             break
-        if op == OP_DECORATE and count >= 4:
-            target, decoration, value = words[i + 1], words[i + 2], words[i + 3]
-            if decoration == DECORATION_DESCRIPTOR_SET:
-                sets[target] = value
-            elif decoration == DECORATION_BINDING:
-                bindings[target] = value
+        yield op, words[i + 1: i + count]
         i += count
+
+
+def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
+    """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
+    OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
+    sets: dict[int, int] = {}
+    bindings: dict[int, int] = {}
+    for op, w in _instructions(spirv):
+        if op == OP_DECORATE and len(w) >= 3:
+            if w[1] == DECORATION_DESCRIPTOR_SET:
+                sets[w[0]] = w[2]
+            elif w[1] == DECORATION_BINDING:
+                bindings[w[0]] = w[2]
     return sorted((sets.get(t, 0), b) for t, b in bindings.items())
 
 
 # SPIR-V opcodes and decorations that spirv_block_scalars reads
-OP_NAME, OP_MEMBER_NAME = 5, 6
+OP_MEMBER_NAME = 6
 OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX = 21, 22, 23, 24
 OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER = 28, 29, 30, 32
 OP_CONSTANT, OP_VARIABLE, OP_MEMBER_DECORATE = 43, 59, 72
 DECORATION_ARRAY_STRIDE, DECORATION_MATRIX_STRIDE, DECORATION_OFFSET = 6, 7, 35
 
 
-def _string(words, start: int, end: int) -> str:
-    raw = struct.pack(f"<{end - start}I", *words[start:end])
+def _string(words) -> str:
+    """A SPIR-V literal string: nul-terminated UTF-8 packed into words."""
+    raw = struct.pack(f"<{len(words)}I", *words)
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
@@ -193,10 +200,6 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
     (member path, byte offset, kind 'float'/'int'/'uint', bits), read from its type and
     Offset/ArrayStride decorations; None when it declares nothing there. Runtime arrays and
     arrays sized by specialization constants are listed only up to `limit` bytes."""
-    n = len(spirv) // 4
-    words = struct.unpack(f"<{n}I", spirv[: 4 * n])
-    if n < 5 or words[0] != SPIRV_MAGIC:
-        raise ShaderCompileError("not a SPIR-V module")
     types: dict[int, tuple] = {}
     consts: dict[int, int] = {}
     sets: dict[int, int] = {}
@@ -205,14 +208,8 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
     offsets: dict[tuple[int, int], int] = {}
     mstrides: dict[tuple[int, int], int] = {}
     mnames: dict[tuple[int, int], str] = {}
-    names: dict[int, str] = {}
     variables: dict[int, int] = {}  # variable id -> pointer type id
-    i = 5
-    while i < n:
-        count, op = words[i] >> 16, words[i] & 0xFFFF
-        if count == 0:
-            break
-        w = words[i + 1: i + count]
+    for op, w in _instructions(spirv):
         if op == OP_DECORATE and len(w) >= 3:
             table = {DECORATION_DESCRIPTOR_SET: sets, DECORATION_BINDING: bindings,
                      DECORATION_ARRAY_STRIDE: strides}.get(w[1])
@@ -223,10 +220,8 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
                 offsets[(w[0], w[1])] = w[3]
             elif w[2] == DECORATION_MATRIX_STRIDE:
                 mstrides[(w[0], w[1])] = w[3]
-        elif op == OP_NAME:
-            names[w[0]] = _string(words, i + 2, i + count)
         elif op == OP_MEMBER_NAME:
-            mnames[(w[0], w[1])] = _string(words, i + 3, i + count)
+            mnames[(w[0], w[1])] = _string(w[2:])
         elif op == OP_TYPE_INT:
             types[w[0]] = ("int" if w[2] else "uint", w[1])
         elif op == OP_TYPE_FLOAT:
@@ -245,7 +240,6 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
             consts[w[1]] = w[2]
         elif op == OP_VARIABLE:
             variables[w[1]] = w[0]
-        i += count
     var = next((v for v in variables if sets.get(v, 0) == dset and bindings.get(v) == binding
                 and v in bindings), None)
     if var is None:
