@@ -31,6 +31,7 @@ import numpy as np
 from .cfg import write_cfg
 from .errors import GraphError
 from .formats import atomic_write
+from .trainer import trainable
 
 log = logging.getLogger("vkgraph")
 
@@ -218,8 +219,6 @@ def upload(build, node, conn: str, arrays: dict, key: str, module) -> None:
 def trainer_state(build, module, entries) -> dict:
     """For `state` hooks of trainers: the (node of the module's Trainable, connector) buffers
     the engine cannot know about, e.g. weights, optimiser moments and the loss history."""
-    from .trainer import trainable
-
     t = trainable(module)
     return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
 
@@ -228,8 +227,6 @@ def load_trainer_state(build, module, arrays: dict, entries,
                        history: str = "lsum.hist") -> None:
     """For `load_state` hooks: the inverse of trainer_state. A loss history saved with another
     length (another frame count) is moved to its new ring-buffer slots."""
-    from .trainer import trainable
-
     t = trainable(module)
     arrays = dict(arrays)
     old = arrays.get(history)
