@@ -192,11 +192,16 @@ class Param:
             return "one of " + ", ".join(str(c) for c in self.choices)
         if self.type == "string":
             return f"text of at most {self.count - 1} bytes"
-        lo, hi = self.lo, self.hi
+        lo, hi = self._bounds()
         if self.type == "int":
-            lo, hi = max(lo, INT32[0]), min(hi, INT32[1])
             return f"{int(lo)}..{int(hi)}"
         return f"{_number(lo)}..{_number(hi)}"
+
+    def _bounds(self) -> tuple[float, float]:
+        """The declared range, for ints within what a GLSL int holds."""
+        if self.type == "int":
+            return max(self.lo, INT32[0]), min(self.hi, INT32[1])
+        return self.lo, self.hi
 
     def check(self, values: list | str, owner: str, where: str | None = None) -> None:
         """Raise GraphError unless every value is allowed: inside the declared range or
@@ -226,12 +231,9 @@ class Param:
             return value in self.choices
         if self.type == "string":
             return True
-        if self.type == "int":
-            lo, hi = max(self.lo, INT32[0]), min(self.hi, INT32[1])
-        else:
-            if not math.isfinite(value) or abs(value) > FLT_MAX:
-                return False
-            lo, hi = self.lo, self.hi
+        if self.type == "float" and (not math.isfinite(value) or abs(value) > FLT_MAX):
+            return False
+        lo, hi = self._bounds()
         return lo <= value <= hi
 
 
