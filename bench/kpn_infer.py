@@ -19,13 +19,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from vkgraph.pipeline.datasets import image_set  # noqa: E402
+import quality  # noqa: E402  (bench/quality.py: the held-out photos, the noise model)
+
 from vkgraph.pipeline.denoise import Denoiser  # noqa: E402
-from vkgraph.pipeline.formats import read_image  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
-A, B = 1e6, 100.0  # the "mid" level of bench/quality.py
+_, A, B = quality.LEVELS[1]  # the "mid" level
 
 
 def main() -> None:
@@ -36,12 +37,10 @@ def main() -> None:
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
     args = ap.parse_args()
     wd, ht = (int(v) for v in args.size.split("x"))
-    photo = read_image(image_set(str(ROOT / "graphs/photos/held-out.txt"), Path)[0])[..., :3]
+    photo = quality.load_clean(quality.photos()[0])
     reps = (-(-ht // photo.shape[0]), -(-wd // photo.shape[1]), 1)
     clean = np.tile(photo, reps)[:ht, :wd]
-    rng = np.random.default_rng(0)
-    std = np.sqrt(A + 65535.0 * np.maximum(clean, 0) * B) / 65535.0
-    noisy = (clean + std * rng.standard_normal(clean.shape)).astype(np.float32)
+    noisy = quality.add_noise(clean, A, B, seed=0)
     dev = Device.open(args.device)
     try:
         den = Denoiser(dev, args.weights, max_pixels=wd * ht, profile=True)
@@ -53,7 +52,7 @@ def main() -> None:
             out = den(noisy, A, B)
             walls.append(time.perf_counter() - t0)
             gpus.append(sum(t for _, t in build.timings()))
-        mse = float(np.mean((out - clean) ** 2))
+        psnr = quality.psnr(out, clean)
         name = dev.info.name
     finally:
         dev.close()
@@ -61,7 +60,7 @@ def main() -> None:
     print("| runs | GPU ms (median) | wall ms (median, with upload/download) | PSNR dB |")
     print("|---|---|---|---|")
     print(f"| {args.runs} | {np.median(gpus):.2f} | {1e3 * np.median(walls):.1f} | "
-          f"{10 * np.log10(1 / mse):.2f} |")
+          f"{psnr:.2f} |")
 
 
 if __name__ == "__main__":
