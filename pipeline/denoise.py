@@ -28,7 +28,7 @@ import numpy as np
 
 from .cfg import apply_line
 from .errors import GraphError
-from .formats import lut_info, read_lut
+from .formats import read_lut
 from .graph import Graph
 from .registry import DEFAULT_DIR, Registry
 from .runner import Build
@@ -51,11 +51,10 @@ class Denoiser:
         self.weights = Path(weights)
         if not self.weights.is_file():
             raise GraphError(f"weights '{self.weights}' do not exist")
-        lut_info(self.weights)  # a bad file is an error now, not at the first image
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         # kpn takes apply and levels from the .lut's text itself (kpn-t writes them); the
         # levels are needed here too, for the tile margin
-        text = read_lut(self.weights)[2]
+        text = read_lut(self.weights)[2]  # a bad file is an error now, not at the first image
         kpn = self.registry.get("kpn")
         from vkgraph.modules.kpn_t.module import trained_with  # kpn's code imports it too
 
