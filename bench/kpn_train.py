@@ -9,16 +9,25 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
                     buffer would exceed 4 GiB, 2048^2 and up)
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
-ms/frame is wall time per frame (submit to fence) over --frames frames after 3 warm-up frames;
-Mpx/s = input pixels / time; "x eager" and "x compile" = PyTorch's time / ours; "roofline" =
-the time the design's roofline allows / measured time, with these figures: 0.19 MFLOP per
-input pixel (useful work, 4 levels) at the fp16 dense tensor peak, and per input pixel 5.5 KB of
-memory traffic (stored f16 activations) or 0.4 KB (fused), at the memory bandwidth; the
-larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s and 3.35 TB/s, H100
-PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
+ms/frame is the median over --repeats blocks of --frames frames (after 3 warm-up frames) of the
+wall time per frame (vkgraph: submit to fence, one frame at a time; PyTorch: steps between two
+synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of the frame's
+dispatch timestamps, median over one more block of frames; PyTorch: CUDA events around each
+block, median). Mpx/s = input pixels / wall time; "x eager" and "x compile" = PyTorch's wall
+time / ours; "roofline" = the time the design's roofline allows / measured time, with these
+figures: 0.19 MFLOP per input pixel (useful work, 4 levels) at the fp16 dense tensor peak, and
+per input pixel 5.5 KB of memory traffic (stored f16 activations) or 0.4 KB (fused), at the
+memory bandwidth; the larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s
+and 3.35 TB/s, H100 PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
 
     python bench/kpn_train.py [--sizes 256,1024,2048,4096] [--variants fused,coopmat,portable]
-                              [--torch eager,compile] [--frames 10] [--profile] [--json FILE]
+                              [--torch eager,compile] [--frames 50] [--repeats 3] [--profile]
+                              [--json FILE]
+    python bench/kpn_train.py --cpu      # the CPU row: portable kernels on the Vulkan device
+                                         # at hand (lavapipe) against PyTorch on the CPU, 64^2
+
+torch.compile runs at every size (each size compiles anew, ~30 s); --compile-sizes limits it
+and the table then says which sizes were skipped and why.
 
 --profile prints each vkgraph run's per-node GPU timestamps (summed per kernel over the
 levels, and per node for the largest and smallest level) and PyTorch's check: its loss at the
@@ -84,12 +93,12 @@ def kpn_graph(folder: Path) -> Graph:
     return g
 
 
-def run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
+def run_vkgraph(variant: str, folder: Path, frames: int, repeats: int, profile: bool) -> dict:
     """In a child process (a driver crash costs only this row), with its own device (which
     owns and frees every buffer of the build)."""
     import subprocess
 
-    cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames)]
+    cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames), str(repeats)]
     res = subprocess.run(cmd + (["--profile"] if profile else []), capture_output=True,
                          text=True)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
@@ -99,15 +108,16 @@ def run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
     return json.loads(lines[-1])
 
 
-def _child(variant: str, folder: Path, frames: int, profile: bool) -> None:
+def _child(variant: str, folder: Path, frames: int, repeats: int, profile: bool) -> None:
     try:
-        out = _run_vkgraph(variant, folder, frames, profile)
+        out = _run_vkgraph(variant, folder, frames, repeats, profile)
     except Exception as e:  # noqa: BLE001 - reported as the row's result
         out = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
     print(json.dumps(out))
 
 
-def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict:
+def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
+                 profile: bool) -> dict:
     saved = {k: os.environ.get(k) for k in ("VKGRAPH_KPN_MLP", "VKGRAPH_PORTABLE")}
     for k in saved:
         os.environ.pop(k, None)
@@ -115,23 +125,35 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, profile: bool) -> dict
     dev = Device.open()
     try:
         g = kpn_graph(folder)
-        g.frames = frames + 3
-        b = Build(g, dev, profile=profile)
+        gpu_frames = min(frames, 20)
+        g.frames = 3 + repeats * frames + gpu_frames
+        b = Build(g, dev, profile=True)  # timestamps: a write per dispatch
         m = g.modules[("kpn-t", "01")]
         used = {n.kernel for n in m.nodes}
         b.run_frame(0, download=False)
         loss0 = m.cls.hook("current_loss")(b.context, m)
         for f in range(1, 3):
             b.run_frame(f, download=False)
-        t0 = time.perf_counter()
-        for f in range(3, 3 + frames):
+        f = 3
+        blocks = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(frames):
+                b.run_frame(f, download=False)
+                f += 1
+            blocks.append((time.perf_counter() - t0) / frames * 1e3)
+        gpu = []
+        for _ in range(gpu_frames):  # apart from the timed blocks: reading the stamps costs
             b.run_frame(f, download=False)
-        ms = (time.perf_counter() - t0) / frames * 1e3
+            f += 1
+            gpu.append(sum(t for _, t in b.timings()))
+        ms = float(np.median(blocks))
         want = {"fused": "bck_fused", "coopmat": "mulw_cm", "portable": "mulw"}[variant]
         if want not in used:  # e.g. a device without cooperative matrices
             raise RuntimeError(f"the build chose other kernels: {sorted(used)}")
-        out = {"ms": ms, "loss0": loss0, "loss": m.cls.hook("current_loss")(b.context, m),
-               "kernels": sorted(used)}
+        out = {"ms": ms, "blocks": blocks, "gpu_ms": float(np.median(gpu)), "loss0": loss0,
+               "loss": m.cls.hook("current_loss")(b.context, m), "kernels": sorted(used),
+               "frames": f}
         if profile:
             nodes = [n for n in b.schedule if n.kernel is not None]
             times = b.timings()
@@ -158,9 +180,9 @@ class TorchKpn:
     (mean over pixels), autograd, Adam with global-norm clipping and L2
     (modules/kpn-t/README.md)."""
 
-    def __init__(self, torch, size: int, W: np.ndarray, compiled: bool):
+    def __init__(self, torch, size: int, W: np.ndarray, compiled: bool, dev: str = "cuda"):
         self.t = torch
-        dev = "cuda"
+        self.dev = dev
         self.sizes = [(size, size)]
         for _ in range(LEVELS):
             w, h = self.sizes[-1]
@@ -170,7 +192,7 @@ class TorchKpn:
         self.luma = torch.tensor([0.2627, 0.6780, 0.0593], device=dev).view(3, 1, 1)
         self.W = torch.nn.Parameter(torch.tensor(W, dtype=torch.float32, device=dev))
         self.opt = torch.optim.Adam([self.W], lr=0.01, betas=(0.99, 0.999), eps=1e-4,
-                                    weight_decay=2 * 0.001, fused=True)
+                                    weight_decay=2 * 0.001, fused=dev == "cuda")
         self.idx = {}
         self.loss_fn = torch.compile(self.frame_loss) if compiled else self.frame_loss
 
@@ -180,7 +202,7 @@ class TorchKpn:
         if key not in self.idx:
             i = np.arange(-lo, n + hi) % (2 * n)
             i = np.where(i < n, i, 2 * n - 1 - i)
-            self.idx[key] = self.t.tensor(i, device="cuda")
+            self.idx[key] = self.t.tensor(i, device=self.dev)
         return self.idx[key]
 
     def pad(self, x, lo: int, hi: int):
@@ -197,7 +219,7 @@ class TorchKpn:
             x = np.arange(n)
             k = np.minimum(x >> 1, nc - 1)
             k1 = np.minimum(k + (x & 1), nc - 1)
-            self.idx[key] = (self.t.tensor(k, device="cuda"), self.t.tensor(k1, device="cuda"))
+            self.idx[key] = (self.t.tensor(k, device=self.dev), self.t.tensor(k1, device=self.dev))
         return self.idx[key]
 
     def up(self, C, w: int, h: int):
@@ -238,7 +260,10 @@ class TorchKpn:
         for i in range(LEVELS):
             w, h = self.sizes[i]
             D = M[i] - self.up(M[i + 1], w, h)
-            with self.t.autocast("cuda", dtype=self.t.bfloat16):
+            if self.dev == "cuda":
+                with self.t.autocast("cuda", dtype=self.t.bfloat16):
+                    K = self.mlp(self.features(D), W)
+            else:  # the CPU row: fp32 (bf16 on a CPU emulates; the portable kernels are fp32)
                 K = self.mlp(self.features(D), W)
             I.append(self.apply(D, K))
         O = M[LEVELS]
@@ -256,31 +281,55 @@ class TorchKpn:
         return E
 
 
-def _torch_frames(torch, mode, X, R, W, frames) -> dict:
-    Xt = torch.tensor(X, device="cuda").permute(2, 0, 1).contiguous()
-    Rt = torch.tensor(R, device="cuda").permute(2, 0, 1).contiguous()
-    model = TorchKpn(torch, X.shape[0], W, compiled=(mode == "compile"))
+def _torch_frames(torch, mode, X, R, W, frames, repeats, dev) -> dict:
+    cuda = dev == "cuda"
+    Xt = torch.tensor(X, device=dev).permute(2, 0, 1).contiguous()
+    Rt = torch.tensor(R, device=dev).permute(2, 0, 1).contiguous()
+    model = TorchKpn(torch, X.shape[0], W, compiled=(mode == "compile"), dev=dev)
     with torch.no_grad():  # eager, also fills the index caches before any compile
         loss0 = float(model.frame_loss(Xt, Rt, model.W))
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
     t0 = time.perf_counter()
     for _ in range(3):
         model.step(Xt, Rt)
-    torch.cuda.synchronize()
+    sync()
     warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(frames):
-        E = model.step(Xt, Rt)
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / frames * 1e3
-    return {"ms": ms, "loss0": loss0, "loss": float(E), "warmup_s": warm,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    blocks, gpu = [], []
+    for _ in range(repeats):
+        if cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            E = model.step(Xt, Rt)
+        if cuda:
+            end.record()
+        sync()
+        blocks.append((time.perf_counter() - t0) / frames * 1e3)
+        if cuda:
+            gpu.append(start.elapsed_time(end) / frames)
+    return {"ms": float(np.median(blocks)), "blocks": blocks,
+            "gpu_ms": float(np.median(gpu)) if gpu else None, "loss0": loss0,
+            "loss": float(E.detach()), "warmup_s": warm,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
 
 
-def run_torch(mode: str, X: np.ndarray, R: np.ndarray, W: np.ndarray, frames: int) -> dict:
+def run_torch(mode: str, X: np.ndarray, R: np.ndarray, W: np.ndarray, frames: int,
+              repeats: int, dev: str = "cuda") -> dict:
     import torch
 
+    if dev == "cpu":
+        try:
+            return _torch_frames(torch, mode, X, R, W, frames, repeats, dev)
+        except Exception as e:  # noqa: BLE001 - reported as the row's result
+            return {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
     try:
-        out = _torch_frames(torch, mode, X, R, W, frames)
+        out = _torch_frames(torch, mode, X, R, W, frames, repeats, dev)
     except torch.cuda.OutOfMemoryError:
         out = {"ms": None, "error": "OOM", "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
     gc.collect()  # the model and its tensors are gone: give the memory back for the next run
@@ -314,29 +363,49 @@ def profile_table(nodes, title: str) -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), "--profile" in sys.argv)
+        _child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+               "--profile" in sys.argv)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="256,1024,2048,4096")
-    ap.add_argument("--variants", default="fused,coopmat,portable")
+    ap.add_argument("--sizes", default=None, help="input sizes (default 256,1024,2048,4096; "
+                    "with --cpu 64)")
+    ap.add_argument("--variants", default=None,
+                    help="vkgraph kernel variants (default fused,coopmat,portable; --cpu: "
+                    "portable)")
     ap.add_argument("--torch", default="eager,compile", help="'' to skip PyTorch")
-    ap.add_argument("--frames", type=int, default=10)
+    ap.add_argument("--frames", type=int, default=50, help="timed frames per block")
+    ap.add_argument("--repeats", type=int, default=3, help="timed blocks (the median counts)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="the CPU row: PyTorch on the CPU (fp32, all cores) against the portable "
+                    "kernels on the Vulkan device at hand (lavapipe on a machine without a GPU)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--budget", type=float, default=0, help="skip torch.compile runs once "
                     "this many seconds have passed (0: never)")
-    ap.add_argument("--compile-sizes", default="256,1024",
-                    help="torch.compile only at these sizes (each size compiles anew)")
+    ap.add_argument("--compile-sizes", default="all",
+                    help="torch.compile only at these sizes (default: all)")
     args = ap.parse_args()
     t_start = time.perf_counter()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    variants = [v for v in args.variants.split(",") if v]
+    sizes = [int(s) for s in (args.sizes or ("64" if args.cpu else "256,1024,2048,4096"))
+             .split(",") if s]
+    variants = [v for v in (args.variants or ("portable" if args.cpu else
+                                              "fused,coopmat,portable")).split(",") if v]
     torch_modes = [m for m in args.torch.split(",") if m]
+    compile_sizes = None if args.compile_sizes == "all" else args.compile_sizes.split(",")
+    tdev = "cpu" if args.cpu else "cuda"
     dev = Device.open()
     name = dev.info.name
     dev.close()
     flops, bw, peak_text = peaks(name)
-    print(f"device: {name}; roofline figures: {peak_text}", flush=True)
+    if args.cpu:
+        import torch
+
+        cores = os.cpu_count()
+        torch.set_num_threads(cores)
+        print(f"device: {name}; PyTorch {torch.__version__} on the CPU, fp32, {cores} threads",
+              flush=True)
+    else:
+        print(f"device: {name}; roofline figures: {peak_text}", flush=True)
     W0 = _reference_module().xavier_init().astype(np.float32)  # vkgraph's frame-0 weights
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -348,33 +417,43 @@ def main() -> int:
             row = {"size": size, "vk": {}, "torch": {}}
             for v in variants:
                 if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
-                    row["vk"][v] = {"ms": None, "error": "fp32 A > 4 GiB"}
+                    row["vk"][v] = {"ms": None, "error": "not run: fp32 A > 4 GiB"}
                     continue
-                row["vk"][v] = run_vkgraph(v, folder, args.frames, args.profile)
+                row["vk"][v] = run_vkgraph(v, folder, args.frames, args.repeats, args.profile)
                 r = row["vk"][v]
-                print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame "
+                print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame (blocks "
+                      f"{fmt_list(r.get('blocks'))}), GPU {fmt(r.get('gpu_ms'), '.3f')} ms "
                       f"{r.get('error', '')} loss0 {r.get('loss0', '-')} kernels "
                       f"{r.get('kernels', '')}", flush=True)
                 if args.profile and "nodes" in r:
                     print(profile_table(r["nodes"], f"{size}^2 {v}"), flush=True)
             for mode in torch_modes:
                 late = args.budget and time.perf_counter() - t_start > args.budget
-                if mode == "compile" and (late or str(size) not in args.compile_sizes.split(",")):
-                    row["torch"][mode] = {"ms": None, "error": "not run (device time)"}
+                if mode == "compile" and late:
+                    row["torch"][mode] = {"ms": None, "error": "skipped: past --budget"}
+                    continue
+                if mode == "compile" and compile_sizes and str(size) not in compile_sizes:
+                    row["torch"][mode] = {"ms": None, "error": "skipped: --compile-sizes"}
                     continue
                 try:
-                    row["torch"][mode] = run_torch(mode, X, R, W0, args.frames)
+                    row["torch"][mode] = run_torch(mode, X, R, W0, args.frames, args.repeats,
+                                                   tdev)
                 except Exception as e:  # noqa: BLE001
                     row["torch"][mode] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
                 r = row["torch"][mode]
-                print(f"{size}^2 torch {mode}: {fmt(r['ms'])} ms/frame {r.get('error', '')} "
-                      f"loss0 {r.get('loss0', '-')} warm-up {fmt(r.get('warmup_s'), '.1f')} s "
-                      f"peak {fmt(r.get('peak_gib'), '.1f')} GiB", flush=True)
+                print(f"{size}^2 torch {mode}: {fmt(r['ms'])} ms/frame (blocks "
+                      f"{fmt_list(r.get('blocks'))}), GPU {fmt(r.get('gpu_ms'), '.3f')} ms "
+                      f"{r.get('error', '')} loss0 {r.get('loss0', '-')} warm-up "
+                      f"{fmt(r.get('warmup_s'), '.1f')} s peak {fmt(r.get('peak_gib'), '.1f')} "
+                      "GiB", flush=True)
             results.append(row)
     print()
-    print(f"kpn-t training frame, {LEVELS} levels, full image; {name}; {args.frames} frames")
-    print("| input | impl | ms/frame | Mpx/s | x eager | x compile | roofline |")
-    print("|---|---|---|---|---|---|---|")
+    where = "PyTorch on the CPU (fp32)" if args.cpu else "PyTorch bf16 autocast"
+    print(f"kpn-t training frame, {LEVELS} levels, full image; {name}; {where}; median of "
+          f"{args.repeats} x {args.frames} frames")
+    print("| input | impl | wall ms/frame | GPU ms/frame | Mpx/s | x eager | x compile | "
+          "roofline |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in results:
         size = row["size"]
         px = size * size
@@ -383,21 +462,28 @@ def main() -> int:
         for v, r in row["vk"].items():
             ms = r["ms"]
             if ms is None:
-                print(f"| {size}² | vkgraph {v} | {r['error']} | | | | |")
+                print(f"| {size}² | vkgraph {v} | {r['error']} | | | | | |")
                 continue
             bound = max(FLOP_PER_PX * px / flops, BYTES_PER_PX[v] * px / bw) * 1e3
-            print(f"| {size}² | vkgraph {v} | {ms:.2f} | {px / ms / 1e3:.0f} | "
-                  f"{fmt(te / ms if te else None, '.1f')} | "
-                  f"{fmt(tc / ms if tc else None, '.1f')} | {100 * bound / ms:.0f}% |")
+            roof = "" if args.cpu else f"{100 * bound / ms:.0f}%"
+            print(f"| {size}² | vkgraph {v} | {ms:.2f} | {fmt(r.get('gpu_ms'))} | "
+                  f"{px / ms / 1e3:.1f} | {fmt(te / ms if te else None, '.2f')} | "
+                  f"{fmt(tc / ms if tc else None, '.2f')} | {roof} |")
         for mode, r in row["torch"].items():
             ms = r["ms"]
+            label = f"torch {mode} ({'cpu fp32' if args.cpu else 'bf16'})"
             if ms is None:
-                print(f"| {size}² | torch {mode} | {r['error']} | | | | |")
+                print(f"| {size}² | {label} | {r['error']} | | | | | |")
                 continue
-            print(f"| {size}² | torch {mode} (bf16) | {ms:.2f} | {px / ms / 1e3:.0f} | | | |")
+            print(f"| {size}² | {label} | {ms:.2f} | {fmt(r.get('gpu_ms'))} | "
+                  f"{px / ms / 1e3:.1f} | | | |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0
+
+
+def fmt_list(values) -> str:
+    return "-" if not values else " ".join(f"{v:.2f}" for v in values)
 
 
 def _reference_module():
