@@ -378,9 +378,6 @@ class Build(NodeGraph):
                 continue  # display in the cli: replaced by writers beforehand
             c0 = node.connectors[0]
             raw = self.staging[id(node)].view(np.uint8)
-            writer = c0.source[0].module
-            if "lut_text" in writer.data:
-                node.module.data["lut_text"] = writer.data["lut_text"]
             hook(self.context, node.module, c0, self._shape(c0, raw))
 
     # -- frames

@@ -169,7 +169,7 @@ class Session:
     def save_weights(self, path: str | Path, module: str | None = None,
                      connector: str = "w") -> Path:
         """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
-        with the module's description text. Default module: the one trainable module."""
+        with the text the module published on it (its metadata "text"). Default module: the one trainable module."""
         if module is None:
             found = [str(m) for m in self._built().active
                      if m.cls.hook("state") and connector in m.cls.connector_names()]
@@ -186,8 +186,8 @@ class Session:
             wd, ht = c.roi.wd, c.roi.ht
             if wd * ht != data.size:
                 wd, ht = data.size, 1
-            write_lut(path, data, 1, fmt, wd, ht, ssbo=True, text=m.data.get("lut_text"))
+            write_lut(path, data, 1, fmt, wd, ht, ssbo=True, text=c.meta.get("text"))
         else:
             ht, wd, ch = data.shape
-            write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=m.data.get("lut_text"))
+            write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=c.meta.get("text"))
         return path
