@@ -169,7 +169,8 @@ class Session:
     def save_weights(self, path: str | Path, module: str | None = None,
                      connector: str = "w") -> Path:
         """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
-        with the text the module published on it (its metadata "text"). Default module: the one trainable module."""
+        with the text the module published on it (its metadata "text"). Default module: the
+        one trainable module."""
         if module is None:
             found = [str(m) for m in self._built().active
                      if m.cls.hook("state") and connector in m.cls.connector_names()]
