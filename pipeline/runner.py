@@ -121,7 +121,8 @@ class Build(NodeGraph):
         self.streaming: list[Node] = []
         self.wait_seconds = 0.0  # time spent waiting for the device (bench/overhead.py)
         self.first_frame = 0  # where this run started (> 0 when resumed from a checkpoint)
-        self.interrupted = False  # run_graph stopped early (stop() said so)
+        self.interrupted = False  # run_frames stopped early (stop() said so)
+        self.seconds = 0.0  # wall time of the frames run so far (summaries: frames/s)
         self._sources_uploaded = False
         self.build_nodes()
         self._check_memory()
@@ -415,6 +416,25 @@ class Build(NodeGraph):
         if download:
             self.download_sinks()
 
+    def run_frames(self, start: int, end: int, last_frame_only: bool = False,
+                   each_frame=(), stop=None) -> None:
+        """Frames start..end-1; the sinks are written after each (only after the last one
+        with last_frame_only). each_frame: callbacks (build, f) after each frame. stop() ->
+        bool is asked after each but the last: True ends the run there (a signal arrived),
+        with the sinks written and `interrupted` set."""
+        t0 = time.perf_counter()
+        for f in range(start, end):
+            last = f == end - 1
+            self.run_frame(f, download=last or not last_frame_only)
+            for callback in each_frame:
+                callback(self, f)
+            if not last and stop is not None and stop():
+                self.interrupted = True
+                if last_frame_only:
+                    self.download_sinks()
+                break
+        self.seconds += time.perf_counter() - t0
+
     def run_upto(self, target: Node, stop: Node | None = None) -> None:
         """Run only `target` and the nodes it reads from, again for the current frame: not
         through feedback inputs, not `stop` nor what only `stop` reads. Sources keep what
@@ -456,18 +476,6 @@ def run_graph(graph, device: Device, frames: int | None = None, last_frame_only:
     build = Build(graph, device, profile=profile)
     start = restore(build) if restore is not None else 0
     build.first_frame = build.frame = start
-    t0 = time.perf_counter()
-    for f in range(start, build.frames):
-        last = f == build.frames - 1
-        build.run_frame(f, download=last or not last_frame_only)
-        if progress is not None:
-            progress(build, f)
-        if after_frame is not None:
-            after_frame(build, f)
-        if not last and stop is not None and stop():
-            build.interrupted = True
-            if last_frame_only:
-                build.download_sinks()
-            break
-    build.seconds = time.perf_counter() - t0
+    build.run_frames(start, build.frames, last_frame_only,
+                     [c for c in (progress, after_frame) if c is not None], stop)
     return build
