@@ -377,15 +377,13 @@ def cmd_devices(args) -> int:
 def shader_folders() -> list[Path]:
     """Every kernel folder: the shipped shaders/<name>/, then those of the user's module
     folders (<dir>/<name>/ and <dir>/shaders/<name>/ holding .comp files)."""
+    from vkgraph.pipeline.kernels import SHADERS, user_kernel_roots
     from vkgraph.pipeline.registry import user_dirs
-    from vkgraph.pipeline.runner import SHADERS
 
     folders = sorted(p for p in SHADERS.iterdir() if p.is_dir() and p.name != "include")
-    for d in user_dirs():
-        for root in (d, d / "shaders"):
-            if root.is_dir():
-                folders += sorted(p for p in root.iterdir()
-                                  if p.is_dir() and any(p.glob("*.comp")))
+    for root in user_kernel_roots(user_dirs()):
+        if root.is_dir():
+            folders += sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob("*.comp")))
     return folders
 
 
@@ -413,8 +411,8 @@ def shader_variants():
 
 def cmd_shaders(args) -> int:
     from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.kernels import compile_kernel
     from vkgraph.pipeline.registry import Registry
-    from vkgraph.pipeline.runner import compile_kernel
     from vkgraph.pipeline.vk import ShaderCompileError
 
     if not args.check:
