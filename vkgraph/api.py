@@ -175,14 +175,18 @@ class Session:
             self.graph.frames = end
         build = self.prepare()
         build.frames = max(build.frames, end)
-        callbacks = [on_frame] if on_frame is not None else []
+        callbacks = [self._reached]
         if progress is not None:
             stats = [(m, m.cls.hook("stats")) for m in build.active if m.cls.hook("stats")]
-            callbacks.insert(0, lambda b, f: progress(
+            callbacks.append(lambda b, f: progress(
                 f, end - 1, {str(m): hook(b.context, m) for m, hook in stats}))
+        if on_frame is not None:
+            callbacks.append(on_frame)
         build.run_frames(self.frame, end, not every_frame_sinks, callbacks, stop)
-        self.frame = build.frame + 1
         return self
+
+    def _reached(self, build: Build, frame: int) -> None:
+        self.frame = frame + 1
 
     @property
     def interrupted(self) -> bool:
