@@ -83,7 +83,7 @@ class HookContext:
 
     def meta(self, module, connector: str):
         """Metadata of the data on a connector: see connector_meta."""
-        return connector_meta(module, connector)
+        return self._build.meta(module, connector)
 
     # -- the device
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .context import HookContext
+from .context import HookContext, connector_meta
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -98,6 +98,10 @@ class NodeGraph:
     @property
     def modules(self):
         return self.graph.modules
+
+    def meta(self, module: ModuleInstance, connector: str):
+        """A connector's metadata (HookContext.meta)."""
+        return connector_meta(module, connector)
 
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,

@@ -157,7 +157,7 @@ def modify_roi_out(graph, module):
     module.connector("graph").roi = Roi(500, 200)
     module.connector("vis").roi = Roi(512, 256)
     # what o-lut writes after the weights, and kpn reads back from its .lut
-    module.connector("w").meta["text"] = lut_text(
+    graph.meta(module, "w")["text"] = lut_text(
         int(module.param("apply")), int(module.param("loss")), int(module.param("feat")),
         int(module.param("levels")))
 

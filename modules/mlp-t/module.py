@@ -348,7 +348,7 @@ def modify_roi_out(graph, module):
                          f"{a.slices} (dims 3: the slices are stacked vertically)")
     module.connector("output").roi = Roi(t.wd, t.ht)
     module.connector("w").roi = Roi(a.width, a.params // a.width)
-    module.connector("w").meta["text"] = a.describe()  # o-lut writes it after the weights
+    graph.meta(module, "w")["text"] = a.describe()  # o-lut writes it after the weights
 
 
 def ssbo(name, ctype, n=None, fmt="f32"):
