@@ -192,13 +192,19 @@ def graph_path(name: str) -> Path:
     raise GraphError(f"{path}: no such graph file")
 
 
-def load_graph(args):
-    from vkgraph.pipeline.cfg import apply_line, read_cfg
+def load_session(args):
+    """The session of -g (vkgraph.Session, the Python API) and a function that applies the
+    --config lines to its graph."""
+    from vkgraph.api import Session
 
-    path = graph_path(args.graph)
-    graph = read_cfg(path, lenient=args.lenient)
-    return graph, (lambda: [apply_line(graph, line, f"--config {i + 1}", args.lenient)
-                            for i, line in enumerate(args.config)])
+    session = Session.load(graph_path(args.graph), lenient=args.lenient, host=False)
+    return session, lambda: session.apply(args.config, "--config", args.lenient)
+
+
+def load_graph(args):
+    """The graph of -g and the function applying --config (gui, gradcheck)."""
+    session, apply_config = load_session(args)
+    return session.graph, apply_config
 
 
 def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool) -> None:
@@ -274,11 +280,12 @@ class StopSignals:
 
 def cmd_cli(args, argv) -> int:
     from vkgraph.pipeline import checkpoint
-    from vkgraph.pipeline.runner import run_graph
 
     from .progress import Progress, summaries
 
-    graph, apply_config = load_graph(args)
+    session, apply_config = load_session(args)
+    session.profile = args.profile
+    graph = session.graph
     slots = output_slots(argv)
     frames = graph.frames
     for line in args.config:  # per-frame file names depend on the final frame count
@@ -308,13 +315,19 @@ def cmd_cli(args, argv) -> int:
     with StopSignals() as stop:
         device = open_device(args)
         try:
+            session.device = device
             bar = Progress(enabled=args.progress)
             try:
-                build = run_graph(graph, device, last_frame_only=args.last_frame_only,
-                                  progress=bar.update, profile=args.profile,
-                                  restore=lambda b: checkpoint.prepare(
-                                      b, resume, saving=bool(args.checkpoint)), stop=stop,
-                                  after_frame=after_frame if args.checkpoint else None)
+                build = session.prepare(restore=lambda b: checkpoint.prepare(
+                    b, resume, saving=bool(args.checkpoint)))
+
+                def each_frame(b, f):
+                    bar.update(b, f)
+                    if args.checkpoint:
+                        after_frame(b, f)
+
+                session.run(build.frames - session.frame, every_frame_sinks=not
+                            args.last_frame_only, on_frame=each_frame, stop=stop)
             finally:
                 bar.close()
             saved = args.checkpoint
@@ -364,15 +377,13 @@ def cmd_devices(args) -> int:
 def shader_folders() -> list[Path]:
     """Every kernel folder: the shipped shaders/<name>/, then those of the user's module
     folders (<dir>/<name>/ and <dir>/shaders/<name>/ holding .comp files)."""
+    from vkgraph.pipeline.kernels import SHADERS, user_kernel_roots
     from vkgraph.pipeline.registry import user_dirs
-    from vkgraph.pipeline.runner import SHADERS
 
     folders = sorted(p for p in SHADERS.iterdir() if p.is_dir() and p.name != "include")
-    for d in user_dirs():
-        for root in (d, d / "shaders"):
-            if root.is_dir():
-                folders += sorted(p for p in root.iterdir()
-                                  if p.is_dir() and any(p.glob("*.comp")))
+    for root in user_kernel_roots(user_dirs()):
+        if root.is_dir():
+            folders += sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob("*.comp")))
     return folders
 
 
@@ -400,8 +411,8 @@ def shader_variants():
 
 def cmd_shaders(args) -> int:
     from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.kernels import compile_kernel
     from vkgraph.pipeline.registry import Registry
-    from vkgraph.pipeline.runner import compile_kernel
     from vkgraph.pipeline.vk import ShaderCompileError
 
     if not args.check:

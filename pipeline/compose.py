@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels import kernel_spirv, pack_push
 from .nodes import Node
-from .runner import kernel_spirv, pack_push
 
 SIDE = 0.25  # width of the side column, as a fraction of the window
 GAP = 2  # pixels between panels

@@ -4,6 +4,8 @@ pipeline/module.py) is a HookContext, not the whole Build.
     the run        frame, frames, first_frame (> 0 when resumed), seconds (after the run)
     files          resolve(filename) -> Path
     the graph      modules (name, inst) -> ModuleInstance; readers(module, connector)
+    metadata       meta(module, connector): an output's dict (the writer fills it), or for an
+                   input the dict of the output wired to it (read only)
     the device     capabilities: vk.DeviceInfo (subgroup_size, fp16, storage16, coopmat,
                    shared_memory, int64_atomics, name, ...), None without a device
     buffers        read(node, connector) -> np.ndarray, upload(node, connector, array)
@@ -18,6 +20,23 @@ bench script) keeps working; new hook code should use only these.
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
+
+_NONE = MappingProxyType({})
+
+
+def connector_meta(module, connector: str):
+    """The metadata of a module connector. An output's is its own dict, which the module's
+    hooks fill (modify_roi_out, so that readers' modify_roi_out sees it; the engine empties
+    it before). An input's is the metadata of the output wired to it, read only (empty when
+    the input is open): the writer's word travels to every reader, never back."""
+    c = module.connector(connector)
+    if c.is_output:
+        return c.meta
+    if c.source is None:
+        return _NONE
+    writer, name = c.source
+    return MappingProxyType(writer.connector(name).meta)
 
 
 class HookContext:
@@ -61,6 +80,10 @@ class HookContext:
         """(reader module, its connector) for every wire from `module`'s `connector`."""
         readers = getattr(self._build.graph, "readers", None)
         return readers(module, connector) if readers is not None else []
+
+    def meta(self, module, connector: str):
+        """Metadata of the data on a connector: see connector_meta."""
+        return self._build.meta(module, connector)
 
     # -- the device
     @property

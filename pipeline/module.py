@@ -120,6 +120,9 @@ class Connector:
     # filled when connected (readers only): (module or node, connector name)
     source: tuple | None = None
     feedback: bool = False
+    # outputs of a module: what the writer says about the data (e.g. a .lut's trailing text
+    # under "text"); every reader sees it through HookContext.meta (pipeline/context.py)
+    meta: dict = field(default_factory=dict)
 
     @property
     def is_input(self) -> bool:

@@ -3,7 +3,8 @@
 The passes, in order (each one way, no back-and-forth):
 1. active modules: those a connected sink reaches through inputs (feedback inputs included);
    every required input of an active module must be connected;
-2. ROI forward pass (`modify_roi_out`, default: outputs take the size of `input`);
+2. ROI forward pass (`modify_roi_out`, default: outputs take the size of `input`); a module's
+   outputs start it with empty metadata, which the hook may fill for readers downstream;
 3. node creation (`create_nodes`, default: one node running `main.comp`; sources and sinks
    get a transfer node without a kernel);
 4. wiring: node inputs bound to module inputs are pointed at the node backing the upstream
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .context import HookContext
+from .context import HookContext, connector_meta
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -98,6 +99,10 @@ class NodeGraph:
     def modules(self):
         return self.graph.modules
 
+    def meta(self, module: ModuleInstance, connector: str):
+        """A connector's metadata (HookContext.meta)."""
+        return connector_meta(module, connector)
+
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,
                  shader: str | None = None, local=(8, 8, 1), push=(), defines=None,
@@ -174,6 +179,9 @@ class NodeGraph:
                 if c.is_input and c.source is not None and not c.feedback:
                     self._copy_from_source(c, decl)
                     self._check_format(m, c, decl)
+            for c in m.connectors:
+                if c.is_output:
+                    c.meta = {}  # what the hooks publish in this build (HookContext.meta)
             hook = m.cls.hook("modify_roi_out")
             if hook:
                 hook(self.context, m)

@@ -6,7 +6,7 @@ The default directories are the user's module folders first (`vkgraph --modules 
 the folders of $VKGRAPH_MODULES, a path list), then the shipped `modules/`: a user folder can
 add modules and shadow shipped ones. A user folder holds `<name>/` module folders; their
 kernels lie beside them (`<name>/main.comp`) or in `shaders/<name>/` of the same folder
-(`runner.kernel_file`)."""
+(`kernels.kernel_file`)."""
 
 from __future__ import annotations
 

@@ -28,10 +28,10 @@ import numpy as np
 
 from .denoise import HOST_MODULES
 from .errors import GraphError
+from .kernels import check_bindings, check_params, kernel_spirv, pack_push
 from .module import Connector, ModuleInstance, Roi
 from .nodes import Node
 from .registry import Registry, default_dirs
-from .runner import check_bindings, check_params, kernel_spirv, pack_push
 
 CAPTURE = HOST_MODULES  # the folder that holds `capture` (and i-array, o-array)
 

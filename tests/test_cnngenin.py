@@ -1,8 +1,5 @@
-"""cnngenin on the device against a numpy reference of vkdt's generator.
-
-The reference draws vkdt's xorshift numbers in exact uint32 arithmetic, so tile offsets,
-flips and per-pixel seeds must agree exactly; the float maths runs in float64 and is rounded
-to half like the shader's outputs.
+"""cnngenin on the device against its numpy reference of vkdt's generator
+(modules/cnngenin/reference.py: exact uint32 random numbers, float64 maths rounded to half).
 
 Tolerances (per value, outputs are f16-rounded): |gpu - ref| <= 1 half ulp of ref (the f32
 maths on the device may land on the other side of a half rounding boundary), plus, in the
@@ -17,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkgraph.modules.cnngenin.reference import TILE, frame_numbers, reference, to_half
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
@@ -27,93 +25,7 @@ from vkgraph.pipeline.testing import CAPTURE
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = CAPTURE  # the `capture` sink
 FRAMES = 3
-TILE = 64
 F32 = np.float32
-
-
-# -- numpy reference ----------------------------------------------------------------------
-
-def xorshift(s: np.ndarray) -> np.ndarray:
-    s = s ^ (s << np.uint32(13))
-    s = s ^ (s >> np.uint32(17))
-    return s ^ (s << np.uint32(5))
-
-
-def mrand(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """vkdt's mrand on uint32 arrays: (new state, uniform float32 in [0, 1))."""
-    s = xorshift(s)
-    return s, (s >> np.uint32(8)).astype(F32) * F32(2.0**-24)
-
-
-def warp_gaussian(u0: np.ndarray, u1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r = np.sqrt(-2.0 * np.log(1.0 - u0.astype(np.float64)))
-    phi = (F32(2.0 * F32(np.pi)) * u1).astype(np.float64)  # the device rounds 2 pi u to f32
-    return r * np.cos(phi), r * np.sin(phi)
-
-
-def mirror(i: np.ndarray, n: int) -> np.ndarray:
-    i = np.mod(i, 2 * n)
-    return np.where(i < n, i, 2 * n - 1 - i)
-
-
-def to_half(x: np.ndarray) -> np.ndarray:
-    return np.clip(x, -65504, 65504).astype(np.float16).astype(np.float64)
-
-
-def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int):
-    """Per-frame draws: (ev, flip, (offx, offy), noise a, noise b, state after them)."""
-    s = np.array([(123456789 + 133700 * frame + seed) & 0xFFFFFFFF], np.uint32)
-    ev, flip, off = F32(0), 0, (0, 0)
-    if tiles and generate:
-        s, u = mrand(s)
-        ev = F32(-2) + F32(4) * u[0]
-        s, u = mrand(s)
-        flip = int(F32(4) * u[0])
-        s, ux = mrand(s)
-        s, uy = mrand(s)
-        off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
-    a = b = F32(0)
-    if generate in (2, 4):
-        s, u = mrand(s)
-        a = F32(65535000) * u[0]
-        s, u = mrand(s)
-        b = F32(1000) * u[0]
-    return ev, flip, off, a, b, s[0]
-
-
-def reference(img, ref, generate, tiles, frame, seed=0):
-    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
-    ht, wd = img.shape[:2]
-    ow, oh = (TILE, TILE) if tiles else (wd, ht)
-    ev, flip, off, a, b, s = frame_numbers(generate, tiles, frame, seed, wd, ht)
-    x, y = np.arange(ow), np.arange(oh)
-    qx = (ow - 1 - x if flip & 1 else x) + off[0]
-    qy = (oh - 1 - y if flip & 2 else y) + off[1]
-    iy, ix = np.ix_(mirror(qy, ht), mirror(qx, wd))
-    gain = 2.0 ** float(ev)
-    im = img[iy, ix].astype(np.float64) * gain
-    rf = ref[iy, ix].astype(np.float64) * gain
-    if generate in (2, 4):
-        X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
-        sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
-        sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
-        u = []
-        for _ in range(4):
-            sp, v = mrand(sp)
-            u.append(v)
-        z0, z1 = warp_gaussian(u[0], u[1])
-        z2, _ = warp_gaussian(u[2], u[3])
-        z = np.stack([z0, z1, z2], -1)
-        var = float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
-        im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
-    if generate in (3, 4):
-        X, Y = np.meshgrid(x, y)
-        ch = np.where((X + Y) % 2 == 1, 1, np.where(Y % 2 == 1, 2, 0))
-        im[..., :3] = np.take_along_axis(im[..., :3], ch[..., None], -1)
-    im[..., 3] = 1
-    rf[..., 3] = 1
-    nab = np.array([a, b, TILE if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
-    return to_half(im), to_half(rf), nab
 
 
 # -- running the module on the device ----------------------------------------------------

@@ -46,9 +46,9 @@ def test_binding_past_the_connectors_is_an_error(tmp_path, monkeypatch):
 def test_spirv_bindings_reads_the_declarations(tmp_path):
     path = tmp_path / "k.comp"
     path.write_text(USER_MODULE["shaders/bright/main.comp"])
+    from vkgraph.pipeline.kernels import SHADERS
     from vkgraph.pipeline.module import parse_param_line
     from vkgraph.pipeline.paramblock import params_glsl
-    from vkgraph.pipeline.runner import SHADERS
 
     gen = {"params.gen": params_glsl([parse_param_line("gain:float:1:2", "p")])}
     spirv = compile_glsl(path, [SHADERS / "include"], generated=gen)
@@ -74,9 +74,9 @@ def test_generated_block_follows_the_declaration():
 def test_every_awkward_name_compiles_and_lands_on_its_bytes(tmp_path):
     """Every GLSL keyword and reserved word, names with spaces, digits and gl_ as params: the
     generated block compiles, and each member's offset and type is the blob's."""
+    from vkgraph.pipeline.kernels import SHADERS
     from vkgraph.pipeline.module import parse_param_line
     from vkgraph.pipeline.paramblock import GLSL_WORDS, glsl_name, layout, params_glsl
-    from vkgraph.pipeline.runner import SHADERS
     from vkgraph.pipeline.vk import spirv_block_scalars
 
     names = sorted(w for w in GLSL_WORDS if len(w) <= 8) + ["noise a", "2x", "gl_x", "a-b"]
@@ -101,9 +101,9 @@ def test_every_awkward_name_compiles_and_lands_on_its_bytes(tmp_path):
 
 
 def test_generated_text_is_part_of_the_cache_key(tmp_path):
+    from vkgraph.pipeline.kernels import SHADERS
     from vkgraph.pipeline.module import parse_param_line
     from vkgraph.pipeline.paramblock import params_glsl
-    from vkgraph.pipeline.runner import SHADERS
 
     path = tmp_path / "k.comp"
     path.write_text(USER_MODULE["shaders/bright/main.comp"])

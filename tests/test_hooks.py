@@ -96,3 +96,50 @@ def test_hooks_get_a_typed_context(tmp_path, monkeypatch, device):
     assert SEEN["type"] == "HookContext"
     assert SEEN["readers"] == ["o-pfm:main"]
     assert SEEN["subgroup"] == device.info.subgroup_size
+
+
+def test_connector_metadata_flows_downstream(tmp_path, monkeypatch, device):
+    """A writer's metadata on an output reaches every reader of it, read only, through the
+    HookContext; i-lut publishes its file's text, o-lut writes its input's, so a .lut goes
+    through a graph with its text, and an output nobody publishes on carries none."""
+    from test_wheel import image, write_user_module
+
+    import vkgraph
+    from vkgraph.pipeline.formats import read_lut, write_lut
+
+    mods = tmp_path / "mods"
+    write_user_module(mods)
+    (mods / "bright" / "module.py").write_text(
+        "SEEN = {}\n\n\n"
+        "def modify_roi_out(graph, module):\n"
+        "    seen = graph.meta(module, 'input')\n"
+        "    SEEN['input'] = dict(seen)\n"
+        "    try:\n"
+        "        seen['text'] = 'upstream'\n"
+        "    except TypeError:\n"
+        "        SEEN['read only'] = True\n"
+        "    graph.meta(module, 'output')['text'] = f\"gain {module.param('gain'):g}\"\n"
+        "    module.connector('output').roi = module.connector('input').roi\n")
+    img = image(6, 8)
+    write_lut(tmp_path / "in.lut", img, 4, "f32", 8, 6, text="from the file")
+    lines = ["module:i-lut:main", "module:bright:01", "module:o-lut:copy",
+             "module:o-lut:bright", "module:i-pfm:plain", "module:o-lut:plain",
+             "connect:i-lut:main:output:bright:01:input",
+             "connect:i-lut:main:output:o-lut:copy:input",
+             "connect:bright:01:output:o-lut:bright:input",
+             "connect:i-pfm:plain:output:o-lut:plain:input",
+             "param:i-lut:main:filename:in.lut", "param:bright:01:gain:3",
+             "param:i-pfm:plain:filename:in.pfm", "param:o-lut:copy:filename:copy",
+             "param:o-lut:bright:filename:bright", "param:o-lut:plain:filename:plain"]
+    from vkgraph.pipeline.formats import write_pfm
+
+    write_pfm(tmp_path / "in.pfm", img[..., :3])
+    monkeypatch.chdir(tmp_path)
+    with vkgraph.Session.load(lines, device=device, modules=[mods]) as s:
+        s.run(1)
+    from vkgraph.modules.bright.module import SEEN
+
+    assert SEEN == {"input": {"text": "from the file"}, "read only": True}
+    assert (tmp_path / "copy.lut").read_bytes() == (tmp_path / "in.lut").read_bytes()
+    assert read_lut(tmp_path / "bright.lut")[2] == "gain 3"
+    assert read_lut(tmp_path / "plain.lut")[2] is None

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from vkgraph.pipeline import formats as F
+from vkgraph.pipeline.context import connector_meta
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import ModuleClass, ModuleInstance, Roi
 
@@ -21,10 +22,15 @@ KPN_TEXT = ("lut contains weights for\nmulti-level kernel predicting mlp with:\n
 
 
 class FakeGraph:
-    """What hooks use of a build: the frame, the frame count and file resolution."""
+    """What hooks use of a build: the frame, the frame count, file resolution and connector
+    metadata (the engine's own lookup)."""
 
     def __init__(self, root: Path, frame: int = 0, frames: int = 1):
         self.root, self.frame, self.frames = root, frame, frames
+
+    @staticmethod
+    def meta(module, connector):
+        return connector_meta(module, connector)
 
     def resolve(self, filename: str) -> Path:
         path = Path(filename)
@@ -194,7 +200,7 @@ def test_i_lut_kpn_weights_as_ssbo(tmp_path):
     assert (out.chan, out.format, out.roi) == ("ssbo", "f16", Roi(64, 448))
     assert out.nbytes() == 57344
     assert data.dtype == np.float16 and data.shape == (28672,) and np.array_equal(data, w)
-    assert m.data["lut_text"] == KPN_TEXT
+    assert out.meta == {"text": KPN_TEXT}  # published for readers (kpn, o-lut)
 
 
 @pytest.mark.parametrize("channels,fmt,chan", [(1, "f32", "r"), (2, "f16", "rg"),
@@ -212,7 +218,7 @@ def test_i_lut_images(tmp_path, channels, fmt, chan):
     assert np.array_equal(data[:, :, :channels], stored)
     if channels == 3:
         assert np.all(data[:, :, 3] == 1)
-    assert "lut_text" not in m.data
+    assert out.meta == {}
 
 
 def test_i_lut_bad_file(tmp_path):
@@ -237,7 +243,9 @@ def test_o_lut_writes_kpn_weights_like_vkdt(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     w = np.random.default_rng(5).standard_normal(64 * 448).astype(np.float16)
     m, c = sink("o-lut", "ssbo", "f16", Roi(64, 448), filename="weights")
-    m.data["lut_text"] = KPN_TEXT
+    writer = instance("kpn-t")
+    writer.connector("w").meta["text"] = KPN_TEXT
+    c.source = (writer, "w")  # the wire: o-lut writes its writer's text
     hook(m, "write_sink")(FakeGraph(tmp_path, frame=3), m, c, w)
     raw = (tmp_path / "weights.lut").read_bytes()
     assert len(raw) == 57558
@@ -253,7 +261,7 @@ def test_o_lut_round_trips_i_lut(tmp_path, monkeypatch):
     src = instance("i-lut", filename="in.lut")
     out, data = source(g, src)
     m, c = sink("o-lut", out.chan, out.format, out.roi, filename="out")
-    m.data["lut_text"] = src.data["lut_text"]  # what the engine does for a writer's sink
+    c.source = (src, "output")  # the wire: the text travels from i-lut to o-lut
     hook(m, "write_sink")(g, m, c, data)
     assert (tmp_path / "out.lut").read_bytes() == (tmp_path / "in.lut").read_bytes()
 

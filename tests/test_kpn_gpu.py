@@ -171,7 +171,7 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
     assert len(hist) == 40 and np.all(np.isfinite(hist))
     assert hist[-1] < 0.7 * hist[0]
     lut = tmp_path / "mlp-w.lut"
-    assert lut.stat().st_size == 16 + 64 * 448 * 2 + len(m.data["lut_text"]) + 1
+    assert lut.stat().st_size == 16 + 64 * 448 * 2 + len(m.connector("w").meta["text"]) + 1
     summary = m.cls.hook("summary")(b, m)
     assert summary.startswith("kpn-t:01: 40 frames, first loss ")
 

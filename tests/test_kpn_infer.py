@@ -60,7 +60,7 @@ def trained(device, tmp_path_factory):
     b = run_graph(g, device, frames=3, last_frame_only=True)
     m = g.modules[("kpn-t", "01")]
     w32 = b.read(m.trainable.adam, "w")
-    return d, noisy, d / "mlp-w.lut", w32, m.data["lut_text"]
+    return d, noisy, d / "mlp-w.lut", w32, m.connector("w").meta["text"]
 
 
 def run_output(device, module: str, lut: Path, x: Path, apply: int = 0, extra=None):

@@ -37,7 +37,7 @@ from vkgraph.cli.main import main
 from vkgraph.pipeline.cfg import read_cfg
 from vkgraph.pipeline.datasets import resolve_name
 from vkgraph.pipeline.formats import read_image, write_pfm
-from vkgraph.pipeline.runner import kernel_spirv
+from vkgraph.pipeline.kernels import kernel_spirv
 from vkgraph.pipeline.vk import Device, validation_messages
 
 GRAPHS = None  # filled in by the test

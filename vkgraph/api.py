@@ -32,36 +32,39 @@ from .pipeline.runner import Build
 Progress = Callable[[int, int, dict], None]
 
 
-def registry(modules: Iterable[str | Path] = ()) -> Registry:
+def registry(modules: Iterable[str | Path] = (), host: bool = True) -> Registry:
     """The module folders a session sees: `modules` first, then the user's (--modules,
-    $VKGRAPH_MODULES), the shipped ones and the host modules i-array / o-array."""
-    return Registry([*map(Path, modules), *default_dirs(), HOST_MODULES])
+    $VKGRAPH_MODULES), the shipped ones and (host) the host modules i-array / o-array."""
+    return Registry([*map(Path, modules), *default_dirs(), *([HOST_MODULES] if host else [])])
 
 
 class Session:
     """One graph on one device."""
 
-    def __init__(self, graph: Graph, device=None):
+    def __init__(self, graph: Graph, device=None, profile: bool = False):
         self.graph = graph
         self._device = device
         self._own_device = device is None
+        self.profile = profile  # time every node (Build.timings), set before the first run
         self.build: Build | None = None
         self.frame = 0  # the next frame to run
 
     # -- loading
     @classmethod
     def load(cls, source: str | Path | Iterable[str], device=None,
-             modules: Iterable[str | Path] = (), lenient: bool = False) -> Session:
+             modules: Iterable[str | Path] = (), lenient: bool = False,
+             host: bool = True) -> Session:
         """A graph from a cfg file (a path), or from cfg lines (a string of several lines or
-        an iterable of lines; files they name are found in the working directory)."""
-        reg = registry(modules)
+        an iterable of lines; files they name are found in the working directory). host:
+        the numpy modules i-array and o-array may be named (the command line leaves them
+        out: cfg files do not see them)."""
+        reg = registry(modules, host)
         if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
             return cls(read_cfg(source, registry=reg, lenient=lenient), device)
-        lines = source.splitlines() if isinstance(source, str) else list(source)
-        graph = Graph(reg)
-        for i, line in enumerate(lines, 1):
-            apply_line(graph, line, f"line {i}", lenient)
-        return cls(graph, device)
+        session = cls(Graph(reg), device)
+        session.apply(source.splitlines() if isinstance(source, str) else source,
+                      "line", lenient)
+        return session
 
     @property
     def device(self):
@@ -70,6 +73,13 @@ class Session:
 
             self._device = Device.open()
         return self._device
+
+    @device.setter
+    def device(self, device) -> None:
+        """Run on `device`, which the caller opened and closes (before the first run)."""
+        if self.build is not None:
+            raise GraphError("Session.device: the graph is already built on a device")
+        self._device, self._own_device = device, False
 
     def close(self) -> None:
         """Release the device (when the session opened it)."""
@@ -89,6 +99,13 @@ class Session:
         """The instance "name:inst"."""
         mod, _, inst = name.partition(":")
         return self.graph.module(mod, inst, "Session")
+
+    def apply(self, lines: Iterable[str], where: str = "line", lenient: bool = False) -> None:
+        """Apply cfg lines to the graph (`module:`, `connect:`, `param:`, `frames:` ...), as
+        a cfg file's; errors name `where` and the line's number (from 1)."""
+        for i, line in enumerate(lines, 1):
+            apply_line(self.graph, line, f"{where} {i}", lenient)
+        self.build = None  # the graph may have changed
 
     def set(self, module: str, param: str, value) -> None:
         """Set a param (a number, a list, a string), checked against its range."""
@@ -125,28 +142,56 @@ class Session:
                 self.build._sources_uploaded = False  # upload again at the next frame
 
     # -- running
-    def run(self, frames: int = 1, progress: Progress | None = None) -> Session:
+    def prepare(self, restore: Callable[[Build], int] | None = None) -> Build:
+        """Build the graph on the device now (`run` does it when it has to): nodes, buffers,
+        kernels, recorded commands, for the graph's `frames`. restore(build) -> frame loads
+        saved state into the fresh build and says where to go on (pipeline/checkpoint.py:
+        prepare); the next `run` starts there."""
+        if self.build is None:
+            for m in self.graph.modules.values():  # sizes come from this build's ROI passes
+                for c in m.connectors:
+                    if c.is_output:
+                        c.roi = Roi()
+            self.build = Build(self.graph, self.device, profile=self.profile)
+        if restore is not None:
+            self.frame = restore(self.build)
+            self.build.first_frame = self.build.frame = self.frame
+        return self.build
+
+    def run(self, frames: int = 1, progress: Progress | None = None, *,
+            every_frame_sinks: bool = False, on_frame: Callable[[Build, int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> Session:
         """Run `frames` frames (from the frame reached); progress(frame, last, stats) is
         called after each, stats being the modules' progress values ({"kpn-t:01": {"loss":
-        ...}})."""
+        ...}}). The graph's sinks write after the last frame (after every frame with
+        every_frame_sinks). on_frame(build, frame) is called after each frame, for tools
+        that look at the build (the command's progress bar and checkpoints); stop() -> bool
+        is asked after each frame but the last: True ends the run there, `interrupted` says
+        so."""
         if frames < 1:
             raise GraphError(f"run: frames must be at least 1, got {frames}")
         end = self.frame + frames
         if self.build is None:
             self.graph.frames = end
-            for m in self.graph.modules.values():  # sizes come from this build's ROI passes
-                for c in m.connectors:
-                    if c.is_output:
-                        c.roi = Roi()
-            self.build = Build(self.graph, self.device)
-        self.build.frames = max(self.build.frames, end)
-        stats = [(m, m.cls.hook("stats")) for m in self.build.active if m.cls.hook("stats")]
-        for f in range(self.frame, end):
-            self.build.run_frame(f, download=f == end - 1)
-            self.frame = f + 1
-            if progress is not None:
-                progress(f, end - 1, {str(m): hook(self.build.context, m) for m, hook in stats})
+        build = self.prepare()
+        build.frames = max(build.frames, end)
+        callbacks = [self._reached]
+        if progress is not None:
+            stats = [(m, m.cls.hook("stats")) for m in build.active if m.cls.hook("stats")]
+            callbacks.append(lambda b, f: progress(
+                f, end - 1, {str(m): hook(b.context, m) for m, hook in stats}))
+        if on_frame is not None:
+            callbacks.append(on_frame)
+        build.run_frames(self.frame, end, not every_frame_sinks, callbacks, stop)
         return self
+
+    def _reached(self, build: Build, frame: int) -> None:
+        self.frame = frame + 1
+
+    @property
+    def interrupted(self) -> bool:
+        """The last run ended early: its stop() said so."""
+        return self.build is not None and self.build.interrupted
 
     def _built(self) -> Build:
         if self.build is None:
@@ -169,7 +214,8 @@ class Session:
     def save_weights(self, path: str | Path, module: str | None = None,
                      connector: str = "w") -> Path:
         """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
-        with the module's description text. Default module: the one trainable module."""
+        with the text the module published on it (its metadata "text"). Default module: the
+        one trainable module."""
         if module is None:
             found = [str(m) for m in self._built().active
                      if m.cls.hook("state") and connector in m.cls.connector_names()]
@@ -186,8 +232,8 @@ class Session:
             wd, ht = c.roi.wd, c.roi.ht
             if wd * ht != data.size:
                 wd, ht = data.size, 1
-            write_lut(path, data, 1, fmt, wd, ht, ssbo=True, text=m.data.get("lut_text"))
+            write_lut(path, data, 1, fmt, wd, ht, ssbo=True, text=c.meta.get("text"))
         else:
             ht, wd, ch = data.shape
-            write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=m.data.get("lut_text"))
+            write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=c.meta.get("text"))
         return path

@@ -28,9 +28,7 @@ def modify_roi_out(graph, module) -> None:
         out.chan = _CHAN.get(info.channels, "rgba")
         out.roi = Roi(info.wd, info.ht)
     if text is not None:
-        module.data["lut_text"] = text  # the engine hands it on to writers (o-lut)
-    else:
-        module.data.pop("lut_text", None)
+        out.meta["text"] = text  # for readers: kpn matches it, o-lut writes it back
 
 
 def read_source(graph, module, connector) -> np.ndarray:

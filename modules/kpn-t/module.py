@@ -81,14 +81,13 @@ def trained_with(text: str) -> dict:
     return out
 
 
-def check_start_weights(module) -> None:
+def check_start_weights(graph, module) -> None:
     """Training that starts from a .lut (wcp, init 0) must train the variant the weights were
     trained as: the same features (feat) and filter (apply), says the .lut's text. (The
     MLP is shared by all levels, so `levels` may differ.)"""
-    src = module.connector("wcp").source
-    if src is None or int(module.param("init")):
+    if int(module.param("init")):
         return
-    text = src[0].data.get("lut_text")
+    text = graph.meta(module, "wcp").get("text")
     if not text:
         return
     said = trained_with(text)
@@ -98,11 +97,6 @@ def check_start_weights(module) -> None:
             raise GraphError(f"{module}: the weights on wcp were trained with {name} {want} "
                              f"(says their .lut's text) but {name} is {value}; set "
                              f"param:{module.name}:{module.inst}:{name}:{want}")
-
-
-def init(module):
-    module.data["lut_text"] = lut_text(int(module.param("apply")), int(module.param("loss")),
-                                       int(module.param("feat")), int(module.param("levels")))
 
 
 def _sub_matrix(n: int) -> np.ndarray:
@@ -155,14 +149,17 @@ def band_noise(levels: int) -> tuple[float, ...]:
 
 
 def modify_roi_out(graph, module):
-    check_start_weights(module)
+    check_start_weights(graph, module)
     inp = module.connector("input").roi
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("debug").roi = Roi(inp.wd, inp.ht)
     module.connector("w").roi = Roi(64, 448)
     module.connector("graph").roi = Roi(500, 200)
     module.connector("vis").roi = Roi(512, 256)
-    init(module)
+    # what o-lut writes after the weights, and kpn reads back from its .lut
+    graph.meta(module, "w")["text"] = lut_text(
+        int(module.param("apply")), int(module.param("loss")), int(module.param("feat")),
+        int(module.param("levels")))
 
 
 def level_sizes(wd: int, ht: int, levels: int) -> list[tuple[int, int]]:

@@ -19,20 +19,19 @@ from vkgraph.pipeline.module import Roi
 NW = 64 * 448  # 7 matrices of 64 x 64, the .lut kpn-t writes
 
 
-def weights_text(module) -> str | None:
-    """The trailing text of the weights' .lut (i-lut hands it on), or None."""
-    src = module.connector("w").source
-    return src[0].data.get("lut_text") if src is not None else None
+def weights_text(graph, module) -> str | None:
+    """The trailing text of the weights' .lut (the metadata i-lut publishes), or None."""
+    return graph.meta(module, "w").get("text")
 
 
 _APPLY_WORDS = {0: "plain taps", 1: "softmax taps", 2: "softmax taps and a sigmoid band gain"}
 
 
-def variant(module) -> int:
+def variant(graph, module) -> int:
     """Match kpn to its weights and return `feat`. The .lut's text (kpn-t writes it) says how
     the weights were trained: `apply` and `levels` left at their defaults take the text's
     values; set to something else, they are an error (the weights would give garbage)."""
-    text = weights_text(module)
+    text = weights_text(graph, module)
     if text is None:
         return 0
     said = trained_with(text)
@@ -56,13 +55,13 @@ def modify_roi_out(graph, module) -> None:
     if w.roi.wd * w.roi.ht != NW:
         raise GraphError(f"{module}: input 'w' holds {w.roi.wd}x{w.roi.ht} elements; kpn "
                          f"needs kpn-t's weights, 64x448 (a .lut written by kpn-t's w output)")
-    variant(module)
+    variant(graph, module)
 
 
 def create_nodes(graph, module) -> None:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
-    feat = variant(module)
+    feat = variant(graph, module)
     n = forward_nodes(graph, module, levels, False, "w",
                                noise="params" if feat else None)
     if module.connector("ref").source is None:

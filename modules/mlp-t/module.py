@@ -337,10 +337,6 @@ def chunks_of(batch: int) -> tuple[int, int]:
     return chunks, math.ceil(batch / chunks)
 
 
-def init(module):
-    module.data["lut_text"] = arch(module).describe()
-
-
 def modify_roi_out(graph, module):
     a = arch(module)
     t = module.connector("target").roi
@@ -352,7 +348,7 @@ def modify_roi_out(graph, module):
                          f"{a.slices} (dims 3: the slices are stacked vertically)")
     module.connector("output").roi = Roi(t.wd, t.ht)
     module.connector("w").roi = Roi(a.width, a.params // a.width)
-    module.data["lut_text"] = a.describe()
+    graph.meta(module, "w")["text"] = a.describe()  # o-lut writes it after the weights
 
 
 def ssbo(name, ctype, n=None, fmt="f32"):
@@ -454,7 +450,7 @@ def create_nodes(graph, module):
     module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
                                  used=a.used(), layout=(a.nets * a.layers, a.width),
                                  groups=a.groups())
-    module.data.update(train=train, eval=ev, arch=a, lut_text=a.describe())
+    module.data.update(train=train, eval=ev, arch=a)
 
 
 def summary(graph, module) -> str:

@@ -1,4 +1,5 @@
-"""o-lut: write the input (image or ssbo) as a vkdt `<filename>.lut`, with trailing text."""
+"""o-lut: write the input (image or ssbo) as a vkdt `<filename>.lut`, with the trailing text
+its writer published (the input's metadata "text")."""
 
 from __future__ import annotations
 
@@ -24,4 +25,4 @@ def write_sink(graph, module, connector, data) -> None:
             data = data[:, :, None]
         ht, wd, channels = data.shape
     write_lut(output_path(module.param("filename"), "lut", graph.frame), data, channels, fmt,
-              wd, ht, ssbo=connector.is_ssbo, text=module.data.get("lut_text"))
+              wd, ht, ssbo=connector.is_ssbo, text=graph.meta(module, "input").get("text"))

@@ -1,0 +1,100 @@
+"""Kernels: where a node's `.comp` file is, compiling it with its module's params block, and
+the checks of its SPIR-V against the node (bindings, params block); push constants packed.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GraphError, RuntimeFailure
+from .nodes import Node
+from .paramblock import GENERATED, glsl_name, params_glsl
+from .paramblock import check_params as check_param_scalars
+from .vk import compile_glsl, spirv_bindings, spirv_block_scalars
+
+ROOT = Path(__file__).resolve().parent.parent
+SHADERS = ROOT / "shaders"
+
+
+def pack_push(values) -> bytes:
+    out = bytearray()
+    for v in values:
+        if isinstance(v, (bytes, bytearray)):
+            out += v
+        elif isinstance(v, (float, np.floating)):
+            out += struct.pack("<f", float(v))
+        else:
+            out += struct.pack("<i", int(v))
+    return bytes(out)
+
+
+def user_kernel_roots(dirs) -> list[Path]:
+    """The folders of user module directories `dirs` that hold kernel folders `<shader>/`:
+    each directory itself and its `shaders/` (the shipped modules/ folder is skipped: its
+    kernels are in SHADERS)."""
+    shipped = (SHADERS.parent / "modules").resolve()
+    return [root for d in map(Path, dirs) if d.resolve() != shipped
+            for root in (d, d / "shaders")]
+
+
+def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
+    """`<kernel>.comp` of shader folder `shader`: in the user module directories `dirs`
+    (user_kernel_roots), then in the shipped `shaders/`."""
+    name = f"{kernel}.comp"
+    for root in user_kernel_roots(dirs):
+        path = root / shader / name
+        if path.is_file():
+            return path
+    path = SHADERS / shader / name
+    if not path.exists():
+        raise RuntimeFailure(f"kernel {path} does not exist")
+    return path
+
+
+def compile_kernel(path: Path, defines: dict | None = None, params=(),
+                   where: str = "params") -> bytes:
+    """SPIR-V of a kernel file; `#include "..."` finds the generated `params.gen` (the block
+    of `params`, the module's declared params: pipeline/paramblock.py), the shared
+    shaders/include/ and the kernel's own folder. `where` names the params file in errors."""
+    params = list(params)
+    for p in params:
+        if glsl_name(p.name) in (defines or {}):
+            raise GraphError(f"param '{p.name}' has the name of a define of kernel "
+                             f"{path.parent.name}/{path.name}", where=where)
+    return compile_glsl(path, [SHADERS / "include", path.parent], defines,
+                        {GENERATED: params_glsl(params, where)})
+
+
+def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=(), params=(),
+                 where: str = "params") -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines, params, where)
+
+
+SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)
+
+
+def check_bindings(node: Node, spirv: bytes) -> None:
+    """Every buffer a kernel declares must be one the engine binds: set 0 bindings 0..2, set 1
+    one per node connector. A binding past them would read as zeros and write nowhere (no
+    error from the driver), so it is a GraphError naming the kernel and the binding."""
+    n = len(node.connectors)
+    for dset, binding in spirv_bindings(spirv):
+        limit = SET0_BINDINGS if dset == 0 else n if dset == 1 else 0
+        if binding >= limit:
+            what = (f"node {node.label} has {n} connectors (bindings 0..{n - 1})"
+                    if dset == 1 else "the engine binds set 0 bindings 0..2 and set 1 only"
+                    if dset == 0 else "the engine binds sets 0 and 1 only")
+            raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
+                             f"binding {binding}, but {what}")
+
+
+def check_params(kernel: str, params, spirv: bytes) -> None:
+    """The kernel's set 0 binding 1 block against the module's declared params: a member
+    outside them or of another type (float read as int) is a GraphError naming both."""
+    blob = sum(p.nbytes() for p in params)
+    scalars = spirv_block_scalars(spirv, 0, 1, limit=blob)
+    if scalars:
+        check_param_scalars(kernel, scalars, list(params))
