@@ -102,6 +102,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         b = Build(g, dev, profile=True)
         m = g.modules[MLP]
         a = m.data["arch"]
+        variant = m.data["variant"]  # VKGRAPH_MLP=coopmat|portable|auto picks it
         b.run_frame(0, download=False)
         p0 = b.read(m.trainable.adam, "w").ravel().copy()
         warm = warm_steps(steps)
@@ -124,7 +125,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
                                           "log2size", "baseres", "perlevel", "batch")}
     finally:
         dev.close()
-    row = Row(f"vkgraph mlp-t ({name})", ms if n > 0 else None, psnr(out, target),
+    row = Row(f"vkgraph mlp-t ({name}, {variant})", ms if n > 0 else None, psnr(out, target),
               f"wall per frame (submit + wait); GPU {np.median(gpu):.3f} ms/step (timestamps); "
               f"loss {loss:.4g}; setup {setup:.1f} s", gpu_ms=float(np.median(gpu)))
     return row, p0, a, target, params

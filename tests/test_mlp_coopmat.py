@@ -16,6 +16,7 @@ from test_kpn_coopmat import has_coopmat
 from test_mlp_gpu import mlp_graph, split, target_image
 
 from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.runner import Build
 
 MLP = ("mlp-t", "01")
@@ -165,3 +166,28 @@ def test_variant_selection(device, tmp_path, monkeypatch):
     g = mlp_graph(tmp_path, target_image(20, 24), {"batch": 64, "precise": 1})
     Build(g, device)
     assert g.modules[MLP].data["variant"] == "portable"
+
+
+def test_resume_is_bit_exact_with_the_loss_scale(tmp_path, monkeypatch):
+    """fit-image.cfg on the coopmat kernel (emulated), with a scale that overflows at first
+    and grows every 2 clean steps, so the scale and its count change during the run: 8 frames
+    in one run equal 4 + resume to 8 (stats, holding the scale, is in the checkpoint)."""
+    from conftest import vkgraph
+    from test_reliability import ROOT, arrays, assert_same_state, ok
+
+    use(monkeypatch, "coopmat", True)
+    write_pfm(tmp_path / "t.pfm", np.random.default_rng(3).random((16, 16, 3), np.float32))
+    cfg = str(ROOT / "graphs" / "fit-image.cfg")
+    args = ("--last-frame-only", "--format", "o-pfm", "--config", "param:mlp-t:01:batch:64",
+            f"param:i-img:main:filename:{tmp_path / 't.pfm'}", "param:mlp-t:01:width:16",
+            "param:mlp-t:01:depth:1", "param:mlp-t:01:lscale:1e6", "param:mlp-t:01:lsgrow:2")
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    out, _ = ok(vkgraph(one, "-g", cfg, "--frames", "8", "--checkpoint", "end.npz", *args))
+    assert "coopmat kernel" in out and "updates skipped" in out
+    ok(vkgraph(two, "-g", cfg, "--frames", "4", "--checkpoint", "half.npz", *args))
+    ok(vkgraph(two, "-g", cfg, "--frames", "8", "--resume", "half.npz", "--checkpoint",
+               "end.npz", *args))
+    assert_same_state(arrays(one / "end.npz"), arrays(two / "end.npz"))
+    assert (one / "fit-image-w.lut").read_bytes() == (two / "fit-image-w.lut").read_bytes()
