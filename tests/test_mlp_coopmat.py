@@ -36,7 +36,6 @@ CASES = {
 
 def use(monkeypatch, variant: str, emulate: bool) -> None:
     monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
-    monkeypatch.delenv("VKGRAPH_MLP_TUNE", raising=False)
     monkeypatch.setenv("VKGRAPH_MLP", variant)
     if emulate:
         monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
@@ -45,7 +44,8 @@ def use(monkeypatch, variant: str, emulate: bool) -> None:
 
 
 @pytest.fixture(params=["emulated", pytest.param("gpu", marks=pytest.mark.coopmat)])
-def mode(request, device):
+def mode(request, device, monkeypatch):
+    monkeypatch.delenv("VKGRAPH_MLP_TUNE", raising=False)
     if request.param == "gpu" and not has_coopmat(device):
         pytest.skip(f"{device.info.name} has no cooperative matrices")
     return request.param
@@ -148,6 +148,23 @@ def test_loss_scale_grows_to_the_cap(device, tmp_path, monkeypatch):
     _, st = train_losses(device, tmp_path, monkeypatch, "coopmat", True, params, 12)
     # frames 1..11 are clean steps: doubled after each 2, capped at 2^15
     assert st[0] == 0 and st[2] == 32768.0
+
+
+def test_four_warps_and_several_groups(device, tmp_path, monkeypatch):
+    """The emulation with 4 warps (the tiles dealt 4 ways; 64-sample chunks) and 3 workgroups
+    that take 2, 2 and 1 chunks (strided): the same gradient as portable."""
+    params = CASES["freq-64-leaky-l2"]
+    params = dict(params, batch=300)  # 5 chunks of 64, the last one partly padding
+    _, _, w0, _, _ = step_at(device, tmp_path, monkeypatch, "portable", False, params)
+    W16 = w0.astype(np.float16).astype(np.float32)
+    E0, dw0, _, _, _ = step_at(device, tmp_path, monkeypatch, "portable", False, params, W16)
+    monkeypatch.setenv("VKGRAPH_MLP_TUNE", "warps=4,groups=3")
+    E1, dw1, _, _, m1 = step_at(device, tmp_path, monkeypatch, "coopmat", True, params, W16)
+    node = m1.data["train"]
+    assert node.local[0] == 128 and node.dispatch[0] == 3 * 128
+    rel = np.linalg.norm(dw1 - dw0) / np.linalg.norm(dw0)
+    assert rel < 1e-2, rel
+    assert abs(E1 - E0) <= 2e-3 * abs(E0)
 
 
 def test_variant_selection(device, tmp_path, monkeypatch):

@@ -373,20 +373,25 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
 
 
 def cm_tuning() -> dict:
+    """CM_TUNING with VKGRAPH_MLP_TUNE's overrides. The emulation (the CPU driver: 32 KiB of
+    shared memory) runs 2 warps unless told otherwise, at most 4."""
     t = dict(CM_TUNING)
+    given = set()
     for item in filter(None, os.environ.get("VKGRAPH_MLP_TUNE", "").split(",")):
         key, _, value = item.partition("=")
         if key.strip() not in t or not value.strip().isdigit():
             raise GraphError(f"VKGRAPH_MLP_TUNE: {item!r} is not one of "
                              f"{', '.join(k + '=N' for k in t)}")
         t[key.strip()] = int(value)
-    if t["warps"] not in (2, 4, 8):
-        raise GraphError("VKGRAPH_MLP_TUNE: warps must be 2, 4 or 8 (shared memory: 46 KiB "
-                         "at 8)")
+        given.add(key.strip())
+    emulated = _env_on("VKGRAPH_COOPMAT_EMULATE")
+    if emulated and "warps" not in given:
+        t["warps"] = 2
+    if t["warps"] not in ((2, 4) if emulated else (2, 4, 8)):
+        raise GraphError(f"VKGRAPH_MLP_TUNE: warps must be 2, 4{'' if emulated else ' or 8'} "
+                         f"(shared memory: 46 KiB at 8{', 32 KiB emulated' if emulated else ''})")
     if t["groups"] < 1:
         raise GraphError("VKGRAPH_MLP_TUNE: groups must be positive")
-    if _env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
-        t["warps"] = min(t["warps"], 2)
     return t
 
 

@@ -58,7 +58,12 @@ SSBO_OUT(4, vec2, Epart)
 #define HS uint(MLP_WIDTH + 8)
 #define NTILES ((MLP_LAYERS - 1) * NT * NT + NT)
 #define NACC ((NTILES + int(WARPS) - 1) / int(WARPS))
-#define SCALE_CAP 32768.0
+
+// |x| > 65504 -> inf before a conversion to f16, so an overflow can never saturate silently
+// (whatever the device's conversion does out of range); NaN stays NaN
+float to_f16_range(float x) { return abs(x) > CM_F16_MAX ? x * uintBitsToFloat(0x7f800000u) : x; }
+#define CM_INF_OVERFLOW(c) \
+  CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = to_f16_range(CM_AT(c, i_))
 
 
 shared float16_t hs[T * HS];
@@ -151,6 +156,7 @@ void main() {
           }
           CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(z); i_++)
             CM_AT(z, i_) = mlp_activate(CM_AT(z, i_), ACT);
+          CM_INF_OVERFLOW(z);
           CM_ACC16 h;
           CM_TO_F16(h, z);
           CM_STORE_ROW(h, hs, row0 * HS + 16u * uint(nt), HS);
@@ -180,7 +186,7 @@ void main() {
         esum += loss_value(y, t);
         g = s * loss_grad(y, t) * mlp_activate_grad(y, OUT_ACT);
       }
-      gs[(row0 + r) * HS + c] = float16_t(g);  // |g| > 65504 becomes inf: the step is skipped
+      gs[(row0 + r) * HS + c] = float16_t(to_f16_range(g));  // overflow: inf, step skipped
     }
     // backward: gs = g_{l+1} (kt column tiles), hs = h_l (restored from hk)
     CM_UNROLL for (int l = MLP_LAYERS - 1; l >= 0; l--) {
@@ -236,6 +242,7 @@ void main() {
           }
         }
         CM_ACC16 g;
+        CM_INF_OVERFLOW(z);
         CM_TO_F16(g, z);
         CM_STORE_ROW(g, gs, row0 * HS + 16u * uint(nt), HS);
       }
@@ -244,7 +251,7 @@ void main() {
         uint r = e / uint(MLP_WIDTH), c = e % uint(MLP_WIDTH);
         uint at = (row0 + r) * HS + c;
         float d = c < uint(HIDDEN) ? mlp_activate_grad(float(hs[at]), ACT) : 0.0;
-        gs[at] = float16_t(float(gs[at]) * d);
+        gs[at] = float16_t(to_f16_range(float(gs[at]) * d));
       }
     }
   }
