@@ -10,6 +10,10 @@ Nodes, in schedule order:
   reduce  partials -> dw = dE/dW of this frame
   eval    w -> `output`: the networks over the target's grid
 adam and norm read dw through feedback edges: frame f applies the gradient of frame f-1.
+The coopmat variant (mlp_variant, README.md "Kernel variants") runs `train_cm` instead of
+train and wgrad: sampling, forward, loss, backward and per-workgroup weight-gradient
+partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
+`w16` and the dynamic loss scale (stats[2], stats[3]).
 
 For tools (vkgraph gradcheck, checkpoints, tests): module.trainable (pipeline/trainer.py:
 Trainable) names the node `adam` whose output "w" holds the fp32 master weights (with alpha 0
