@@ -15,6 +15,7 @@ import pytest
 from test_kpn_coopmat import has_coopmat
 from test_mlp_gpu import mlp_graph, split, target_image
 
+from vkgraph.modules.mlp_t import module as mlp_t_module
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.runner import Build
@@ -183,6 +184,9 @@ def test_variant_selection(device, tmp_path, monkeypatch):
     g = mlp_graph(tmp_path, target_image(20, 24), {"batch": 64, "precise": 1})
     Build(g, device)
     assert g.modules[MLP].data["variant"] == "portable"
+    # the launch shape fits 48 KiB (the H100's Vulkan limit) at width 64 and 8 warps
+    monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE")
+    assert mlp_t_module.cm_shared_bytes(64, 8) == 47104
 
 
 def test_resume_is_bit_exact_with_the_loss_scale(tmp_path, monkeypatch):

@@ -373,7 +373,19 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
         return "portable", "no cooperative matrices on this device"
     if a.table is not None:
         return "portable", "table encodings are not on cooperative matrices yet"
+    need, have = cm_shared_bytes(a.width, cm_tuning()["warps"]), graph.capabilities
+    if have is not None and have.shared_memory < need:
+        return "portable", (f"train_cm needs {need} bytes of shared memory, the device has "
+                            f"{have.shared_memory}")
     return "coopmat", ""
+
+
+def cm_shared_bytes(width: int, warps: int) -> int:
+    """train_cm's shared memory: h and g tiles of T = 16 warps rows (stride width + 8
+    halves), y (T x 16 floats), the targets (T vec4); emulated, the products' tiles too."""
+    t = 16 * warps
+    emu = 1024 * warps if _env_on("VKGRAPH_COOPMAT_EMULATE") else 0
+    return 2 * t * (width + 8) * 2 + t * 16 * 4 + t * 16 + emu
 
 
 def cm_tuning() -> dict:
