@@ -133,6 +133,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         b = Build(g, dev, profile=True)
         m = g.modules[MLP]
         a = m.data["arch"]
+        variant = m.data["variant"]  # VKGRAPH_MLP=coopmat|portable|auto picks it
         b.run_frame(0, download=False)
         p0 = b.read(m.trainable.adam, "w").ravel().copy()
         warm = warm_steps(steps)

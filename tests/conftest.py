@@ -19,6 +19,8 @@ from vkgraph.pipeline.graph import Graph
 # The suite tests the portable fp32 kpn-t kernels against fp32 tolerances, also on a GPU where
 # the default would be the fused f16 ones; tests/test_kpn_coopmat.py picks its variants itself.
 os.environ.setdefault("VKGRAPH_KPN_MLP", "portable")
+# likewise mlp-t's fp32 kernels (tests/test_mlp_coopmat.py picks the coopmat one itself)
+os.environ.setdefault("VKGRAPH_MLP", "portable")
 
 
 # a small training graph: x.pfm -> cnngenin -> kpn-t (2 levels) -> o-lut "w" and display

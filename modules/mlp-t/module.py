@@ -10,6 +10,10 @@ Nodes, in schedule order:
   reduce  partials -> dw = dE/dW of this frame
   eval    w -> `output`: the networks over the target's grid
 adam and norm read dw through feedback edges: frame f applies the gradient of frame f-1.
+The coopmat variant (mlp_variant, README.md "Kernel variants") runs `train_cm` instead of
+train and wgrad: sampling, forward, loss, backward and per-workgroup weight-gradient
+partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
+`w16` and the dynamic loss scale (stats[2], stats[3]).
 
 For tools (vkgraph gradcheck, checkpoints, tests): module.trainable (pipeline/trainer.py:
 Trainable) names the node `adam` whose output "w" holds the fp32 master weights (with alpha 0
@@ -26,11 +30,14 @@ frame, so central differences of E resolve steps small enough to stay clear of R
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from typing import NamedTuple
 
 import numpy as np
 
+from vkgraph.modules.kpn_t.module import cm_capable
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
 from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
@@ -40,8 +47,10 @@ from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
     losses,
     skipped,
     state,
-    stats,
 )
+from vkgraph.pipeline.trainer import stats as trainer_stats
+
+log = logging.getLogger("vkgraph")
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
@@ -337,6 +346,71 @@ def chunks_of(batch: int) -> tuple[int, int]:
     return chunks, math.ceil(batch / chunks)
 
 
+# The cooperative-matrix training kernel (shaders/mlp-t/train_cm.comp, README.md "Kernel
+# variants"): warps per workgroup (16 samples each) and workgroups per net (= weight-gradient
+# partials). VKGRAPH_MLP_TUNE=warps=N,groups=N overrides them (benchmarking).
+CM_TUNING = {"warps": 8, "groups": 264}
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
+    """(variant, why) of the training kernels: "coopmat" (train_cm) or "portable" (train,
+    wgrad). VKGRAPH_MLP = auto (default: coopmat where the device is cm_capable, see kpn-t),
+    coopmat or portable; VKGRAPH_PORTABLE=1 and `precise` (the gradient check) are always
+    portable; VKGRAPH_COOPMAT_EMULATE=1 runs the coopmat kernel in plain GLSL on any device.
+    Shapes the coopmat kernel does not cover (table encodings) run portable; `why` says so."""
+    want = os.environ.get("VKGRAPH_MLP", "") or "auto"
+    if want not in ("auto", "coopmat", "portable"):
+        raise GraphError(f"VKGRAPH_MLP={want}: expected auto, coopmat or portable")
+    if precise:
+        return "portable", "precise (float64 forward)"
+    if _env_on("VKGRAPH_PORTABLE") or want == "portable":
+        return "portable", "asked for"
+    if not (_env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph)):
+        return "portable", "no cooperative matrices on this device"
+    if a.table is not None:
+        return "portable", "table encodings are not on cooperative matrices yet"
+    need, have = cm_shared_bytes(a.width, cm_tuning()["warps"]), graph.capabilities
+    if have is not None and have.shared_memory < need:
+        return "portable", (f"train_cm needs {need} bytes of shared memory, the device has "
+                            f"{have.shared_memory}")
+    return "coopmat", ""
+
+
+def cm_shared_bytes(width: int, warps: int) -> int:
+    """train_cm's shared memory: h and g tiles of T = 16 warps rows (stride width + 8
+    halves), y (T x 16 floats), the targets (T vec4); emulated, the products' tiles too."""
+    t = 16 * warps
+    emu = 1024 * warps if _env_on("VKGRAPH_COOPMAT_EMULATE") else 0
+    return 2 * t * (width + 8) * 2 + t * 16 * 4 + t * 16 + emu
+
+
+def cm_tuning() -> dict:
+    """CM_TUNING with VKGRAPH_MLP_TUNE's overrides. The emulation (the CPU driver: 32 KiB of
+    shared memory) runs 2 warps unless told otherwise, at most 4."""
+    t = dict(CM_TUNING)
+    given = set()
+    for item in filter(None, os.environ.get("VKGRAPH_MLP_TUNE", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in t or not value.strip().isdigit():
+            raise GraphError(f"VKGRAPH_MLP_TUNE: {item!r} is not one of "
+                             f"{', '.join(k + '=N' for k in t)}")
+        t[key.strip()] = int(value)
+        given.add(key.strip())
+    emulated = _env_on("VKGRAPH_COOPMAT_EMULATE")
+    if emulated and "warps" not in given:
+        t["warps"] = 2
+    if t["warps"] not in ((2, 4) if emulated else (2, 4, 8)):
+        raise GraphError(f"VKGRAPH_MLP_TUNE: warps must be 2, 4{'' if emulated else ' or 8'} "
+                         f"(shared memory: 46 KiB at 8{', 32 KiB emulated' if emulated else ''})")
+    if t["groups"] < 1:
+        raise GraphError("VKGRAPH_MLP_TUNE: groups must be positive")
+    return t
+
+
 def modify_roi_out(graph, module):
     a = arch(module)
     t = module.connector("target").roi
@@ -390,6 +464,9 @@ def create_nodes(graph, module):
         raise GraphError(f"{module}: enc {module.param('enc')} sums its table gradient with "
                          f"64-bit integer atomics, which {graph.capabilities.name} lacks")
     chunks, chunk = chunks_of(batch)
+    variant, why = mlp_variant(graph, a, precise)
+    log.info("%s: %s training kernel%s", module, variant, f" ({why})" if why else "")
+    cm = variant == "coopmat"
     hist_len = max(500, int(graph.frames))
     wcp = _checkpoint(module, a)
 
@@ -399,8 +476,11 @@ def create_nodes(graph, module):
     adam = graph.add_node(module, "adam", (n_p, 1), [
         ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp or "f32"),
         ssbo("w", "write", n_p), ssbo("m", "write", n_p), ssbo("v", "write", n_p),
-        ssbo("stats", "write", 4)], shader="mlp-t", local=(256, 1, 1),
-        push=[1 if wcp else 0], defines={**defines, **({"WCP16": 1} if wcp == "f16" else {})})
+        ssbo("stats", "write", 4)]
+        + ([("w16", "write", "ssbo", "f16", Roi(a.width, nw // a.width))] if cm else []),
+        shader="mlp-t", local=(256, 1, 1), push=[1 if wcp else 0],
+        defines={**defines, **({"WCP16": 1} if wcp == "f16" else {}),
+                 **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
     adam.connector("wcp").flags |= OPTIONAL
     adam.connector("w").roi = Roi(a.width, n_p // a.width)
     if wcp:
@@ -408,35 +488,64 @@ def create_nodes(graph, module):
     graph.node_connect(norm, "gn", adam, "gn")
     graph.bind(module, "w", adam, "w")
 
-    train = graph.add_node(module, "train", (groups * a.width, a.nets), [
-        img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
-        ssbo("G", "write", a.layers * rows * a.width),
-        ssbo("Epart", "write", 2 * groups * a.nets),
-        # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
-        ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")], shader="mlp-t",
-        local=(a.width, 1, 1), push=[batch, bpad],
-        defines={**defines, **({"PRECISE": 1} if precise else {})})
-    train.connector("tacc").flags |= CLEAR
-    graph.bind(module, "target", train, "target")
-    graph.node_connect(adam, "w", train, "w")
+    if cm:
+        tune = cm_tuning()
+        T = 16 * tune["warps"]
+        cm_chunks = math.ceil(batch / T)
+        groups_cm = min(tune["groups"], cm_chunks)
+        cmdefs = {**defines, "WARPS": f"{tune['warps']}u"}
+        if _env_on("VKGRAPH_COOPMAT_EMULATE"):
+            cmdefs["CM_EMULATE"] = 1
+        train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [
+            img("target", "read"), ("w16", "read", "ssbo", "f16", None), ssbo("stats", "read"),
+            ssbo("part", "write", groups_cm * nw), ssbo("Epart", "write", 2 * groups_cm * a.nets)],
+            shader="mlp-t", local=(32 * tune["warps"], 1, 1), push=[batch, cm_chunks],
+            defines=cmdefs)
+        graph.bind(module, "target", train, "target")
+        graph.node_connect(adam, "w16", train, "w16")
+        graph.node_connect(adam, "stats", train, "stats")
+        lsum = graph.add_node(module, "lsum", (256, 1), [
+            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+            shader="mlp-t", local=(256, 1, 1), push=[groups_cm * a.nets, hist_len], keep=True)
+        graph.node_connect(train, "Epart", lsum, "Epart")
+        reduce = graph.add_node(module, "reduce", (n_p, 1), [
+            ssbo("part", "read"), ssbo("tacc", "read", fmt="ui32"), ssbo("dw", "write", n_p)],
+            shader="mlp-t", local=(256, 1, 1), push=[groups_cm],
+            defines={**defines, "PART_SCALED": 1})
+        reduce.connector("tacc").flags |= OPTIONAL
+        graph.node_connect(train, "part", reduce, "part")
+        graph.node_feedback(reduce, "dw", norm, "dw")
+        graph.node_feedback(reduce, "dw", adam, "dw")
+    else:
+        train = graph.add_node(module, "train", (groups * a.width, a.nets), [
+            img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
+            ssbo("G", "write", a.layers * rows * a.width),
+            ssbo("Epart", "write", 2 * groups * a.nets),
+            # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
+            ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")], shader="mlp-t",
+            local=(a.width, 1, 1), push=[batch, bpad],
+            defines={**defines, **({"PRECISE": 1} if precise else {})})
+        train.connector("tacc").flags |= CLEAR
+        graph.bind(module, "target", train, "target")
+        graph.node_connect(adam, "w", train, "w")
 
-    lsum = graph.add_node(module, "lsum", (256, 1), [
-        ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
-        shader="mlp-t", local=(256, 1, 1), push=[groups * a.nets, hist_len], keep=True)
-    graph.node_connect(train, "Epart", lsum, "Epart")
+        lsum = graph.add_node(module, "lsum", (256, 1), [
+            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+            shader="mlp-t", local=(256, 1, 1), push=[groups * a.nets, hist_len], keep=True)
+        graph.node_connect(train, "Epart", lsum, "Epart")
 
-    wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
-        ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
-        shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
-    graph.node_connect(train, "A", wgrad, "A")
-    graph.node_connect(train, "G", wgrad, "G")
-    reduce = graph.add_node(module, "reduce", (n_p, 1), [
-        ssbo("part", "read"), ssbo("tacc", "read"), ssbo("dw", "write", n_p)], shader="mlp-t",
-        local=(256, 1, 1), push=[chunks], defines=defines)
-    graph.node_connect(wgrad, "part", reduce, "part")
-    graph.node_connect(train, "tacc", reduce, "tacc")
-    graph.node_feedback(reduce, "dw", norm, "dw")
-    graph.node_feedback(reduce, "dw", adam, "dw")
+        wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
+            ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
+            shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
+        graph.node_connect(train, "A", wgrad, "A")
+        graph.node_connect(train, "G", wgrad, "G")
+        reduce = graph.add_node(module, "reduce", (n_p, 1), [
+            ssbo("part", "read"), ssbo("tacc", "read"), ssbo("dw", "write", n_p)], shader="mlp-t",
+            local=(256, 1, 1), push=[chunks], defines=defines)
+        graph.node_connect(wgrad, "part", reduce, "part")
+        graph.node_connect(train, "tacc", reduce, "tacc")
+        graph.node_feedback(reduce, "dw", norm, "dw")
+        graph.node_feedback(reduce, "dw", adam, "dw")
 
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
@@ -450,7 +559,16 @@ def create_nodes(graph, module):
     module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
                                  used=a.used(), layout=(a.nets * a.layers, a.width),
                                  groups=a.groups())
-    module.data.update(train=train, eval=ev, arch=a)
+    module.data.update(train=train, eval=ev, arch=a, variant=variant,
+                       variant_why=why)
+
+
+def stats(graph, module) -> dict:
+    """The trainer's stats, and the coopmat variant's loss scale (stats[2] of adam)."""
+    out = trainer_stats(graph, module)
+    if module.data.get("variant") == "coopmat":
+        out["lscale"] = float(graph.read(module.trainable.adam, "stats")[2])
+    return out
 
 
 def summary(graph, module) -> str:
@@ -462,4 +580,12 @@ def summary(graph, module) -> str:
     n_skipped = skipped(graph, module)
     if n_skipped:
         line += f", {n_skipped} net updates skipped (non-finite gradient)"
+    variant = module.data.get("variant", "portable")
+    if variant == "coopmat":
+        scale = float(graph.read(module.trainable.adam, "stats")[2])
+        line += f", coopmat kernel (loss scale {scale:g})"
+    else:
+        why = module.data.get("variant_why")
+        line += f", portable kernels{f' ({why})' if why else ''}"
+    return line
     return line

@@ -1,6 +1,6 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
-#ifdef WCP16
+#if defined(WCP16) || defined(W16OUT)
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
@@ -20,6 +20,12 @@
 // (seed, i); biases and padding 0; m = v = 0. Table entries (i >= NW, the encoding's table)
 // start uniform in +-1e-4 (mrand seeded by (seed, "tble", i)) and step with talpha (alpha
 // when talpha is 0); the table counts as net 0's for the norm.
+// W16OUT (the coopmat variant): w16 = the weights as f16, the operands of train_cm.
+// DYN_SCALE: stats[2] is the dynamic loss scale that train_cm multiplies its gradients by
+// and stats[3] the count of clean steps since it last changed: frame 0 sets lscale and 0; a
+// step with a non-finite gradient in any net (skipped) halves it (not below min(1, lscale)),
+// `lsgrow` clean steps in a row double it (not above max(2^15, lscale)). In the checkpoint
+// with the rest of stats, so a resumed run goes on with the same scale.
 layout(push_constant) uniform Push { int has_wcp; } push;
 SSBO_IN(0, float, dw)
 SSBO_IN(1, float, gn)
@@ -32,6 +38,9 @@ SSBO_RW(3, float, w)
 SSBO_RW(4, float, m)
 SSBO_RW(5, float, v)
 SSBO_RW(6, float, stats)
+#ifdef W16OUT
+SSBO_OUT(7, float16_t, w16)
+#endif
 
 bool finite(float x) { return !isnan(x) && !isinf(x); }
 
@@ -59,7 +68,7 @@ void main() {
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; }
+    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; stats[2] = params.lscale; stats[3] = 0.0; }
   } else {
     wi = w[i];
     bool ok = gn[2 * n + 1] != 0.0;
@@ -92,7 +101,22 @@ void main() {
       }
       stats[0] += skipped;
       stats[1] = gmax;
+#ifdef DYN_SCALE
+      float sc = stats[2] > 0.0 ? stats[2] : params.lscale, clean = stats[3] + 1.0;
+      if (skipped > 0.0) {
+        sc = max(min(1.0, params.lscale), 0.5 * sc);
+        clean = 0.0;
+      } else if (clean >= float(params.lsgrow)) {
+        sc = min(max(32768.0, params.lscale), 2.0 * sc);
+        clean = 0.0;
+      }
+      stats[2] = sc;
+      stats[3] = clean;
+#endif
     }
   }
   w[i] = wi;
+#ifdef W16OUT
+  if (i < uint(NW)) w16[i] = float16_t(wi);
+#endif
 }

@@ -8,6 +8,9 @@
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
+#ifdef NET_HELPERS_ONLY  // the coopmat kernel: sampling, targets and encoding only
+#include "mlp.glsl"
+#else
 #ifdef PRECISE
 #extension GL_ARB_gpu_shader_fp64 : require
 #define MLP_BATCH 16  // float64 activations need the shared memory
@@ -24,6 +27,7 @@
 #endif
 
 shared POS net_uv[MLP_BATCH];  // the rows' input coordinates
+#endif  // NET_HELPERS_ONLY
 
 // tile of net n: (x0, y0, width, height) in target pixels
 ivec4 tile_rect(int n) {
@@ -106,6 +110,7 @@ float encode(POS uv, int c) {
 #endif
 }
 
+#ifndef NET_HELPERS_ONLY
 // h_0: thread c fills input neuron c of every row from net_uv (PRECISE: into mlp_dact; the
 // fixed encodings do not depend on the weights, so their fp32 rounding adds no noise to the
 // check; table encodings interpolate the trained table in float64)
@@ -145,5 +150,6 @@ void net_layer(uint woff, int l) {
 #else
 #define NET_ACT(r, c) mlp_act[r][c]
 #endif
+#endif  // NET_HELPERS_ONLY
 
 #endif

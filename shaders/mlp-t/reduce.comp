@@ -8,6 +8,8 @@
 // the backward carried is divided out here, so dw is the plain gradient. Table entries
 // (i >= NW): dw[i] = tacc[i - NW] / T_FIX, the fixed-point sum train scattered (already
 // without the loss scale); NaN for all of them when a contribution was not finite.
+// PART_SCALED (train_cm's partials): the chunks are the coopmat workgroups, whose partials
+// are dE/dW already (no division).
 layout(push_constant) uniform Push { int chunks; } push;
 SSBO_IN(0, float, part)
 SSBO_IN(1, int64_t, tacc)
@@ -23,5 +25,9 @@ void main() {
   }
   float s = 0.0;
   for (int k = 0; k < push.chunks; k++) s += part[uint(k) * uint(NW) + i];
+#ifdef PART_SCALED
+  dw[i] = s;  // train_cm divided its partials by its (dynamic) loss scale already
+#else
   dw[i] = s / params.lscale;
+#endif
 }

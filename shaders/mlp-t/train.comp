@@ -45,38 +45,10 @@ SSBO_RW(5, int64_t, tacc)
 #define LOSS_C(x) float(x)
 #endif
 
+#include "loss.glsl"
+
 shared vec4 s_t[MLP_BATCH];
 shared LOSS_T s_e[MLP_WIDTH];
-
-// loss of output y against target t, in the forward's precision
-LOSS_T loss_value(LOSS_T y, LOSS_T t) {
-  LOSS_T d = y - t;
-#if LOSS == 1
-  return LOSS_ABS(d);
-#elif LOSS == 2
-  return d * d / (y * y + LOSS_C(0.01));
-#elif LOSS == 3
-  return LOSS_ABS(d) / (LOSS_ABS(y) + LOSS_ABS(t) + LOSS_C(0.01));
-#else
-  return d * d;
-#endif
-}
-
-// d loss / d y, exact (also through the denominators of relative l2 and smape)
-float loss_grad(float y, float t) {
-  float d = y - t;
-#if LOSS == 1
-  return sign(d);
-#elif LOSS == 2
-  float den = y * y + 0.01;
-  return 2.0 * d / den - d * d * 2.0 * y / (den * den);
-#elif LOSS == 3
-  float den = abs(y) + abs(t) + 0.01;
-  return sign(d) / den - abs(d) * sign(y) / (den * den);
-#else
-  return 2.0 * d;
-#endif
-}
 
 uint row(int slot, int s) {
   return (uint(slot) * uint(NETS * push.bpad) + uint(s)) * uint(MLP_WIDTH);
