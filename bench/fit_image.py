@@ -150,11 +150,15 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         n_gpu = min(20, max(1, (steps - warm - 1) // 4))  # frames that read their timestamps
         n = steps - warm - 1 - n_gpu
         ms, blocks = blocks_ms(run, n)
-        gpu = []  # after the timed blocks (reading the stamps costs host time)
+        gpu, nodes = [], {}  # after the timed blocks (reading the stamps costs host time)
         for _ in range(n_gpu):
             run(1)  # the dispatches of one frame, eval's early exit included
-            gpu.append(sum(ms_ for _, ms_ in b.timings()))
-        kernels = sorted({nd.kernel for nd in m.nodes if nd.kernel})
+            stamps = b.timings()
+            gpu.append(sum(ms_ for _, ms_ in stamps))
+            for label, ms_ in stamps:
+                nodes.setdefault(label.rsplit("/", 1)[-1], []).append(ms_)
+        per_node = ", ".join(f"{k} {np.median(v):.3f}" for k, v in
+                             sorted(nodes.items(), key=lambda kv: -np.median(kv[1])))
         b.run_frame(steps, download=False)  # the last frame also evaluates the image
         out = b.read(m.data["eval"], "output")
         loss = m.cls.hook("current_loss")(b, m)
@@ -170,7 +174,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
     row = Row(f"vkgraph mlp-t {variant} ({name})", ms if n > 0 else None, psnr(out, target),
               f"wall per frame (submit + wait), {blocks_note(blocks)}; GPU "
               f"{np.median(gpu):.3f} ms/step (timestamps); loss {loss:.4g}; setup {setup:.1f} s;"
-              f" kernels {' '.join(kernels)}", gpu_ms=float(np.median(gpu)))
+              f" GPU ms per node: {per_node}", gpu_ms=float(np.median(gpu)))
     return row, p0, a, target, params
 
 
