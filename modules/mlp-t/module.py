@@ -349,7 +349,10 @@ def chunks_of(batch: int) -> tuple[int, int]:
 # The cooperative-matrix training kernel (shaders/mlp-t/train_cm.comp, README.md "Kernel
 # variants"): warps per workgroup (16 samples each) and workgroups per net (= weight-gradient
 # partials). VKGRAPH_MLP_TUNE=warps=N,groups=N overrides them (benchmarking).
-CM_TUNING = {"warps": 8, "groups": 264}
+# Measured on the H100 (fit-image, batch 2^18; bench/README.md): train_cm takes 0.69-0.74 ms
+# at 8 or 4 warps and 132-1056 groups (2 warps: 1.75 ms); more groups only make reduce dearer
+# (132: 0.011 ms, 1056: 0.14 ms), so one workgroup per SM of the H100.
+CM_TUNING = {"warps": 8, "groups": 132}
 
 
 def _env_on(name: str) -> bool:
