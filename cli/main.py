@@ -63,8 +63,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--graph", required=True, metavar="FILE.cfg", help="graph to run")
     p.add_argument("--frames", type=integer(1), metavar="N",
                    help="number of frames, at least 1 (overrides the cfg's frames)")
-    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
-                   "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
+    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name, or "
+                   "its UUID; default: $VKGRAPH_DEVICE_UUID, $VKGRAPH_DEVICE, else a discrete "
+                   "GPU, else the CPU driver)")
     p.add_argument("--device-id", type=integer(0), metavar="N", help="Vulkan device by index")
     p.add_argument("--lenient", action="store_true",
                    help="unknown cfg commands, modules and params are warnings, not errors")
@@ -348,6 +349,7 @@ def cmd_devices(args) -> int:
     for d in infos:
         mark = "*" if chosen is d else " "
         print(f"{mark} {d.index}: {d.name} ({d.type}, Vulkan {d.api})")
+        print(f"    uuid: {d.uuid}")
         print(f"    fp16 arithmetic: {'yes' if d.fp16 else 'no'}, 16-bit storage: "
               f"{'yes' if d.storage16 else 'no'}, float atomics: "
               f"{'yes' if d.float_atomics else 'no'}, 64-bit integer atomics: "
