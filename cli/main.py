@@ -1,4 +1,4 @@
-"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules, denoise.
+"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules, denoise, sweep.
 
 Exit codes: 0 success, 1 runtime failure (device, I/O), 2 usage or graph error, 130 interrupt.
 Bad input never shows a Python traceback (set VKGRAPH_DEBUG=1 to see one anyway).
@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .denoise import add_parser
     add_parser(sub)
+    from .sweep import add_parser as add_sweep
+    add_sweep(sub)
 
     m = sub.add_parser("modules", help="list modules, or show one module's interface")
     m.add_argument("name", nargs="?", help="module name, e.g. kpn-t")
@@ -487,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "denoise":
             from .denoise import cmd_denoise
             return cmd_denoise(args)
+        if args.command == "sweep":
+            from .sweep import cmd_sweep
+            return cmd_sweep(args)
         return cmd_modules(args)
     except VkgraphError as e:
         if debug:
