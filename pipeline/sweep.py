@@ -340,7 +340,7 @@ def rows(results, keys: list[str], metric: str) -> list[dict]:
             row[k] = m.get(k)
         if row["weights"] and not Path(row["weights"]).is_file():
             row["weights"] = None
-        row["error"] = (" ".join(str(r.error).split())[-300:] if r.error else None)
+        row["error"] = error_line(r.error) if r.error else None
         out.append(row)
     sign = -1.0 if METRICS[metric] == "max" else 1.0
 
@@ -351,6 +351,17 @@ def rows(results, keys: list[str], metric: str) -> list[dict]:
                 sign * value if ok else 0.0, row["trial"])
 
     return sorted(out, key=rank)
+
+
+def error_line(error) -> str:
+    """The last line of a trial's error (Ray's text holds the worker's traceback before it),
+    with the exception's class named without its module."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    kind, sep, msg = last.partition(": ")
+    if sep and kind.endswith(("Error", "Exception", "Failure")) and " " not in kind:
+        last = f"{kind.rsplit('.', 1)[-1]}: {msg}"
+    return clip(last, 300)
 
 
 def write_tables(folder: Path, rows_: list[dict], meta: dict) -> tuple[Path, Path]:

@@ -282,3 +282,12 @@ def test_denoise_on_ray_matches_the_plain_run(ray_local, photos, tmp_path, capsy
         b = read_image(tmp_path / "plain" / p.name)
         assert a.shape == b.shape and np.array_equal(a, b)
     assert sorted(x.name for x in (tmp_path / "ray").iterdir()) == sorted(p.name for p in good)
+
+
+def test_a_failed_trial_is_named_by_its_last_line():
+    from vkgraph.pipeline.sweep import error_line
+
+    text = ("ray::run_trial() (pid=1, ip=x)\n  File \"a.py\", line 3, in f\n"
+            "vkgraph.pipeline.errors.GraphError: buffer kpn-t:01/fwd:A needs 448 MiB\n")
+    assert error_line(RuntimeError(text)) == "GraphError: buffer kpn-t:01/fwd:A needs 448 MiB"
+    assert error_line(RuntimeError("x" * 400)).startswith("x" * 300 + "...")
