@@ -70,8 +70,9 @@ def add_parser(sub) -> None:
                    "(default: what the weights' .lut says, else 4)")
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar also when stderr is not a terminal")
-    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
-                   "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
+    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name, or "
+                   "its UUID; default: $VKGRAPH_DEVICE_UUID, $VKGRAPH_DEVICE, else a discrete "
+                   "GPU, else the CPU driver; not with --ray: each Ray worker uses its GPU)")
     p.add_argument("--device-id", type=integer(0), metavar="N", help="Vulkan device by index")
     from .sweep import add_ray_args
 
