@@ -213,10 +213,12 @@ def cmd_sweep(args) -> int:
             "report_every": every, "frames": max_frames, "gpus": gpus,
             "wall_s": round(wall, 3)}
     csv_path, json_path = write_tables(out, table, meta)
-    count = {s: sum(r["status"] == s for r in table) for s in ("done", "stopped", "error")}
+    count = {s: sum(r["status"] == s for r in table)
+             for s in ("done", "stopped", "error", "not run")}
     print(f"\nsweep of {path.name}: {len(table)} trials ({count['done']} done, "
-          f"{count['stopped']} stopped early, {count['error']} failed) in {wall:.1f} s on "
-          f"{where}; best first by {args.metric}:")
+          f"{count['stopped']} stopped early, {count['error']} failed"
+          + (f", {count['not run']} not run" if count["not run"] else "")
+          + f") in {wall:.1f} s on {where}; best first by {args.metric}:")
     for line in summary(table, space.keys, args.metric):
         print(line)
     for r in table:
@@ -225,6 +227,10 @@ def cmd_sweep(args) -> int:
     if table and table[0]["status"] == "done":
         print(f"best: {table[0]['trial']}, weights {table[0]['weights']}")
     print(f"table: {csv_path}, {json_path}")
+    if count["not run"]:
+        print(f"vkgraph: sweep interrupted: {count['not run']} trials did not run",
+              file=sys.stderr)
+        return 130
     return 1 if count["error"] or not count["done"] else 0
 
 

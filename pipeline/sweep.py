@@ -327,12 +327,16 @@ def run_trial(config: dict, spec: dict) -> None:
 def rows(results, keys: list[str], metric: str) -> list[dict]:
     """One row per trial from Tune's results (ray.tune.ResultGrid), best first: finished
     trials ranked by `metric`, then those a scheduler stopped (by the same metric at the
-    frame they reached), then failed ones."""
+    frame they reached), then failed ones, then those that never ran (an interrupted
+    sweep)."""
     out = []
     for r in results:
         m = dict(r.metrics or {})
         name = Path(r.path).name if r.path else m.get("trial_id", "?")
-        status = "error" if r.error else "done" if m.get("complete") else "stopped"
+        # stopped: a scheduler ended it after some reports; not run: the sweep was
+        # interrupted before it started
+        status = ("error" if r.error else "done" if m.get("complete")
+                  else "stopped" if "frame" in m else "not run")
         row = {"trial": name, "status": status}
         row.update({k: (r.config or {}).get(k) for k in keys})
         for k in ("frame", "loss", "best_loss", "psnr", "psnr_gain", "train_s", "seconds",
@@ -347,7 +351,7 @@ def rows(results, keys: list[str], metric: str) -> list[dict]:
     def rank(row):
         value = row.get(metric)
         ok = isinstance(value, int | float) and math.isfinite(value)
-        return ({"done": 0, "stopped": 1}.get(row["status"], 2), not ok,
+        return ({"done": 0, "stopped": 1, "error": 2}.get(row["status"], 3), not ok,
                 sign * value if ok else 0.0, row["trial"])
 
     return sorted(out, key=rank)
