@@ -84,6 +84,8 @@ def vkgraph(args: list[str]) -> tuple[float, dict[str, float], str]:
         res = subprocess.run([sys.executable, "-m", "vkgraph", *args], capture_output=True,
                              text=True, check=False)
     wall = time.perf_counter() - t0
+    print(f"ray_scale.py: vkgraph {' '.join(args[:1])} {' '.join(args[-2:])}: {wall:.1f} s, "
+          f"busy % {s.busy()}", file=sys.stderr, flush=True)  # survives a time limit
     if res.returncode != 0:
         sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
         raise SystemExit(f"ray_scale.py: vkgraph {' '.join(args[:2])} ... failed "
