@@ -35,9 +35,7 @@ stale entries are computed (in parallel with --jobs) and written back.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -52,11 +50,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkgraph.pipeline.datasets import image_set  # noqa: E402
-from vkgraph.pipeline.formats import atomic_write, read_image  # noqa: E402
+from vkgraph.pipeline import heldout  # noqa: E402
+from vkgraph.pipeline.formats import atomic_write  # noqa: E402
 
-# (name, noise a, noise b) of cnngenin's model std(x) = sqrt(a + 65535 x b) / 65535
-LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]
+# the held-out set, noise model and PSNR are the package's (vkgraph sweep --metric psnr)
+from vkgraph.pipeline.heldout import (  # noqa: E402, F401
+    LEVELS,
+    add_noise,
+    load_clean,
+    psnr,
+    seed_of,
+    training_files,
+)
+
 HELD_OUT = ROOT / "graphs" / "photos" / "held-out.txt"
 CACHE = Path(__file__).resolve().parent / "quality-baselines.json"
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
@@ -71,44 +77,17 @@ TITLES = {"noisy": "noisy", "blur": "blur (oracle)", "nlm": "NL-means", "bm3d": 
           "vkgraph": "vkgraph"}
 
 
-def seed_of(level_index: int) -> int:
-    return 10 + level_index
-
-
 # ------------------------------------------------------------------------------------------
 # images and metrics
 
 
 def photos() -> list[Path]:
-    return image_set(str(HELD_OUT), lambda name: HELD_OUT.parent / name)
-
-
-def load_clean(path: Path) -> np.ndarray:
-    """Linear float64 rgb (h, w, 3)."""
-    return read_image(path)[..., :3].astype(np.float64)
-
-
-@functools.cache
-def _make_scene():
-    spec = importlib.util.spec_from_file_location("make_scene",
-                                                  ROOT / "graphs" / "images" / "make_scene.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def add_noise(img: np.ndarray, a: float, b: float, seed: int) -> np.ndarray:
-    return _make_scene().add_noise(img, a, b, seed)
+    return heldout.photos(HELD_OUT)
 
 
 def true_sigma(clean: np.ndarray, a: float, b: float) -> float:
     """RMS of the true per-pixel noise std: exact, since the variance is linear in x."""
     return float(math.sqrt(a + 65535.0 * b * float(np.mean(np.maximum(clean, 0.0)))) / 65535.0)
-
-
-def psnr(x: np.ndarray, ref: np.ndarray) -> float:
-    mse = float(np.mean((np.asarray(x[..., :3], np.float64) - ref[..., :3]) ** 2))
-    return 10 * math.log10(1.0 / max(mse, 1e-20))
 
 
 def ssim(x: np.ndarray, ref: np.ndarray) -> float:
@@ -236,40 +215,13 @@ def fill_baselines(cache_path: Path, jobs: int) -> dict:
 # vkgraph
 
 
-def training_files(g, cfg: Path) -> list[Path]:
-    """The image files the cfg's sources read: i-set's training sets, i-pfm's and i-img's
-    files (resolved as a build would: absolute, next to the cfg, the working directory)."""
-    from vkgraph.pipeline.datasets import resolve_name
-
-    def near(name: str) -> Path:
-        path = Path(name).expanduser()
-        if path.is_absolute() or (cfg.resolve().parent / path).exists():
-            return cfg.resolve().parent / path
-        return Path.cwd() / path
-
-    out = []
-    for m in g.modules.values():
-        if m.name == "i-set":
-            out += image_set(m.param("filename"), near)
-        elif m.name in ("i-pfm", "i-img") and "%" not in m.param("filename"):
-            out.append(resolve_name(m.param("filename"), near))
-    return out
-
-
 def check_held_out(files: list[Path]) -> None:
     """Refuse a training cfg that reads a held-out photograph (same bytes, any name)."""
-    def digest(p: Path) -> str:
-        return hashlib.sha256(p.read_bytes()).hexdigest()
-
-    held: dict[int, list[tuple[Path, str]]] = {}
-    for p in photos():
-        held.setdefault(p.stat().st_size, []).append((p, digest(p)))
-    for f in files:
-        for p, d in held.get(f.stat().st_size if f.is_file() else -1, []):
-            if digest(f) == d:
-                raise SystemExit(f"quality.py: the training cfg reads {f}, which is the "
-                                 f"held-out photograph {p.name}: its numbers would not be "
-                                 "honest")
+    hit = heldout.reads_held_out(files, photos())
+    if hit is not None:
+        raise SystemExit(f"quality.py: the training cfg reads {hit[0]}, which is the "
+                         f"held-out photograph {hit[1].name}: its numbers would not be "
+                         "honest")
 
 
 def train(device, cfg: Path, frames: int | None, folder: Path,

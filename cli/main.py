@@ -1,4 +1,4 @@
-"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules, denoise.
+"""The `vkgraph` command: cli, gui, gradcheck, devices, shaders, modules, denoise, sweep.
 
 Exit codes: 0 success, 1 runtime failure (device, I/O), 2 usage or graph error, 130 interrupt.
 Bad input never shows a Python traceback (set VKGRAPH_DEBUG=1 to see one anyway).
@@ -63,8 +63,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--graph", required=True, metavar="FILE.cfg", help="graph to run")
     p.add_argument("--frames", type=integer(1), metavar="N",
                    help="number of frames, at least 1 (overrides the cfg's frames)")
-    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name; "
-                   "default: $VKGRAPH_DEVICE, else a discrete GPU, else the CPU driver)")
+    p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name, or "
+                   "its UUID; default: $VKGRAPH_DEVICE_UUID, $VKGRAPH_DEVICE, else a discrete "
+                   "GPU, else the CPU driver)")
     p.add_argument("--device-id", type=integer(0), metavar="N", help="Vulkan device by index")
     p.add_argument("--lenient", action="store_true",
                    help="unknown cfg commands, modules and params are warnings, not errors")
@@ -140,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .denoise import add_parser
     add_parser(sub)
+    from .sweep import add_parser as add_sweep
+    add_sweep(sub)
 
     m = sub.add_parser("modules", help="list modules, or show one module's interface")
     m.add_argument("name", nargs="?", help="module name, e.g. kpn-t")
@@ -361,6 +364,7 @@ def cmd_devices(args) -> int:
     for d in infos:
         mark = "*" if chosen is d else " "
         print(f"{mark} {d.index}: {d.name} ({d.type}, Vulkan {d.api})")
+        print(f"    uuid: {d.uuid}")
         print(f"    fp16 arithmetic: {'yes' if d.fp16 else 'no'}, 16-bit storage: "
               f"{'yes' if d.storage16 else 'no'}, float atomics: "
               f"{'yes' if d.float_atomics else 'no'}, 64-bit integer atomics: "
@@ -496,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "denoise":
             from .denoise import cmd_denoise
             return cmd_denoise(args)
+        if args.command == "sweep":
+            from .sweep import cmd_sweep
+            return cmd_sweep(args)
         return cmd_modules(args)
     except VkgraphError as e:
         if debug:

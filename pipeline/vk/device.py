@@ -51,6 +51,9 @@ class DeviceInfo:
     coopmat: list[str] = field(default_factory=list)  # "16x16x16 f16*f16+f16->f16"
     extensions: set[str] = field(default_factory=set, repr=False)
     max_storage_range: int = 0  # bytes one storage-buffer binding may span (0: unknown)
+    # VkPhysicalDeviceIDProperties.deviceUUID as 8-4-4-4-12 hex digits; on NVIDIA it is the
+    # GPU's UUID that nvidia-smi and NVML print (after their "GPU-" prefix)
+    uuid: str = ""
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -166,7 +169,8 @@ def _describe(index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
     _, f11, f12, _ = _features(pd)
-    sg = vk.VkPhysicalDeviceSubgroupProperties()
+    ids = vk.VkPhysicalDeviceIDProperties()
+    sg = vk.VkPhysicalDeviceSubgroupProperties(pNext=ids)
     vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=sg))
     mem = vk.vkGetPhysicalDeviceMemoryProperties(pd)
     heap = max((mem.memoryHeaps[i].size for i in range(mem.memoryHeapCount)
@@ -181,7 +185,22 @@ def _describe(index: int, pd) -> DeviceInfo:
         int64_atomics=bool(f12.shaderBufferInt64Atomics), subgroup_size=sg.subgroupSize,
         shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
-        extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange))
+        extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange),
+        uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))))
+
+
+def format_uuid(raw: bytes) -> str:
+    """16 bytes as 8-4-4-4-12 lower-case hex digits (the form nvidia-smi prints)."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def uuid_key(text: str) -> str | None:
+    """The 32 hex digits of a device UUID written as nvidia-smi, NVML or `vkgraph devices`
+    do ("GPU-" prefix or not, dashes or not, any case); None when `text` is not one."""
+    t = text.strip().lower()
+    t = t.removeprefix("gpu-").replace("-", "")
+    return t if len(t) == 32 and all(c in "0123456789abcdef" for c in t) else None
 
 
 def physical_devices():
@@ -194,8 +213,10 @@ def list_devices() -> list[DeviceInfo]:
 
 def choose(infos: list[DeviceInfo], name: str | None = None,
            index: int | None = None) -> DeviceInfo:
-    """--device-id, then --device / VKGRAPH_DEVICE (substring of the name), else the most
-    capable type: discrete GPU first, the CPU driver last."""
+    """--device-id, then --device, then VKGRAPH_DEVICE_UUID, then VKGRAPH_DEVICE, else the
+    most capable type: discrete GPU first, the CPU driver last. A --device or VKGRAPH_DEVICE
+    that is a UUID (`uuid_key`) picks the device with that UUID, anything else the first
+    whose name contains it."""
     if not infos:
         raise RuntimeFailure("no Vulkan device found (Debian: apt install mesa-vulkan-drivers)")
     if index is not None:
@@ -203,7 +224,14 @@ def choose(infos: list[DeviceInfo], name: str | None = None,
             raise GraphError(f"--device-id {index}: there are {len(infos)} devices "
                              f"(0..{len(infos) - 1}); see 'vkgraph devices'")
         return infos[index]
-    name = name or os.environ.get("VKGRAPH_DEVICE") or None
+    name = (name or os.environ.get("VKGRAPH_DEVICE_UUID") or os.environ.get("VKGRAPH_DEVICE")
+            or None)
+    if name and uuid_key(name):
+        hits = [d for d in infos if uuid_key(d.uuid) == uuid_key(name)]
+        if not hits:
+            have = ", ".join(f"{d.name} {d.uuid}" for d in infos)
+            raise GraphError(f"no Vulkan device has the UUID '{name}' (have: {have})")
+        return hits[0]
     if name:
         hits = [d for d in infos if name.lower() in d.name.lower()]
         if not hits:
@@ -310,7 +338,8 @@ class Device:
             return cls(info, pds[info.index])
         ok = [d for d in infos if SWAPCHAIN in d.extensions
               and _queue_family(pds[d.index], surface) is not None]
-        explicit = index is not None or name or os.environ.get("VKGRAPH_DEVICE")
+        explicit = (index is not None or name or os.environ.get("VKGRAPH_DEVICE")
+                    or os.environ.get("VKGRAPH_DEVICE_UUID"))
         info = choose(infos if explicit else ok or infos, name, index)
         if info not in ok:
             raise RuntimeFailure(f"{info.name} cannot show images in this window (no "
