@@ -38,6 +38,7 @@ log = logging.getLogger("vkgraph")
 
 NW = 28672  # 7 matrices of 64 x 64
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
+CPU_PX = 8  # pixels per invocation of fwd_cpu (shaders/kpn-t/fwd_cpu.comp)
 LUT_TEXT = "\n".join([
     "lut contains weights for",
     "multi-level kernel predicting mlp with:",
@@ -205,21 +206,34 @@ def cm_capable(graph) -> bool:
             and "16x16x16 f16*f16+f32->f32" in info.coopmat and info.shared_memory >= 46080)
 
 
+def cpu_capable(graph) -> bool:
+    """Whether the build's device suits the "cpu" forward (fwd_cpu): a CPU driver (lavapipe),
+    whose subgroups are the 8 lanes of a 256-bit SIMD register."""
+    info = graph.capabilities
+    return info is not None and info.type == "CPU" and info.subgroup_size == 8
+
+
 def mlp_variant(graph, precise: bool = False) -> str:
     """The MLP kernels for this build. VKGRAPH_KPN_MLP = auto (default: "fused" where the
-    device is cm_capable, else "portable"), fused, coopmat or portable; a cooperative-matrix
-    variant asked for on a device without them falls back to portable. VKGRAPH_PORTABLE=1
-    and `precise` mode (the gradient check's float64 forward) always run portable.
-    VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on any device
-    (tests; slow)."""
+    device is cm_capable, "cpu" where it is cpu_capable, else "portable"), fused, coopmat,
+    cpu or portable; a variant asked for on a device that cannot run it falls back to
+    portable. "cpu" is portable with fwd_cpu (one pixel per SIMD lane) for the forward.
+    VKGRAPH_PORTABLE=1 and `precise` mode (the gradient check's float64 forward) always run
+    portable. VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on
+    any device (tests; slow)."""
     if precise or _env_on("VKGRAPH_PORTABLE"):
         return "portable"
     want = os.environ.get("VKGRAPH_KPN_MLP", "") or "auto"
-    if want not in ("auto", "fused", "coopmat", "portable"):
-        raise GraphError(f"VKGRAPH_KPN_MLP={want}: expected auto, fused, coopmat or portable")
+    if want not in ("auto", "fused", "coopmat", "cpu", "portable"):
+        raise GraphError(f"VKGRAPH_KPN_MLP={want}: expected auto, fused, coopmat, cpu or "
+                         "portable")
     if want == "portable":
         return want
+    if want == "cpu":
+        return want if cpu_capable(graph) else "portable"
     if want == "auto":
+        if not _env_on("VKGRAPH_COOPMAT_EMULATE") and not cm_capable(graph):
+            return "cpu" if cpu_capable(graph) else "portable"
         want = "fused"
     if _env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph):
         return want
@@ -280,7 +294,9 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
     variant = mlp_variant(graph, precise)
-    if variant != "portable" and not w16:
+    if variant == "cpu" and w16:
+        variant = "portable"  # fwd_cpu reads fp32 weights (kpn's lut weights are f16)
+    if variant not in ("portable", "cpu") and not w16:
         if weights16 is None:
             variant = "portable"
         else:
@@ -308,7 +324,18 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                               img("detail", "write", Roi(w, h))], shader="kpn-t",
                               **({"push": [bands[i]], "defines": {"NOISE_FEATURES": 1}}
                                  if nmap else {}))
-        if variant == "portable":
+        if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
+            conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
+            defines = {"PX": CPU_PX}
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
+            if train:
+                conns.append(ssbo("A", "write", 7 * 64 * npx))
+                defines["TRAIN"] = 1
+            groups = math.ceil(npx / (8 * CPU_PX))
+            fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
+                                 local=(8, 1, 1), defines=defines, push=[npx])
+        elif variant == "portable":
             conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
             defines = {}
             if train:
@@ -466,7 +493,7 @@ def create_nodes(graph, module):
         graph.node_connect(n["fwd"][i], "K", dap, "K")
         graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
         graph.node_connect(grad[0], grad[1], dap, "dI")
-        if n["variant"] == "portable":
+        if n["variant"] in ("portable", "cpu"):
             mulw, chunks = _backward_portable(graph, module, n, i, adam, dap)
         else:
             mulw, chunks = _backward_coopmat(graph, module, n, i, adam, dap)
