@@ -41,12 +41,17 @@ from vkgraph.pipeline.runner import Build
 
 CM_SHAPE = "16x16x16 f16*f16+f32->f32"
 MLP_KERNELS = {"portable": {"fwd", "bck", "mulw"}, "coopmat": {"fwd_cm", "bck_cm", "mulw_cm"},
-               "fused": {"fwd_cm", "bck_fused"}}
+               "fused": {"fwd_cm", "bck_fused"}, "cpu": {"fwd_cpu", "bck", "mulw"}}
 LOSSES = {"smape": 0, "l2": 1, "l1": 2}
 
 
 def has_coopmat(device) -> bool:
     return CM_SHAPE in device.info.coopmat and device.info.subgroup_size == 32
+
+
+def is_cpu_driver(device) -> bool:
+    """Where kpn-t's "cpu" variant runs (modules/kpn-t/module.py cpu_capable)."""
+    return device.info.type == "CPU" and device.info.subgroup_size == 8
 
 
 @pytest.fixture
@@ -139,13 +144,17 @@ def test_emulated_kernels_match_reference(device, tmp_path, monkeypatch):
 
 def test_variant_selection(device, tmp_path, monkeypatch):
     """auto (the default) picks the fused kernels where the device has cooperative matrices,
-    portable elsewhere; so does VKGRAPH_KPN_MLP=fused; =portable, VKGRAPH_PORTABLE and
-    precise mode keep portable; a misspelt variant is an error."""
+    "cpu" on a CPU driver, portable elsewhere; =fused gives fused where it can run, else
+    portable, and =cpu likewise; =portable, VKGRAPH_PORTABLE and precise mode keep portable;
+    a misspelt variant is an error."""
     X, R = pair(16, 9)
     monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
     monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
-    best = "fused" if has_coopmat(device) else "portable"
-    for want, got in ((None, best), ("auto", best), ("fused", best), ("portable", "portable")):
+    best = "fused" if has_coopmat(device) else "cpu" if is_cpu_driver(device) else "portable"
+    fused = "fused" if has_coopmat(device) else "portable"
+    cpu = "cpu" if is_cpu_driver(device) else "portable"
+    for want, got in ((None, best), ("auto", best), ("fused", fused), ("cpu", cpu),
+                      ("portable", "portable")):
         if want is None:
             monkeypatch.delenv("VKGRAPH_KPN_MLP", raising=False)
         else:

@@ -1,0 +1,70 @@
+"""kpn-t's "cpu" MLP variant (fwd_cpu: one pixel per SIMD lane, for CPU drivers; bck and
+mulw as portable) against the portable kernels: fwd_cpu sums in the same order as fwd, so
+the forward (logits K, stored activations A), the loss, the output and dE/dW must be
+bit-identical. Sizes whose pixel counts are not whole subgroups x pixels per invocation (64)
+check the tail; feat 1 checks the constant bias feature. The portable kernels are checked
+against the float64 reference in test_kpn_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_kpn_coopmat import MLP_KERNELS, is_cpu_driver, kernels, use_variant
+from test_kpn_gpu import conditioned_weights, kpn_graph, noise_feature_graph, pair, run_with_weights
+
+
+@pytest.fixture
+def cpu_device(device):
+    if not is_cpu_driver(device):
+        pytest.skip(f"{device.info.name} is not a CPU driver with 8-wide subgroups")
+    return device
+
+
+def frame(device, graph, W):
+    """One frame at weights W: loss, dE/dW, output, and per level fwd's K and A."""
+    b, E, dW, O = run_with_weights(device, graph, W)
+    fwd = [n for n in graph.modules[("kpn-t", "01")].nodes if n.kernel.startswith("fwd")]
+    return E, dW, O, [(b.read(n, "K").copy(), b.read(n, "A").copy()) for n in fwd]
+
+
+def check_identical(a, b):
+    Ep, dWp, Op, bufp = a
+    Ec, dWc, Oc, bufc = b
+    assert Ec == Ep
+    assert np.array_equal(Oc, Op)
+    assert np.array_equal(dWc, dWp)
+    assert np.abs(dWp).max() > 0
+    assert len(bufc) == len(bufp)
+    for (Kp, Ap), (Kc, Ac) in zip(bufp, bufc, strict=True):
+        assert np.array_equal(Kc, Kp) and np.array_equal(Ac, Ap)
+        assert np.abs(Kp).max() > 0
+
+
+@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (16, 9, 2), (64, 64, 4)])
+def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels):
+    X, R = pair(w, h)
+    W = conditioned_weights()
+    out = {}
+    for variant in ("portable", "cpu"):
+        use_variant(monkeypatch, variant)
+        g = kpn_graph(tmp_path, X, R, levels, "param:kpn-t:01:alpha:0")
+        g.frames = 2
+        out[variant] = frame(cpu_device, g, W)
+        assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
+    check_identical(out["portable"], out["cpu"])
+
+
+def test_cpu_noise_features_match_portable(cpu_device, tmp_path, monkeypatch):
+    """feat 1: feature 0 is the constant 1 (KPN_BIAS) in fwd_cpu as in fwd."""
+    _, R = pair(40, 24, seed=4)
+    W = conditioned_weights()
+    out = {}
+    for variant in ("portable", "cpu"):
+        use_variant(monkeypatch, variant)
+        g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
+                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2")
+        g.frames = 2
+        out[variant] = frame(cpu_device, g, W)
+        assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
+    check_identical(out["portable"], out["cpu"])
+    assert np.all(out["cpu"][3][0][1].reshape(-1, 64)[: 40 * 24, 0] == 1.0)
