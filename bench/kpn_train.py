@@ -7,6 +7,7 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
            coopmat  fwd_cm + bck_cm + mulw_cm (cooperative matrices, f16 activations stored)
            portable fwd + bck + mulw (fp32, any device; skipped where its fp32 activation
                     buffer would exceed 4 GiB, 2048^2 and up)
+           cpu      fwd_cpu + bck + mulw (CPU drivers: the forward one pixel per SIMD lane)
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is the median over --repeats blocks of --frames frames (after 3 warm-up frames) of the
@@ -58,9 +59,9 @@ from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
 FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px
-BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3, "portable": 11e3}  # fp32 stores: twice f16
+BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3, "portable": 11e3, "cpu": 11e3}  # fp32 stores: twice f16
 VARIANT_ENV = {"fused": {"VKGRAPH_KPN_MLP": "fused"}, "coopmat": {"VKGRAPH_KPN_MLP": "coopmat"},
-               "portable": {"VKGRAPH_PORTABLE": "1"}}
+               "portable": {"VKGRAPH_PORTABLE": "1"}, "cpu": {"VKGRAPH_KPN_MLP": "cpu"}}
 
 
 def peaks(name: str) -> tuple[float, float, str]:
@@ -148,7 +149,8 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
             f += 1
             gpu.append(sum(t for _, t in b.timings()))
         ms = float(np.median(blocks))
-        want = {"fused": "bck_fused", "coopmat": "mulw_cm", "portable": "mulw"}[variant]
+        want = {"fused": "bck_fused", "coopmat": "mulw_cm", "portable": "mulw",
+                "cpu": "fwd_cpu"}[variant]
         if want not in used:  # e.g. a device without cooperative matrices
             raise RuntimeError(f"the build chose other kernels: {sorted(used)}")
         out = {"ms": ms, "blocks": blocks, "gpu_ms": float(np.median(gpu)), "loss0": loss0,
@@ -371,7 +373,7 @@ def main() -> int:
                     "with --cpu 64)")
     ap.add_argument("--variants", default=None,
                     help="vkgraph kernel variants (default fused,coopmat,portable; --cpu: "
-                    "portable)")
+                    "portable,cpu)")
     ap.add_argument("--torch", default="eager,compile", help="'' to skip PyTorch")
     ap.add_argument("--frames", type=int, default=50, help="timed frames per block")
     ap.add_argument("--repeats", type=int, default=3, help="timed blocks (the median counts)")
@@ -388,7 +390,7 @@ def main() -> int:
     t_start = time.perf_counter()
     sizes = [int(s) for s in (args.sizes or ("64" if args.cpu else "256,1024,2048,4096"))
              .split(",") if s]
-    variants = [v for v in (args.variants or ("portable" if args.cpu else
+    variants = [v for v in (args.variants or ("portable,cpu" if args.cpu else
                                               "fused,coopmat,portable")).split(",") if v]
     torch_modes = [m for m in args.torch.split(",") if m]
     compile_sizes = None if args.compile_sizes == "all" else args.compile_sizes.split(",")

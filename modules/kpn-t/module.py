@@ -520,9 +520,15 @@ def _backward_portable(graph, module, n, i, adam, dap):
     """bck (-> G) and mulw (-> per-chunk partials of dE/dW) of level i, fp32."""
     w, h = n["sizes"][i]
     npx = w * h
-    bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), [
-        ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
-        ssbo("G", "write", 6 * 64 * npx)], shader="kpn-t", local=(64, 1, 1), push=[npx])
+    conns = [ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
+             ssbo("G", "write", 6 * 64 * npx)]
+    if n["variant"] == "cpu":  # one pixel per SIMD lane, as fwd_cpu
+        bck = graph.add_node(module, "bck_cpu", (math.ceil(npx / (8 * CPU_PX)) * 8, 1), conns,
+                             shader="kpn-t", local=(8, 1, 1), push=[npx],
+                             defines={"PX": CPU_PX})
+    else:
+        bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), conns,
+                             shader="kpn-t", local=(64, 1, 1), push=[npx])
     graph.node_connect(adam, "w", bck, "w")
     graph.node_connect(n["fwd"][i], "A", bck, "A")
     graph.node_connect(dap, "dK", bck, "dK")
