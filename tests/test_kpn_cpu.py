@@ -40,7 +40,7 @@ def check_identical(a, b):
         assert np.abs(Kp).max() > 0
 
 
-@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (16, 9, 2), (64, 64, 4)])
+@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (16, 9, 2)])
 def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels):
     X, R = pair(w, h)
     W = conditioned_weights()
