@@ -41,7 +41,7 @@ from vkgraph.pipeline.runner import Build
 
 CM_SHAPE = "16x16x16 f16*f16+f32->f32"
 MLP_KERNELS = {"portable": {"fwd", "bck", "mulw"}, "coopmat": {"fwd_cm", "bck_cm", "mulw_cm"},
-               "fused": {"fwd_cm", "bck_fused"}, "cpu": {"fwd_cpu", "bck_cpu", "mulw"}}
+               "fused": {"fwd_cm", "bck_fused"}, "cpu": {"fwd_cpu", "bck_cpu", "mulw_cpu"}}
 LOSSES = {"smape": 0, "l2": 1, "l1": 2}
 
 

@@ -533,10 +533,14 @@ def _backward_portable(graph, module, n, i, adam, dap):
     graph.node_connect(n["fwd"][i], "A", bck, "A")
     graph.node_connect(dap, "dK", bck, "dK")
     chunks, chunk = mulw_chunks(npx)
-    mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), [
-        ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
-        ssbo("part", "write", NW * chunks)], shader="kpn-t", local=(16, 16, 1),
-        push=[npx, chunk])
+    conns = [ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
+             ssbo("part", "write", NW * chunks)]
+    if n["variant"] == "cpu":  # one subgroup per (chunk, layer, 8-row block)
+        mulw = graph.add_node(module, "mulw_cpu", (8 * chunks, 7, 8), conns, shader="kpn-t",
+                              local=(8, 1, 1), push=[npx, chunk])
+    else:
+        mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), conns, shader="kpn-t",
+                              local=(16, 16, 1), push=[npx, chunk])
     graph.node_connect(n["fwd"][i], "A", mulw, "A")
     graph.node_connect(bck, "G", mulw, "G")
     graph.node_connect(dap, "dK", mulw, "dK")
