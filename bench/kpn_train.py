@@ -7,7 +7,7 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
            coopmat  fwd_cm + bck_cm + mulw_cm (cooperative matrices, f16 activations stored)
            portable fwd + bck + mulw (fp32, any device; skipped where its fp32 activation
                     buffer would exceed 4 GiB, 2048^2 and up)
-           cpu      fwd_cpu + bck + mulw (CPU drivers: the forward one pixel per SIMD lane)
+           cpu      fwd_cpu + bck_cpu + mulw_cpu (CPU drivers: one pixel per SIMD lane)
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is the median over --repeats blocks of --frames frames (after 3 warm-up frames) of the

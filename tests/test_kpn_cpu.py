@@ -1,5 +1,5 @@
-"""kpn-t's "cpu" MLP variant (fwd_cpu: one pixel per SIMD lane, for CPU drivers; bck and
-mulw as portable) against the portable kernels: fwd_cpu sums in the same order as fwd, so
+"""kpn-t's "cpu" MLP variant (fwd_cpu, bck_cpu, mulw_cpu: one pixel per SIMD lane, for CPU
+drivers) against the portable kernels: they sum in the same order as fwd, bck and mulw, so
 the forward (logits K, stored activations A), the loss, the output and dE/dW must be
 bit-identical. Sizes whose pixel counts are not whole subgroups x pixels per invocation (64)
 check the tail; feat 1 checks the constant bias feature. The portable kernels are checked

@@ -217,7 +217,7 @@ def mlp_variant(graph, precise: bool = False) -> str:
     """The MLP kernels for this build. VKGRAPH_KPN_MLP = auto (default: "fused" where the
     device is cm_capable, "cpu" where it is cpu_capable, else "portable"), fused, coopmat,
     cpu or portable; a variant asked for on a device that cannot run it falls back to
-    portable. "cpu" is portable with fwd_cpu (one pixel per SIMD lane) for the forward.
+    portable. "cpu" is the portable maths one pixel per SIMD lane (fwd_cpu, bck_cpu, mulw_cpu).
     VKGRAPH_PORTABLE=1 and `precise` mode (the gradient check's float64 forward) always run
     portable. VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on
     any device (tests; slow)."""
