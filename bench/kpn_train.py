@@ -59,7 +59,8 @@ from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
 FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px
-BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3, "portable": 11e3, "cpu": 11e3}  # fp32 stores: twice f16
+BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3,  # fp32 stores: twice f16
+                "portable": 11e3, "cpu": 11e3}
 VARIANT_ENV = {"fused": {"VKGRAPH_KPN_MLP": "fused"}, "coopmat": {"VKGRAPH_KPN_MLP": "coopmat"},
                "portable": {"VKGRAPH_PORTABLE": "1"}, "cpu": {"VKGRAPH_KPN_MLP": "cpu"}}
 
