@@ -194,8 +194,23 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 CM_TUNING = {"fwd_warps": 4, "fwd_rows": 4, "fused_warps": 16, "fused_groups": 264}
 
 
-def _env_on(name: str) -> bool:
+def env_on(name: str) -> bool:
+    """An environment switch: set and not "0" (VKGRAPH_PORTABLE, VKGRAPH_COOPMAT_EMULATE)."""
     return os.environ.get(name, "") not in ("", "0")
+
+
+def tuning(env: str, defaults: dict) -> tuple[dict, set]:
+    """(defaults with the overrides of `env` = "key=N,key=N", the keys given): the launch
+    shapes of the cooperative-matrix kernels, overridden for benchmarks (kpn-t's
+    VKGRAPH_CM_TUNE, mlp-t's VKGRAPH_MLP_TUNE). An unknown key or a non-integer is an error."""
+    t, given = dict(defaults), set()
+    for item in filter(None, os.environ.get(env, "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in t or not value.strip().isdigit():
+            raise GraphError(f"{env}: {item!r} is not one of {', '.join(k + '=N' for k in t)}")
+        t[key.strip()] = int(value)
+        given.add(key.strip())
+    return t, given
 
 
 def cm_capable(graph) -> bool:
@@ -221,7 +236,7 @@ def mlp_variant(graph, precise: bool = False) -> str:
     VKGRAPH_PORTABLE=1 and `precise` mode (the gradient check's float64 forward) always run
     portable. VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on
     any device (tests; slow)."""
-    if precise or _env_on("VKGRAPH_PORTABLE"):
+    if precise or env_on("VKGRAPH_PORTABLE"):
         return "portable"
     want = os.environ.get("VKGRAPH_KPN_MLP", "") or "auto"
     if want not in ("auto", "fused", "coopmat", "cpu", "portable"):
@@ -232,33 +247,27 @@ def mlp_variant(graph, precise: bool = False) -> str:
     if want == "cpu":
         return want if cpu_capable(graph) else "portable"
     if want == "auto":
-        if not _env_on("VKGRAPH_COOPMAT_EMULATE") and not cm_capable(graph):
+        if not env_on("VKGRAPH_COOPMAT_EMULATE") and not cm_capable(graph):
             return "cpu" if cpu_capable(graph) else "portable"
         want = "fused"
-    if _env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph):
+    if env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph):
         return want
     return "portable"
 
 
 def cm_tuning() -> dict:
-    t = dict(CM_TUNING)
-    for item in filter(None, os.environ.get("VKGRAPH_CM_TUNE", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in t or not value.strip().isdigit():
-            raise GraphError(f"VKGRAPH_CM_TUNE: {item!r} is not one of "
-                             f"{', '.join(k + '=N' for k in t)}")
-        t[key.strip()] = int(value)
+    t, _ = tuning("VKGRAPH_CM_TUNE", CM_TUNING)
     if CM_PAD % (16 * t["fwd_warps"] * t["fwd_rows"]):
         raise GraphError(f"VKGRAPH_CM_TUNE: fwd_warps x fwd_rows must divide {CM_PAD // 16}")
     if t["fused_warps"] not in (4, 8, 16):
         raise GraphError("VKGRAPH_CM_TUNE: fused_warps must be 4, 8 or 16")
-    if _env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
+    if env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
         t["fwd_warps"], t["fused_warps"] = 2, 4
     return t
 
 
 def _cm_defines(**extra) -> dict:
-    return {"CM_EMULATE": 1, **extra} if _env_on("VKGRAPH_COOPMAT_EMULATE") else dict(extra)
+    return {"CM_EMULATE": 1, **extra} if env_on("VKGRAPH_COOPMAT_EMULATE") else dict(extra)
 
 
 def _pad(n: int) -> int:
@@ -577,7 +586,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups
     fwd = n["fwd"][i]
-    rows = 2 if _env_on("VKGRAPH_COOPMAT_EMULATE") else 4  # CPU driver: 32 KiB shared
+    rows = 2 if env_on("VKGRAPH_COOPMAT_EMULATE") else 4  # CPU driver: 32 KiB shared
     bck = graph.add_node(module, "bck_cm", (npad * 2 // rows, 1), [
         ssbo("w", "read", fmt="f16"), ssbo("dK", "read")]
         + [ssbo(f"A{s}", "read", fmt="f16") for s in range(1, 7)]

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vkgraph.modules.kpn_t.module import cm_capable
+from vkgraph.modules.kpn_t.module import cm_capable, env_on, tuning
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
 from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
@@ -355,10 +355,6 @@ def chunks_of(batch: int) -> tuple[int, int]:
 CM_TUNING = {"warps": 8, "groups": 132}
 
 
-def _env_on(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0")
-
-
 def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
     """(variant, why) of the training kernels: "coopmat" (train_cm) or "portable" (train,
     wgrad). VKGRAPH_MLP = auto (default: coopmat where the device is cm_capable, see kpn-t),
@@ -370,9 +366,9 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
         raise GraphError(f"VKGRAPH_MLP={want}: expected auto, coopmat or portable")
     if precise:
         return "portable", "precise (float64 forward)"
-    if _env_on("VKGRAPH_PORTABLE") or want == "portable":
+    if env_on("VKGRAPH_PORTABLE") or want == "portable":
         return "portable", "asked for"
-    if not (_env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph)):
+    if not (env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph)):
         return "portable", "no cooperative matrices on this device"
     if a.table is not None:
         return "portable", "table encodings are not on cooperative matrices yet"
@@ -387,23 +383,15 @@ def cm_shared_bytes(width: int, warps: int) -> int:
     """train_cm's shared memory: h and g tiles of T = 16 warps rows (stride width + 8
     halves), y (T x 16 floats), the targets (T vec4); emulated, the products' tiles too."""
     t = 16 * warps
-    emu = 1024 * warps if _env_on("VKGRAPH_COOPMAT_EMULATE") else 0
+    emu = 1024 * warps if env_on("VKGRAPH_COOPMAT_EMULATE") else 0
     return 2 * t * (width + 8) * 2 + t * 16 * 4 + t * 16 + emu
 
 
 def cm_tuning() -> dict:
     """CM_TUNING with VKGRAPH_MLP_TUNE's overrides. The emulation (the CPU driver: 32 KiB of
     shared memory) runs 2 warps unless told otherwise, at most 4."""
-    t = dict(CM_TUNING)
-    given = set()
-    for item in filter(None, os.environ.get("VKGRAPH_MLP_TUNE", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in t or not value.strip().isdigit():
-            raise GraphError(f"VKGRAPH_MLP_TUNE: {item!r} is not one of "
-                             f"{', '.join(k + '=N' for k in t)}")
-        t[key.strip()] = int(value)
-        given.add(key.strip())
-    emulated = _env_on("VKGRAPH_COOPMAT_EMULATE")
+    t, given = tuning("VKGRAPH_MLP_TUNE", CM_TUNING)
+    emulated = env_on("VKGRAPH_COOPMAT_EMULATE")
     if emulated and "warps" not in given:
         t["warps"] = 2
     if t["warps"] not in ((2, 4) if emulated else (2, 4, 8)):
@@ -497,7 +485,7 @@ def create_nodes(graph, module):
         cm_chunks = math.ceil(batch / T)
         groups_cm = min(tune["groups"], cm_chunks)
         cmdefs = {**defines, "WARPS": f"{tune['warps']}u"}
-        if _env_on("VKGRAPH_COOPMAT_EMULATE"):
+        if env_on("VKGRAPH_COOPMAT_EMULATE"):
             cmdefs["CM_EMULATE"] = 1
         train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [
             img("target", "read"), ("w16", "read", "ssbo", "f16", None), ssbo("stats", "read"),
