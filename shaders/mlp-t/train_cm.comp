@@ -44,7 +44,11 @@
 // 46 KiB. Registers: L NT f16 fragments (h) + NACC f32 fragments (dW).
 layout(push_constant) uniform Push { int batch; int chunks; } push;
 IMG_IN(0, target)
+#ifdef CM_EMULATE
 SSBO_IN(1, float16_t, w16)
+#else
+SSBO_IN(1, uvec4, w16)  // f16 weights, 8 per uvec4: 16-byte fragment loads (see W_LOAD_*)
+#endif
 SSBO_IN(2, float, stats)
 SSBO_OUT(3, float, part)
 SSBO_OUT(4, vec2, Epart)
@@ -76,6 +80,17 @@ uint warp, lane, row0;
 // B operands of layer l from w16: forward B(k, n) = W_l[n][k] (column-major), backward
 // B(k, n) = W_l[k][n] (row-major); tile (kt, nt)
 #define W_OFF(l, kt, nt) (woff + uint(l) * uint(MLP_WIDTH * MLP_WIDTH) + 16u * (uint(kt) * uint(MLP_WIDTH) + uint(nt)))
+// Fragments load from w16 as a uvec4 array (offsets and the row stride in units of 8 halves:
+// every W_OFF is a multiple of 16): the H100 driver then reads 16 bytes per access, where
+// f16 elements cost one load each (measured: the forward's weight loads were ~40% of the
+// kernel's time). The emulation reads the same halves from a float16_t view.
+#ifdef CM_EMULATE
+#define W_LOAD_COL(b, off) CM_LOAD_COL(b, w16, off, MLP_WIDTH)
+#define W_LOAD_ROW(b, off) CM_LOAD_ROW(b, w16, off, MLP_WIDTH)
+#else
+#define W_LOAD_COL(b, off) CM_LOAD_COL(b, w16, (off) / 8u, MLP_WIDTH / 8)
+#define W_LOAD_ROW(b, off) CM_LOAD_ROW(b, w16, (off) / 8u, MLP_WIDTH / 8)
+#endif
 
 // columns of h that are not neurons: zero, or 1 for the bias input (the warp's rows of hs)
 void fix_padding(bool first) {
@@ -151,7 +166,7 @@ void main() {
           CM_ZERO(z);
           CM_UNROLL for (int k = 0; k < NT; k++) {
             CM_B b;
-            CM_LOAD_COL(b, w16, W_OFF(l, nt, k), MLP_WIDTH);
+            W_LOAD_COL(b, W_OFF(l, nt, k));
             CM_MMA(z, a[k], b);
           }
           CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(z); i_++)
@@ -168,7 +183,7 @@ void main() {
         CM_ZERO(z);
         CM_UNROLL for (int k = 0; k < NT; k++) {
           CM_B b;
-          CM_LOAD_COL(b, w16, W_OFF(l, 0, k), MLP_WIDTH);
+          W_LOAD_COL(b, W_OFF(l, 0, k));
           CM_MMA(z, a[k], b);
         }
         CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(z); i_++)
@@ -237,7 +252,7 @@ void main() {
         CM_UNROLL for (int k = 0; k < NT; k++) {
           if (k < kt) {
             CM_B b;
-            CM_LOAD_ROW(b, w16, W_OFF(l, k, nt), MLP_WIDTH);
+            W_LOAD_ROW(b, W_OFF(l, k, nt));
             CM_MMA(z, a[k], b);
           }
         }
