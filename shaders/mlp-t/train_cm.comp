@@ -45,11 +45,7 @@
 // 46 KiB. Registers: L NT f16 fragments (h) + NACC f32 fragments (dW).
 layout(push_constant) uniform Push { int batch; int chunks; } push;
 IMG_IN(0, target)
-#ifdef CM_EMULATE
 SSBO_IN(1, float16_t, w16)
-#else
-SSBO_IN(1, uvec4, w16)  // f16 weights, 8 per uvec4: 16-byte fragment loads (see W_LOAD_*)
-#endif
 SSBO_IN(2, float, stats)
 SSBO_OUT(3, float, part)
 SSBO_OUT(4, vec2, Epart)
@@ -81,17 +77,9 @@ uint warp, lane, row0;
 // B operands of layer l from w16: forward B(k, n) = W_l[n][k] (column-major), backward
 // B(k, n) = W_l[k][n] (row-major); tile (kt, nt)
 #define W_OFF(l, kt, nt) (woff + uint(l) * uint(MLP_WIDTH * MLP_WIDTH) + 16u * (uint(kt) * uint(MLP_WIDTH) + uint(nt)))
-// Fragments load from w16 as a uvec4 array (offsets and the row stride in units of 8 halves:
-// every W_OFF is a multiple of 16): the H100 driver then reads 16 bytes per access, where
-// f16 elements cost one load each (measured: the forward's weight loads were ~40% of the
-// kernel's time). The emulation reads the same halves from a float16_t view.
-#ifdef CM_EMULATE
+// (measured on the H100: loading them from a uvec4 view of w16 instead changes nothing)
 #define W_LOAD_COL(b, off) CM_LOAD_COL(b, w16, off, MLP_WIDTH)
 #define W_LOAD_ROW(b, off) CM_LOAD_ROW(b, w16, off, MLP_WIDTH)
-#else
-#define W_LOAD_COL(b, off) CM_LOAD_COL(b, w16, (off) / 8u, MLP_WIDTH / 8)
-#define W_LOAD_ROW(b, off) CM_LOAD_ROW(b, w16, (off) / 8u, MLP_WIDTH / 8)
-#endif
 
 // columns of a hidden h that are not neurons: zero, or 1 for the bias input (the warp's rows
 // of hs; the encoding writes h_0's padding itself)
@@ -132,20 +120,9 @@ void main() {
   CM_UNROLL for (int j = 0; j < NACC; j++) CM_ZERO(acc[j]);
   CM_ACC16 hk[MLP_LAYERS * NT];  // h_l of the warp's rows, kept for the backward
 #ifdef REG_MASK
-  CM_ACC16 colmask, colbias;  // the last column tile's mask and bias columns
-  for (uint e = lane; e < 256u; e += CM_WARP) {
-    uint r = e / 16u, c = e % 16u + 16u * uint(NT - 1);
-    hs[(row0 + r) * HS + e % 16u] = float16_t(c < uint(HIDDEN) ? 1.0 : 0.0);
-#ifdef MLP_BIAS
-    gs[(row0 + r) * HS + e % 16u] = float16_t(c == uint(MLP_WIDTH - 1) ? 1.0 : 0.0);
-#else
-    gs[(row0 + r) * HS + e % 16u] = float16_t(0.0);
-#endif
-  }
-  CM_SYNC();
-  CM_LOAD_ROW(colmask, hs, row0 * HS, HS);
-  CM_LOAD_ROW(colbias, gs, row0 * HS, HS);
-  CM_SYNC();
+  // the last column tile's mask and bias columns, loaded per chunk: the H100 driver fails on
+  // this kernel when they are loaded once before the chunk loop
+  CM_ACC16 colmask, colbias;
 #endif
 #ifdef CM_EMULATE
   CM_ACC dummy;
@@ -153,6 +130,21 @@ void main() {
   for (int ch = int(gl_WorkGroupID.x); ch < push.chunks; ch += int(gl_NumWorkGroups.x)) {
     int i0 = ch * int(T) + int(row0);  // first sample of the warp's rows
     barrier();  // the previous chunk's weight gradient has read hs and gs
+#ifdef REG_MASK
+    for (uint e = lane; e < 256u; e += CM_WARP) {
+      uint r = e / 16u, c = e % 16u + 16u * uint(NT - 1);
+      hs[(row0 + r) * HS + e % 16u] = float16_t(c < uint(HIDDEN) ? 1.0 : 0.0);
+#ifdef MLP_BIAS
+      gs[(row0 + r) * HS + e % 16u] = float16_t(c == uint(MLP_WIDTH - 1) ? 1.0 : 0.0);
+#else
+      gs[(row0 + r) * HS + e % 16u] = float16_t(0.0);
+#endif
+    }
+    CM_SYNC();
+    CM_LOAD_ROW(colmask, hs, row0 * HS, HS);
+    CM_LOAD_ROW(colbias, gs, row0 * HS, HS);
+    CM_SYNC();
+#endif
     // samples: lane r < 16 draws row r (as train.comp), uv to ys, target to st
     if (lane < 16u) {
       int i = i0 + int(lane);
