@@ -36,8 +36,8 @@
 // memory: two workgroup barriers per layer and chunk (before the products, before the
 // in-place rewrite). h_0 .. h_{L-1} of the warp's rows wait in registers (CM_ACC16) between
 // forward and backward. Element-wise maths that needs a position (the encoding, the loss)
-// runs on shared memory, per lane over the warp's rows; the padding columns and act'(h) too
-// unless REG_MASK applies them in registers (below).
+// runs on shared memory, per lane over the warp's rows, and so do the padding columns and
+// act'(h).
 // Weights: fragments load straight from the f16 copy w16 that adam writes (8 KiB a 64-wide
 // layer, shared by all warps through the L1 cache), so no barrier stages them.
 // Shared memory (halves, HS = W + 8 row stride): hs, gs T x HS each, ys T x 16 floats (y, then
@@ -77,35 +77,25 @@ uint warp, lane, row0;
 // B operands of layer l from w16: forward B(k, n) = W_l[n][k] (column-major), backward
 // B(k, n) = W_l[k][n] (row-major); tile (kt, nt)
 #define W_OFF(l, kt, nt) (woff + uint(l) * uint(MLP_WIDTH * MLP_WIDTH) + 16u * (uint(kt) * uint(MLP_WIDTH) + uint(nt)))
-// (measured on the H100: loading them from a uvec4 view of w16 instead changes nothing)
-#define W_LOAD_COL(b, off) CM_LOAD_COL(b, w16, off, MLP_WIDTH)
-#define W_LOAD_ROW(b, off) CM_LOAD_ROW(b, w16, off, MLP_WIDTH)
 
 // columns of a hidden h that are not neurons: zero, or 1 for the bias input (the warp's rows
 // of hs; the encoding writes h_0's padding itself)
+// (only columns HIDDEN .. W-1: 16 (W - HIDDEN) elements a warp)
+#define NPAD uint(MLP_WIDTH - HIDDEN)
 void fix_padding() {
-#if defined(MLP_BIAS) || HIDDEN < MLP_WIDTH
-  int used = HIDDEN;
+#if MLP_WIDTH > HIDDEN
   CM_SYNC();
-  for (uint e = lane; e < 16u * uint(MLP_WIDTH); e += CM_WARP) {
-    uint r = e / uint(MLP_WIDTH), c = e % uint(MLP_WIDTH);
+  for (uint e = lane; e < 16u * NPAD; e += CM_WARP) {
+    uint r = e / NPAD, c = uint(HIDDEN) + e % NPAD;
+    float v = 0.0;
 #ifdef MLP_BIAS
-    if (c == uint(MLP_WIDTH - 1)) { hs[(row0 + r) * HS + c] = float16_t(1.0); continue; }
+    if (c == uint(MLP_WIDTH - 1)) v = 1.0;
 #endif
-    if (c >= uint(used)) hs[(row0 + r) * HS + c] = float16_t(0.0);
+    hs[(row0 + r) * HS + c] = float16_t(v);
   }
   CM_SYNC();
 #endif
 }
-
-// REG_MASK: every padding column of the hidden layers lies in the last column tile (HIDDEN >
-// MLP_WIDTH - 16): the padding of h_{l+1} and act'(h_l) of the backward are applied to the
-// fragments in registers, with a CM_ACC16 column mask (1: neuron, 0: padding) and the bias
-// fragment (1 in column MLP_WIDTH-1 under MLP_BIAS) of that tile, loaded once as the same type
-// as h and g (the same element layout), instead of a per-lane pass through shared memory.
-#if HIDDEN > MLP_WIDTH - 16
-#define REG_MASK
-#endif
 
 void main() {
   warp = cm_warp();
@@ -119,32 +109,12 @@ void main() {
   CM_ACC acc[NACC];
   CM_UNROLL for (int j = 0; j < NACC; j++) CM_ZERO(acc[j]);
   CM_ACC16 hk[MLP_LAYERS * NT];  // h_l of the warp's rows, kept for the backward
-#ifdef REG_MASK
-  // the last column tile's mask and bias columns, loaded per chunk: the H100 driver fails on
-  // this kernel when they are loaded once before the chunk loop
-  CM_ACC16 colmask, colbias;
-#endif
 #ifdef CM_EMULATE
   CM_ACC dummy;
 #endif
   for (int ch = int(gl_WorkGroupID.x); ch < push.chunks; ch += int(gl_NumWorkGroups.x)) {
     int i0 = ch * int(T) + int(row0);  // first sample of the warp's rows
     barrier();  // the previous chunk's weight gradient has read hs and gs
-#ifdef REG_MASK
-    for (uint e = lane; e < 256u; e += CM_WARP) {
-      uint r = e / 16u, c = e % 16u + 16u * uint(NT - 1);
-      hs[(row0 + r) * HS + e % 16u] = float16_t(c < uint(HIDDEN) ? 1.0 : 0.0);
-#ifdef MLP_BIAS
-      gs[(row0 + r) * HS + e % 16u] = float16_t(c == uint(MLP_WIDTH - 1) ? 1.0 : 0.0);
-#else
-      gs[(row0 + r) * HS + e % 16u] = float16_t(0.0);
-#endif
-    }
-    CM_SYNC();
-    CM_LOAD_ROW(colmask, hs, row0 * HS, HS);
-    CM_LOAD_ROW(colbias, gs, row0 * HS, HS);
-    CM_SYNC();
-#endif
     // samples: lane r < 16 draws row r (as train.comp), uv to ys, target to st
     if (lane < 16u) {
       int i = i0 + int(lane);
@@ -188,7 +158,7 @@ void main() {
           CM_ZERO(z);
           CM_UNROLL for (int k = 0; k < NT; k++) {
             CM_B b;
-            W_LOAD_COL(b, W_OFF(l, nt, k));
+            CM_LOAD_COL(b, w16, W_OFF(l, nt, k), MLP_WIDTH);
             CM_MMA(z, a[k], b);
           }
           CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(z); i_++)
@@ -196,23 +166,16 @@ void main() {
           CM_INF_OVERFLOW(z);
           CM_ACC16 h;
           CM_TO_F16(h, z);
-#ifdef REG_MASK
-          if (nt == NT - 1)
-            CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(h); i_++)
-              CM_AT(h, i_) = CM_AT(colmask, i_) > float16_t(0.0) ? CM_AT(h, i_) : CM_AT(colbias, i_);
-#endif
           CM_STORE_ROW(h, hs, row0 * HS + 16u * uint(nt), HS);
         }
-#ifndef REG_MASK
         fix_padding();
-#endif
         CM_SYNC();
       } else {  // the output tile: y in f32
         CM_ACC z;
         CM_ZERO(z);
         CM_UNROLL for (int k = 0; k < NT; k++) {
           CM_B b;
-          W_LOAD_COL(b, W_OFF(l, 0, k));
+          CM_LOAD_COL(b, w16, W_OFF(l, 0, k), MLP_WIDTH);
           CM_MMA(z, a[k], b);
         }
         CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(z); i_++)
@@ -281,23 +244,15 @@ void main() {
         CM_UNROLL for (int k = 0; k < NT; k++) {
           if (k < kt) {
             CM_B b;
-            W_LOAD_ROW(b, W_OFF(l, k, nt));
+            CM_LOAD_ROW(b, w16, W_OFF(l, k, nt), MLP_WIDTH);
             CM_MMA(z, a[k], b);
           }
         }
         CM_ACC16 g;
         CM_INF_OVERFLOW(z);
         CM_TO_F16(g, z);
-#ifdef REG_MASK  // g_l = act'(h_l) g, h_l = hk (the same type as g); padding columns: 0
-        CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(g); i_++) {
-          float d = mlp_activate_grad(float(CM_AT(hk[l * NT + nt], i_)), ACT);
-          if (nt == NT - 1) d *= float(CM_AT(colmask, i_));
-          CM_AT(g, i_) = float16_t(to_f16_range(float(CM_AT(g, i_)) * d));
-        }
-#endif
         CM_STORE_ROW(g, gs, row0 * HS + 16u * uint(nt), HS);
       }
-#ifndef REG_MASK
       CM_SYNC();
       for (uint e = lane; e < 16u * uint(MLP_WIDTH); e += CM_WARP) {
         uint r = e / uint(MLP_WIDTH), c = e % uint(MLP_WIDTH);
@@ -305,7 +260,6 @@ void main() {
         float d = c < uint(HIDDEN) ? mlp_activate_grad(float(hs[at]), ACT) : 0.0;
         gs[at] = float16_t(to_f16_range(float(gs[at]) * d));
       }
-#endif
     }
   }
   // the partials: dW / (s B K); tiles nobody owns (rows >= 16 of the last matrix) are 0
