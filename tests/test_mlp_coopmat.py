@@ -29,6 +29,10 @@ CASES = {
                              outact="sigmoid", loss="l2", batch=256, lscale=64),
     "tri-32-relu-l1-bias": dict(enc="triangle", octaves=2, shift=0.3, width=30, depth=2,
                                 bias=1, act="relu", outact="none", loss="l1", batch=200),
+    # 24 inputs into 4 neurons: 28 padding columns over two column tiles in train_cm's
+    # padding pass (the other cases pad inside the last tile only)
+    "freq-24in-4-leaky-l2-bias": dict(enc="frequency", octaves=6, width=4, depth=2, bias=1,
+                                      act="leaky", outact="sigmoid", loss="l2", batch=96),
     "none-16-tanh-smape-array": dict(enc="none", width=8, depth=1, nout=4, act="tanh",
                                      outact="exp", loss="smape", tiles="2:1", batch=100,
                                      xform="flip", filter="bilinear"),
