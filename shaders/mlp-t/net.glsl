@@ -66,6 +66,26 @@ POS texel_pos(ivec4 rect, int j, POS o) {
 #endif
 }
 
+// training sample i of net n in frame f (batch samples a frame): uniform in [0, 1)^DIMS from
+// the rng seeded by (seed, f, n, i); JITTER: texel (i k + rot_f) mod texels at that random
+// offset inside it (k = max(1, texels / batch), rot_f a random rotation per frame). train and
+// train_cm draw their samples here, so both variants see the same ones (with rng.glsl).
+#ifdef VKGRAPH_RNG_GLSL
+POS sample_pos(int n, int i, uint f, int batch) {
+  uint s = rng_state(uint(params.seed), f, uint(n), uint(i));
+  POS uv;
+  for (int d = 0; d < DIMS; d++) uv[d] = mrand(s);
+#ifdef JITTER
+  ivec4 rect = tile_rect(n);
+  uint texels = uint(rect.z * rect.w);
+  uint rot = rng_state(uint(params.seed), f, uint(n), 0x6a697474u) % texels;
+  uint stride = max(1u, texels / uint(batch));
+  uv = texel_pos(rect, int((uint(i) % texels * stride + rot) % texels), uv);
+#endif
+  return uv;
+}
+#endif
+
 #if DIMS == 3
 // the training target at uvw in [0, 1)^3: the nearest voxel of the slice stack
 vec4 fetch_target(int n, vec3 uvw) {

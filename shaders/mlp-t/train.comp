@@ -66,16 +66,7 @@ void main() {
 #else
     uint f = params.resample != 0 ? uint(global.frame) : 0u;  // resample 0: the same batch
 #endif
-    uint s = rng_state(uint(params.seed), f, uint(n), uint(i0 + r));
-    POS uv;
-    for (int d = 0; d < DIMS; d++) uv[d] = mrand(s);
-#ifdef JITTER
-    ivec4 rect = tile_rect(n);
-    uint texels = uint(rect.z * rect.w);
-    uint rot = rng_state(uint(params.seed), f, uint(n), 0x6a697474u) % texels;
-    uint stride = max(1u, texels / uint(push.batch));
-    uv = texel_pos(rect, int((uint(i0 + r) % texels * stride + rot) % texels), uv);
-#endif
+    POS uv = sample_pos(n, i0 + r, f, push.batch);
     net_uv[r] = uv;
     s_t[r] = fetch_target(n, uv);
   }

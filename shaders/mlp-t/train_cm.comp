@@ -122,16 +122,7 @@ void main() {
     if (lane < 16u) {
       int i = i0 + int(lane);
       uint f = params.resample != 0 ? uint(global.frame) : 0u;
-      uint rs = rng_state(uint(params.seed), f, uint(n), uint(i));
-      POS uv;
-      for (int d = 0; d < DIMS; d++) uv[d] = mrand(rs);
-#ifdef JITTER
-      ivec4 rect = tile_rect(n);
-      uint texels = uint(rect.z * rect.w);
-      uint rot = rng_state(uint(params.seed), f, uint(n), 0x6a697474u) % texels;
-      uint stride = max(1u, texels / uint(push.batch));
-      uv = texel_pos(rect, int((uint(i) % texels * stride + rot) % texels), uv);
-#endif
+      POS uv = sample_pos(n, i, f, push.batch);
       for (int d = 0; d < DIMS; d++) ys[(row0 + lane) * 16u + uint(d)] = uv[d];
       st[row0 + lane] = fetch_target(n, uv);
     }
