@@ -10,16 +10,16 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
            cpu      fwd_cpu + bck_cpu + mulw_cpu (CPU drivers: one pixel per SIMD lane)
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
-ms/frame is the median over --repeats blocks of --frames frames (after 3 warm-up frames) of the
-wall time per frame (vkgraph: submit to fence, one frame at a time; PyTorch: steps between two
-synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of the frame's
-dispatch timestamps, median over one more block of frames; PyTorch: CUDA events around each
-block, median). Mpx/s = input pixels / wall time; "x eager" and "x compile" = PyTorch's wall
-time / ours; "roofline" = the time the design's roofline allows / measured time, with these
-figures: 0.19 MFLOP per input pixel (useful work, 4 levels) at the fp16 dense tensor peak, and
-per input pixel 5.5 KB of memory traffic (stored f16 activations) or 0.4 KB (fused), at the
-memory bandwidth; the larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s
-and 3.35 TB/s, H100 PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
+ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up frames)
+of the wall time per frame (vkgraph: submit to fence, one frame at a time; PyTorch: steps
+between two synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of
+the frame's dispatch timestamps, median over one more block of frames; PyTorch: CUDA events
+around each block, median). Mpx/s = input pixels / wall time; "x eager" and "x compile" =
+PyTorch's wall time / ours; "roofline" = the time the design's roofline allows / measured time,
+with these figures: 0.19 MFLOP per input pixel (useful work, 4 levels) at the fp16 dense tensor
+peak, and per input pixel 5.5 KB of memory traffic (stored f16 activations) or 0.4 KB (fused),
+at the memory bandwidth; the larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989
+TFLOP/s and 3.35 TB/s, H100 PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
 
     python bench/kpn_train.py [--sizes 256,1024,2048,4096] [--variants fused,coopmat,portable]
                               [--torch eager,compile] [--frames 50] [--repeats 3] [--profile]
@@ -58,6 +58,7 @@ from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
+WARM = 13  # untimed frames (the first compiles, torch.compile's warm-up); the loss check's frame
 FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px
 BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3,  # fp32 stores: twice f16
                 "portable": 11e3, "cpu": 11e3}
@@ -128,15 +129,16 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
     try:
         g = kpn_graph(folder)
         gpu_frames = min(frames, 20)
-        g.frames = 3 + repeats * frames + gpu_frames
+        g.frames = WARM + repeats * frames + gpu_frames
         b = Build(g, dev, profile=True)  # timestamps: a write per dispatch
         m = g.modules[("kpn-t", "01")]
         used = {n.kernel for n in m.nodes}
         b.run_frame(0, download=False)
         loss0 = m.cls.hook("current_loss")(b.context, m)
-        for f in range(1, 3):
+        for f in range(1, WARM):
             b.run_frame(f, download=False)
-        f = 3
+        loss_warm = m.cls.hook("current_loss")(b.context, m)  # the agreement check's loss
+        f = WARM
         blocks = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -155,8 +157,8 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         if want not in used:  # e.g. a device without cooperative matrices
             raise RuntimeError(f"the build chose other kernels: {sorted(used)}")
         out = {"ms": ms, "blocks": blocks, "gpu_ms": float(np.median(gpu)), "loss0": loss0,
-               "loss": m.cls.hook("current_loss")(b.context, m), "kernels": sorted(used),
-               "frames": f}
+               "loss_warm": loss_warm, "loss": m.cls.hook("current_loss")(b.context, m),
+               "kernels": sorted(used), "frames": f}
         if profile:
             nodes = [n for n in b.schedule if n.kernel is not None]
             times = b.timings()
@@ -297,8 +299,9 @@ def _torch_frames(torch, mode, X, R, W, frames, repeats, dev) -> dict:
             torch.cuda.synchronize()
 
     t0 = time.perf_counter()
-    for _ in range(3):
-        model.step(Xt, Rt)
+    for _ in range(WARM):
+        E = model.step(Xt, Rt)
+    loss_warm = float(E.detach())  # the agreement check's loss
     sync()
     warm = time.perf_counter() - t0
     blocks, gpu = [], []
@@ -318,7 +321,7 @@ def _torch_frames(torch, mode, X, R, W, frames, repeats, dev) -> dict:
             gpu.append(start.elapsed_time(end) / frames)
     return {"ms": float(np.median(blocks)), "blocks": blocks,
             "gpu_ms": float(np.median(gpu)) if gpu else None, "loss0": loss0,
-            "loss": float(E.detach()), "warmup_s": warm,
+            "loss_warm": loss_warm, "loss": float(E.detach()), "warmup_s": warm,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
 
 
@@ -480,6 +483,14 @@ def main() -> int:
                 continue
             print(f"| {size}² | {label} | {ms:.2f} | {fmt(r.get('gpu_ms'))} | "
                   f"{px / ms / 1e3:.1f} | | | |")
+    print(f"same maths: the loss at frame 0 and at frame {WARM} (the {WARM}th step; later, "
+          "once a spike of the default recipe has come, correct implementations part ways)")
+    for row in results:
+        runs = [(f"vkgraph {v}", r) for v, r in row["vk"].items()]
+        runs += [(f"torch {m}", r) for m, r in row["torch"].items()]
+        print(f"  {row['size']}²: " + "; ".join(
+            f"{name} {r['loss0']:.6f} -> {r['loss_warm']:.6f}" for name, r in runs
+            if "loss_warm" in r))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0
