@@ -480,6 +480,15 @@ def create_nodes(graph, module):
     graph.node_connect(norm, "gn", adam, "gn")
     graph.bind(module, "w", adam, "w")
 
+
+    def loss_sum(train, parts):
+        """lsum: the frame's loss from train's `parts` (hi, lo) partials per net, kept."""
+        node = graph.add_node(module, "lsum", (256, 1), [
+            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+            shader="mlp-t", local=(256, 1, 1), push=[parts * a.nets, hist_len], keep=True)
+        graph.node_connect(train, "Epart", node, "Epart")
+        return node
+
     if cm:
         tune = cm_tuning()
         T = 16 * tune["warps"]
@@ -496,10 +505,7 @@ def create_nodes(graph, module):
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w16", train, "w16")
         graph.node_connect(adam, "stats", train, "stats")
-        lsum = graph.add_node(module, "lsum", (256, 1), [
-            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
-            shader="mlp-t", local=(256, 1, 1), push=[groups_cm * a.nets, hist_len], keep=True)
-        graph.node_connect(train, "Epart", lsum, "Epart")
+        lsum = loss_sum(train, groups_cm)
         reduce = graph.add_node(module, "reduce", (n_p, 1), [
             ssbo("part", "read"), ssbo("tacc", "read", fmt="ui32"), ssbo("dw", "write", n_p)],
             shader="mlp-t", local=(256, 1, 1), push=[groups_cm],
@@ -521,10 +527,7 @@ def create_nodes(graph, module):
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w", train, "w")
 
-        lsum = graph.add_node(module, "lsum", (256, 1), [
-            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
-            shader="mlp-t", local=(256, 1, 1), push=[groups * a.nets, hist_len], keep=True)
-        graph.node_connect(train, "Epart", lsum, "Epart")
+        lsum = loss_sum(train, groups)
 
         wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
             ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
