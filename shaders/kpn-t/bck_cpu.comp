@@ -17,10 +17,7 @@ SSBO_IN(2, vec4, dK4)  // dK[p][4q..4q+3] = dK4[4 p + q]
 SSBO_OUT(3, vec4, G4)  // g_l[p][4q..4q+3] = G4[16 ((l-1) N + p) + q]
 #define MLP_WIDTH 64
 #include "mlp.glsl"
-#ifndef PX
-#define PX 8
-#endif
-#define SG 8
+#include "cpu.glsl"  // PX, SG, ROW
 
 float g[PX][64];  // dE/dz of the layer's output
 float d[PX][64];  // W^T g
@@ -31,10 +28,6 @@ float d[PX][64];  // W^T g
     float wv = subgroupBroadcast(comp, L);                              \
     [[unroll]] for (int k = 0; k < PX; k++) d[k][c] += wv * go[k];      \
   }
-#define LANE(v, L, c0) MAC(v.x, L, c0 + 4 * L) MAC(v.y, L, c0 + 4 * L + 1) \
-  MAC(v.z, L, c0 + 4 * L + 2) MAC(v.w, L, c0 + 4 * L + 3)
-#define ROW(v, c0) LANE(v, 0, c0) LANE(v, 1, c0) LANE(v, 2, c0) LANE(v, 3, c0) \
-  LANE(v, 4, c0) LANE(v, 5, c0) LANE(v, 6, c0) LANE(v, 7, c0)
 
 void main() {
   int N = push.N;

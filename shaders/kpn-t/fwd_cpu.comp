@@ -24,10 +24,7 @@ SSBO_OUT(3, vec4, A4)  // h_s[p][4q..4q+3] = A4[16 (s N + p) + q]
 #endif
 #define MLP_WIDTH 64
 #include "mlp.glsl"
-#ifndef PX
-#define PX 8
-#endif
-#define SG 8
+#include "cpu.glsl"  // PX, SG, ROW
 
 float h[PX][64];   // this layer's input, per pixel
 float z[PX][64];   // its output
@@ -38,10 +35,6 @@ float z[PX][64];   // its output
     float wv = subgroupBroadcast(comp, L);                              \
     [[unroll]] for (int k = 0; k < PX; k++) acc[k] += wv * h[k][c];     \
   }
-#define LANE(v, L, c0) MAC(v.x, L, c0 + 4 * L) MAC(v.y, L, c0 + 4 * L + 1) \
-  MAC(v.z, L, c0 + 4 * L + 2) MAC(v.w, L, c0 + 4 * L + 3)
-#define ROW(v, c0) LANE(v, 0, c0) LANE(v, 1, c0) LANE(v, 2, c0) LANE(v, 3, c0) \
-  LANE(v, 4, c0) LANE(v, 5, c0) LANE(v, 6, c0) LANE(v, 7, c0)
 
 void store(int s, int base, int N) {
 #ifdef TRAIN

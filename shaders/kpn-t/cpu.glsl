@@ -1,0 +1,19 @@
+// Shared by the cpu kernels fwd_cpu and bck_cpu (fwd_cpu.comp says why they look like this):
+// PX pixels per invocation, SG = 8 invocations a subgroup; a weight row W_l[o][0..63] is
+// held by the subgroup as two vec4s per lane (v0: columns 4L..4L+3, v1: 32+4L..32+4L+3 on
+// lane L), and ROW(v, c0) runs the kernel's MAC(component, lane, column) for each of the 32
+// weights of v: subgroupBroadcast with a constant lane hands the weight to every lane.
+#ifndef KPN_CPU_GLSL
+#define KPN_CPU_GLSL
+
+#ifndef PX
+#define PX 8
+#endif
+#define SG 8
+
+#define LANE(v, L, c0) MAC(v.x, L, c0 + 4 * L) MAC(v.y, L, c0 + 4 * L + 1) \
+  MAC(v.z, L, c0 + 4 * L + 2) MAC(v.w, L, c0 + 4 * L + 3)
+#define ROW(v, c0) LANE(v, 0, c0) LANE(v, 1, c0) LANE(v, 2, c0) LANE(v, 3, c0) \
+  LANE(v, 4, c0) LANE(v, 5, c0) LANE(v, 6, c0) LANE(v, 7, c0)
+
+#endif
