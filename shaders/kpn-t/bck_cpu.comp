@@ -2,12 +2,13 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_ballot : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
 // MLP backward for CPU drivers (the "cpu" variant; bck.comp's maths and order of sums, so
 // the results are the same bits): one pixel per invocation, PX pixels per invocation as in
-// fwd_cpu.comp (see there why: wide vec4 loads of weight rows, subgroupBroadcast hands each
-// weight to every lane).
+// fwd_cpu.comp (see there why: wide vec4 loads of weight rows, a subgroupShuffle from a
+// constant lane hands each weight to every lane).
 //   g_6 = leaky'(h_6) * (W_6^T dK),  g_l = leaky'(h_l) * (W_l^T g_{l+1})  (l = 5..1)
 // g_l = dE/dz_l goes to G slot l-1 (at (l-1)*N*64 + 64p + c), as bck writes it.
 layout(push_constant) uniform Push { int N; } push;
@@ -25,7 +26,7 @@ float d[PX][64];  // W^T g
 // d[k][c] += W_l[o][c] g[k][o] for c = c0 + 4 L + comp, the weight coming from lane L
 #define MAC(comp, L, c)                                                 \
   {                                                                     \
-    float wv = subgroupBroadcast(comp, L);                              \
+    float wv = FROM_LANE(comp, L);                              \
     [[unroll]] for (int k = 0; k < PX; k++) d[k][c] += wv * go[k];      \
   }
 

@@ -2,6 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_ballot : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
 // Features + MLP forward for CPU drivers (the "cpu" variant; fwd.comp's maths, fp32, the same
@@ -9,9 +10,9 @@
 // covers SG * PX consecutive pixels), the whole MLP in registers, no shared memory, no
 // barriers. On llvmpipe an invocation is a SIMD lane and every load or store whose address
 // differs per lane is a loop over the lanes, so loads are made few and wide: lane i loads
-// the vec4 W_l[o][4i..4i+3] (one load brings 32 weights of row o), and subgroupBroadcast
-// with a constant lane hands each weight to every lane (a register shuffle), where it is
-// used for PX pixels.
+// the vec4 W_l[o][4i..4i+3] (one load brings 32 weights of row o), and a subgroupShuffle
+// from a constant lane hands each weight to every lane (cpu.glsl says why not
+// subgroupBroadcast), where it is used for PX pixels.
 //   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
 // TRAIN stores h_0..h_6 in A as fwd does (slot s at s*N*64 + 64p + c), for bck and mulw.
 // Needs a subgroup of SG = 8 invocations and workgroups of whole subgroups.
@@ -32,7 +33,7 @@ float z[PX][64];   // its output
 // acc[k] += W_l[o][c] h[k][c] for c = c0 + 4 L + comp, the weight coming from lane L
 #define MAC(comp, L, c)                                                 \
   {                                                                     \
-    float wv = subgroupBroadcast(comp, L);                              \
+    float wv = FROM_LANE(comp, L);                              \
     [[unroll]] for (int k = 0; k < PX; k++) acc[k] += wv * h[k][c];     \
   }
 
