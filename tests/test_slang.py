@@ -113,3 +113,23 @@ def test_runs_through_vkgraphs_vulkan_layer(device, include_dir):
     cmds.dispatch(kern, set0, [inp, out], b"", kern.groups((n, 1, 1)))
     cmds.end().run()
     np.testing.assert_allclose(out.download(np.float32, n), x * 3.0 + 0.5, rtol=1e-6)
+
+
+def test_coopvec_probe_on_a_device_without_the_extension(device, capsys):
+    """bench/coopvec_probe.py: without VK_NV_cooperative_vector it says so and exits 0;
+    --emulate checks its cooperative-matrix kernel's maths in plain GLSL against numpy."""
+    import importlib.util
+    from pathlib import Path
+
+    if device.info.coopvec:
+        pytest.skip("the device has cooperative vectors: the probe measures instead")
+    path = Path(__file__).resolve().parent.parent / "bench" / "coopvec_probe.py"
+    spec = importlib.util.spec_from_file_location("coopvec_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.main([]) == 0
+    assert "lacks VK_NV_cooperative_vector" in capsys.readouterr().out
+    assert probe.main(["--emulate", "--samples", "256"]) == 0
+    row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("coopmat")]
+    assert len(row) == 1 and "emulated" in row[0]
+    assert float(row[0].split()[-1]) < 0.01  # max |err| against numpy
