@@ -133,3 +133,55 @@ def test_coopvec_probe_on_a_device_without_the_extension(device, capsys):
     row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("coopmat")]
     assert len(row) == 1 and "emulated" in row[0]
     assert float(row[0].split()[-1]) < 0.01  # max |err| against numpy
+
+
+COOPMAT = """
+using namespace linalg;
+typealias MA = CoopMat<half, MemoryScope.SCOPE, T, T, CoopMatMatrixUse::MatrixA>;
+typealias MB = CoopMat<half, MemoryScope.SCOPE, T, T, CoopMatMatrixUse::MatrixB>;
+typealias MC = CoopMat<half, MemoryScope.SCOPE, T, T, CoopMatMatrixUse::MatrixAccumulator>;
+[[vk::binding(0, 1)]] StructuredBuffer<half> inp;
+[[vk::binding(1, 1)]] RWStructuredBuffer<half> outp;
+[numthreads(NT, 1, 1)]
+void main() {
+    MA a = MA.Load<CoopMatMatrixLayout.RowMajor>(inp, 0, T);
+    MB b = MB.Load<CoopMatMatrixLayout.RowMajor>(inp, T * T, T);
+    MC c = coopMatMulAdd<half, false>(a, b, MC(half(0)));
+#ifdef CONVERT  // accumulator -> A operand without memory (NV_cooperative_matrix2)
+    c = coopMatMulAdd<half, false>(c.convertUse<CoopMatMatrixUse::MatrixA>(), b, MC(half(0)));
+#endif
+    c.Store<CoopMatMatrixLayout.RowMajor>(outp, 0, T);
+}
+"""
+
+
+@needs_slang
+@pytest.mark.parametrize("case, extension", [
+    ("coopvec", b"SPV_NV_cooperative_vector"),
+    ("coopmat", b"SPV_KHR_cooperative_matrix"),
+    ("coopmat2-convert", b"SPV_NV_cooperative_matrix2"),
+    ("coopmat2-workgroup", b"SPV_NV_cooperative_matrix2"),
+])
+def test_tensor_extensions_compile(tmp_path, case, extension):
+    """What glslang 13 cannot compile: Slang's cooperative vectors (the probe's kernel) and
+    cooperative matrix 2 (use conversion, workgroup scope), valid SPIR-V for Vulkan 1.3."""
+    from pathlib import Path
+
+    if case == "coopvec":
+        src = Path(__file__).resolve().parent.parent / "bench" / "probe" / "mlp_coopvec.slang"
+        spirv = slang.compile_slang(src, defines={
+            "N": 256, "NHIDDEN": 6, "SLOPE": 0.001, "LAYOUT": "InferencingOptimal",
+            "STRIDE": 0, "OFFSETS": ", ".join(str(8192 * i) for i in range(7))})
+    else:
+        defines = {"SCOPE": "Subgroup", "T": 16, "NT": 32}
+        if case.startswith("coopmat2"):
+            defines["CONVERT"] = 1
+        if case == "coopmat2-workgroup":
+            # (workgroup scope alone declares no SPV_NV_cooperative_matrix2 in Slang 2026.12)
+            defines.update(SCOPE="Workgroup", T=64, NT=128)
+        spirv = slang.compile_slang(text=COOPMAT, defines=defines)
+    assert extension in spirv
+    if case == "coopmat":
+        assert b"SPV_NV_cooperative_matrix2" not in spirv
+    res = spirv_val(spirv, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
