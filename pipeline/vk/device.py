@@ -54,6 +54,9 @@ class DeviceInfo:
     # VkPhysicalDeviceIDProperties.deviceUUID as 8-4-4-4-12 hex digits; on NVIDIA it is the
     # GPU's UUID that nvidia-smi and NVML print (after their "GPU-" prefix)
     uuid: str = ""
+    # VK_NV_cooperative_vector with its cooperativeVector feature (per-invocation vectors times
+    # a matrix in memory on the tensor cores; kernels compiled by Slang, pipeline/slang.py)
+    coopvec: bool = False
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -165,6 +168,38 @@ def _features(pd):
     return f2, f11, f12, f13
 
 
+# Feature structs the `vulkan` package (1.3.275) has no bindings for, by sType and their
+# VkBool32 members: built as raw memory (sType, pNext, then the flags, 4 bytes each)
+COOPVEC_FEATURES = 1000491000  # VkPhysicalDeviceCooperativeVectorFeaturesNV (2 flags)
+REPLICATED_COMPOSITES_FEATURES = 1000564000  # VkPhysicalDeviceShaderReplicatedComposites..EXT
+COOPVEC_EXT = "VK_NV_cooperative_vector"
+REPLICATED_EXT = "VK_EXT_shader_replicated_composites"
+
+
+def raw_struct(stype: int, nflags: int, pnext=None, flags=()):
+    """A Vulkan struct of `nflags` VkBool32 members after sType and pNext, as cffi memory
+    (keep a reference while Vulkan may read it); `flags` sets the first ones."""
+    raw = vk.ffi.new(f"uint64_t[{2 + (nflags + 1) // 2}]")
+    raw[0] = stype
+    raw[1] = int(vk.ffi.cast("uintptr_t", pnext)) if pnext is not None else 0
+    words = vk.ffi.cast("uint32_t *", raw)
+    for i, f in enumerate(flags):
+        words[4 + i] = int(bool(f))
+    return raw
+
+
+def raw_flags(raw, nflags: int) -> list[bool]:
+    words = vk.ffi.cast("uint32_t *", raw)
+    return [bool(words[4 + i]) for i in range(nflags)]
+
+
+def _raw_feature(pd, stype: int, nflags: int) -> list[bool]:
+    """The VkBool32 members of a feature struct the bindings lack, from the driver."""
+    raw = raw_struct(stype, nflags)
+    vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=raw))
+    return raw_flags(raw, nflags)
+
+
 def _describe(index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
@@ -186,7 +221,8 @@ def _describe(index: int, pd) -> DeviceInfo:
         shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
         extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange),
-        uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))))
+        uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))),
+        coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0])
 
 
 def format_uuid(raw: bytes) -> str:
@@ -301,6 +337,17 @@ class Device:
             chain = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(
                 pNext=chain, cooperativeMatrix=1)
             exts.append("VK_KHR_cooperative_matrix")
+        self._raw = []  # feature structs in raw memory: alive until vkCreateDevice returns
+        if info.coopvec:
+            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, 0))
+            self._raw.append(chain)
+            exts.append(COOPVEC_EXT)
+            # Slang may express a splat of a cooperative vector as a replicated composite
+            if REPLICATED_EXT in info.extensions and _raw_feature(
+                    pd, REPLICATED_COMPOSITES_FEATURES, 1)[0]:
+                chain = raw_struct(REPLICATED_COMPOSITES_FEATURES, 1, chain, (1,))
+                self._raw.append(chain)
+                exts.append(REPLICATED_EXT)
         if surface is not None:
             exts.append(SWAPCHAIN)
         base = f2.features
@@ -314,6 +361,8 @@ class Device:
             enabledExtensionCount=len(exts), ppEnabledExtensionNames=exts or None,
             pEnabledFeatures=feats)
         self.handle = call("vkCreateDevice", vk.vkCreateDevice, pd, dinfo, None)
+        self._raw.clear()
+        self.enabled_extensions = set(exts)
         self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
         self.mem_props = vk.vkGetPhysicalDeviceMemoryProperties(pd)
         self.pool = call("vkCreateCommandPool", vk.vkCreateCommandPool, self.handle,
