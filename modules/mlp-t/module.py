@@ -381,11 +381,12 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
 
 
 def cm_shared_bytes(width: int, warps: int) -> int:
-    """train_cm's shared memory: h and g tiles of T = 16 warps rows (stride width + 8
-    halves), y (T x 16 floats), the targets (T vec4); emulated, the products' tiles too."""
-    t = 16 * warps
+    """train_cm's shared memory: h and g tiles of T = 16 warps rows and one layer's weights
+    (row stride max(width, 32) + 8 halves), the loss sums (32 warps floats); emulated, the
+    products' tiles too."""
+    t, hs = 16 * warps, max(width, 32) + 8
     emu = 1024 * warps if env_on("VKGRAPH_COOPMAT_EMULATE") else 0
-    return 2 * t * (width + 8) * 2 + t * 16 * 4 + t * 16 + emu
+    return (2 * t + width) * hs * 2 + 4 * 32 * warps + emu
 
 
 def cm_tuning() -> dict:
