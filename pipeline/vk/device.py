@@ -181,6 +181,8 @@ def raw_struct(stype: int, nflags: int, pnext=None, flags=()):
     (keep a reference while Vulkan may read it); `flags` sets the first ones."""
     raw = vk.ffi.new(f"uint64_t[{2 + (nflags + 1) // 2}]")
     raw[0] = stype
+    if pnext is not None and vk.ffi.typeof(pnext).kind == "struct":
+        pnext = vk.ffi.addressof(pnext)  # the bindings' structs are values, raw ones arrays
     raw[1] = int(vk.ffi.cast("uintptr_t", pnext)) if pnext is not None else 0
     words = vk.ffi.cast("uint32_t *", raw)
     for i, f in enumerate(flags):
@@ -339,6 +341,7 @@ class Device:
             exts.append("VK_KHR_cooperative_matrix")
         self._raw = []  # feature structs in raw memory: alive until vkCreateDevice returns
         if info.coopvec:
+            self._raw.append(chain)  # only its address is in the raw struct below
             chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, 0))
             self._raw.append(chain)
             exts.append(COOPVEC_EXT)
