@@ -11,8 +11,8 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up frames)
-of the wall time per frame (vkgraph: submit to fence, one frame at a time; PyTorch: steps
-between two synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of
+of the wall time per frame (vkgraph: frames submitted back to back, at most two in flight, a
+wait at the block's end; PyTorch: steps between two synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of
 the frame's dispatch timestamps, median over one more block of frames; PyTorch: CUDA events
 around each block, median). Mpx/s = input pixels / wall time; "x eager" and "x compile" =
 PyTorch's wall time / ours; "roofline" = the time the design's roofline allows / measured time,
@@ -143,8 +143,9 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         for _ in range(repeats):
             t0 = time.perf_counter()
             for _ in range(frames):
-                b.run_frame(f, download=False)
+                b.run_frame(f, download=False, wait=False)
                 f += 1
+            b.finish()
             blocks.append((time.perf_counter() - t0) / frames * 1e3)
         gpu = []
         for _ in range(gpu_frames):  # apart from the timed blocks: reading the stamps costs

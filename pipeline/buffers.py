@@ -5,11 +5,15 @@ host staging buffers of sources and sinks, and which buffer a node connector mea
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .errors import GraphError
 from .module import FORMAT_DTYPE, Connector
 from .nodes import Node
+
+FRAME_LISTS = 2  # command lists of the frames, used in turn: frames in flight at most
 
 
 class Buffers:
@@ -33,12 +37,22 @@ class Buffers:
         p = self.frame % 2 if parity is None else parity
         return bufs[p % len(bufs)]
 
+    def finish(self) -> None:
+        """Wait for the frames in flight (before the host reads or writes device data)."""
+        for cl in self.commands:
+            if cl.pending:
+                t = time.perf_counter()
+                cl.wait()
+                self.wait_seconds += time.perf_counter() - t
+
     def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
         """Put `array` into the buffer a node connector writes (this frame's parity)."""
+        self.finish()
         self.buffer(node, conn).upload(array)
 
     def read(self, node: Node, conn: str) -> np.ndarray:
         """Download a node connector's current data (after the frame ran)."""
+        self.finish()
         return self._shape(node.connector(conn), self.buffer(node, conn).download(np.uint8))
 
     def _shape(self, c: Connector, raw: np.ndarray) -> np.ndarray:
@@ -87,8 +101,10 @@ class Buffers:
 
     def _allocate(self) -> None:
         dev = self.device
-        self.global_buf = dev.buffer(16, host=True)
-        self._global_view = self.global_buf.view(np.int32)
+        # the global uniform (frame, frames): each command list copies it from its own host
+        # slot first, so a frame can be submitted while the one before still runs
+        self.global_buf = dev.buffer(16)
+        self.global_slots = [dev.buffer(16, host=True) for _ in range(FRAME_LISTS)]
         self.zeros = dev.buffer(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1

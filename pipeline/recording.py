@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .buffers import FRAME_LISTS
 from .kernels import check_bindings, check_params, kernel_spirv, pack_push
 from .module import CLEAR
 from .nodes import Node
@@ -38,19 +39,28 @@ class Recording:
                                  push)
         self.kernels = kernels
         parities = 2 if any(len(b) == 2 for b in self.buffers.values()) else 1
+        assert FRAME_LISTS % parities == 0  # list k runs the frames of parity k % parities
         for node in self.schedule:
             if node.kernel is None and node.is_source:
                 hook = node.module.cls.hook("source_due")
                 if hook and hook(self.context, node.module):
                     self.streaming.append(node)
-        self.commands = self._command_lists(parities, self.schedule, self.streaming,
-                                            len(self.schedule) if self.profile else 0)
+        self.commands = self._command_lists(FRAME_LISTS, self.schedule, self.streaming,
+                                            len(self.schedule) if self.profile else 0,
+                                            frame=True)
 
-    def _command_lists(self, parities: int, nodes, streaming=(), timestamps: int = 0) -> list:
-        """One command list per frame parity: the streaming sources' copies, then `nodes`."""
+    def _command_lists(self, n: int, nodes, streaming=(), timestamps: int = 0,
+                       frame: bool = False) -> list:
+        """n command lists, list k for the frames f with f % n == k: (frame=True: a barrier
+        against the frame before, which may still run when the list is submitted, and the
+        list's global slot copied to the global uniform) the streaming sources' copies, then
+        `nodes`."""
         lists = []
-        for parity in range(parities):
+        for parity in range(n):
             cl = self.device.commands(timestamps=timestamps).begin()
+            if frame:
+                cl.barrier(first=True)
+                cl.copy(self.global_slots[parity], self.global_buf, 16)
             for node in streaming:
                 c0 = node.connectors[0]
                 cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
@@ -101,9 +111,11 @@ class Recording:
                           if c.is_input and c.source is not None and not c.feedback]
             nodes = [n for n in self.schedule if id(n) in need and n.kernel is not None]
             lists = self._partial[key] = self._command_lists(len(self.commands), nodes)
+        self.finish()
         cl = lists[self.frame % len(lists)]
         cl.submit()
         cl.wait()
 
     def timings(self) -> list[tuple[str, float]]:
+        self.finish()
         return self.commands[self.frame % len(self.commands)].timings()

@@ -75,7 +75,10 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         self._keyframes = bool(getattr(self.graph, "has_keyframes", None)
                                and self.graph.has_keyframes())
 
-    def run_frame(self, frame: int, download: bool = True) -> None:
+    def run_frame(self, frame: int, download: bool = True, wait: bool = True) -> None:
+        """Run one frame. wait=False returns once it is submitted (without download): the
+        next frame's host work overlaps it, at most FRAME_LISTS frames are in flight, and
+        anything that reads or writes device data waits for them first (finish())."""
         self.frame = frame
         if not hasattr(self, "_param_mods"):
             self._frame_lists()
@@ -85,21 +88,28 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             buf, last = self.params[id(m)]
             blob = m.param_blob()
             if blob != last:
+                self.finish()  # the frames in flight read the params as they were
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
         if frame == 0 or not self._sources_uploaded:  # a resumed run starts at frame k > 0
+            self.finish()
             self.upload_sources(only_streaming=False)
             self._sources_uploaded = True
         elif self.streaming:
+            self.finish()
             self.upload_sources(only_streaming=True)
-        g = self._global_view
-        g[0] = frame
-        g[1] = self.frames
-        cl = self.commands[frame % len(self.commands)]
+        k = frame % len(self.commands)
+        cl = self.commands[k]
+        if cl.pending:  # its previous frame (FRAME_LISTS back) must be done
+            t_wait = time.perf_counter()
+            cl.wait()
+            self.wait_seconds += time.perf_counter() - t_wait
+        slot = self.global_slots[k].view(np.int32)
+        slot[0] = frame
+        slot[1] = self.frames
         cl.submit()
-        t_wait = time.perf_counter()
-        cl.wait()
-        self.wait_seconds += time.perf_counter() - t_wait
+        if wait or download:
+            self.finish()
         if download:
             self.download_sinks()
 
@@ -112,7 +122,7 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         t0 = time.perf_counter()
         for f in range(start, end):
             last = f == end - 1
-            self.run_frame(f, download=last or not last_frame_only)
+            self.run_frame(f, download=last or not last_frame_only, wait=False)
             for callback in each_frame:
                 callback(self, f)
             if not last and stop is not None and stop():
@@ -120,6 +130,7 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
                 if last_frame_only:
                     self.download_sinks()
                 break
+        self.finish()
         self.seconds += time.perf_counter() - t0
 
 

@@ -79,6 +79,7 @@ class Transfers:
         return np.ascontiguousarray(data)
 
     def download_sinks(self) -> None:
+        self.finish()
         for node in self.schedule:
             if node.kernel is not None or not node.is_sink:
                 continue

@@ -349,10 +349,10 @@ def chunks_of(batch: int) -> tuple[int, int]:
 # The cooperative-matrix training kernel (shaders/mlp-t/train_cm.comp, README.md "Kernel
 # variants"): warps per workgroup (16 samples each) and workgroups per net (= weight-gradient
 # partials). VKGRAPH_MLP_TUNE=warps=N,groups=N overrides them (benchmarking).
-# Measured on the H100 (fit-image, batch 2^18; bench/README.md): train_cm takes 0.69-0.74 ms
-# at 8 or 4 warps and 132-1056 groups (2 warps: 1.75 ms); more groups only make reduce dearer
-# (132: 0.011 ms, 1056: 0.14 ms), so one workgroup per SM of the H100. With act' in registers:
-# train_cm 0.642 ms at 8 warps x 132 groups, 0.632 at 4 x 264 (reduce 0.022): the same step.
+# Measured on the H100 (fit-image, batch 2^18; bench/README.md), weights staged in shared
+# memory: train_cm 0.236 ms at 8 warps x 132 groups, 0.242 at 8 x 264, 0.413 at 4 x 264,
+# 0.431 at 4 x 528 (each chunk stages every matrix: fewer rows per chunk cost more); more
+# groups also make reduce dearer (132: 0.011 ms, 528: 0.075). One workgroup per SM.
 CM_TUNING = {"warps": 8, "groups": 132}
 
 

@@ -57,8 +57,10 @@ class CommandList:
     def copy(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         self.ops.append(("copy", src, dst, size, src_offset, dst_offset))
 
-    def barrier(self) -> None:
-        if self.ops and self.ops[-1][0] != "barrier":
+    def barrier(self, first: bool = False) -> None:
+        """A full memory barrier after what is recorded so far. first=True at the start of a
+        list: against the commands of earlier submissions to the queue (frames in flight)."""
+        if (first and not self.ops) or (self.ops and self.ops[-1][0] != "barrier"):
             self.ops.append(("barrier",))
 
     # -- recording
