@@ -155,18 +155,21 @@ def test_loss_scale_grows_to_the_cap(device, tmp_path, monkeypatch):
     assert st[0] == 0 and st[2] == 32768.0
 
 
-def test_four_warps_and_several_groups(device, tmp_path, monkeypatch):
-    """The emulation with 4 warps (the tiles dealt 4 ways; 64-sample chunks) and 3 workgroups
-    that take 2, 2 and 1 chunks (strided): the same gradient as portable."""
-    params = CASES["freq-64-leaky-l2"]
-    params = dict(params, batch=300)  # 5 chunks of 64, the last one partly padding
+def test_several_chunks_per_workgroup(device, tmp_path, monkeypatch, mode):
+    """Workgroups that train several chunks each (strided), the last chunk partly padding:
+    emulated 4 warps (the tiles dealt 4 ways; 64-sample chunks) x 3 workgroups on 5 chunks
+    (2, 2, 1); on the GPU the shipped 8 warps x 2 workgroups on 8 chunks of 128 (4 each):
+    the same gradient as portable."""
+    emulate = mode == "emulated"
+    warps, groups, batch = (4, 3, 300) if emulate else (8, 2, 1000)
+    params = dict(CASES["freq-64-leaky-l2"], batch=batch)
     _, _, w0, _, _ = step_at(device, tmp_path, monkeypatch, "portable", False, params)
     W16 = w0.astype(np.float16).astype(np.float32)
     E0, dw0, _, _, _ = step_at(device, tmp_path, monkeypatch, "portable", False, params, W16)
-    monkeypatch.setenv("VKGRAPH_MLP_TUNE", "warps=4,groups=3")
-    E1, dw1, _, _, m1 = step_at(device, tmp_path, monkeypatch, "coopmat", True, params, W16)
+    monkeypatch.setenv("VKGRAPH_MLP_TUNE", f"warps={warps},groups={groups}")
+    E1, dw1, _, _, m1 = step_at(device, tmp_path, monkeypatch, "coopmat", emulate, params, W16)
     node = m1.data["train"]
-    assert node.local[0] == 128 and node.dispatch[0] == 3 * 128
+    assert node.local[0] == 32 * warps and node.dispatch[0] == groups * 32 * warps
     rel = np.linalg.norm(dw1 - dw0) / np.linalg.norm(dw0)
     assert rel < 1e-2, rel
     assert abs(E1 - E0) <= 2e-3 * abs(E0)
