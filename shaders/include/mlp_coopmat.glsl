@@ -149,12 +149,16 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
     sh[(i) + 4u] = c_.x; sh[(i) + 5u] = c_.y; sh[(i) + 6u] = d_.x; sh[(i) + 7u] = d_.y; \
   }
 
-// rows 0 .. nrows-1 of a 64-wide row-major f16 matrix at uvec4 offset off8 of buffer buf ->
-// shared array sh (row stride ss halves), by all invocations of the workgroup (wide loads;
-// fragments then load from shared memory). The caller puts barriers around it.
-#define CM_STAGE64(sh, ss, buf, off8, nrows)                                         \
-  for (uint e_ = gl_LocalInvocationIndex; e_ < (nrows) * 8u; e_ += gl_WorkGroupSize.x) \
-    CM_UNPACK8(sh, (e_ / 8u) * (ss) + 8u * (e_ % 8u), buf[(off8) + e_])
+// rows 0 .. nrows-1, columns 0 .. 8 cols8 - 1 of a row-major f16 matrix with rows of rs8
+// uvec4, at uvec4 offset off8 of buffer buf -> shared array sh from index dst (row stride ss
+// halves), by all invocations of the workgroup (wide loads; fragments then load from shared
+// memory). The caller puts barriers around it.
+#define CM_STAGE(sh, dst, ss, buf, off8, nrows, cols8, rs8)                                \
+  for (uint e_ = gl_LocalInvocationIndex; e_ < (nrows) * (cols8); e_ += gl_WorkGroupSize.x) \
+    CM_UNPACK8(sh, (dst) + (e_ / (cols8)) * (ss) + 8u * (e_ % (cols8)),                     \
+               buf[(off8) + (e_ / (cols8)) * (rs8) + e_ % (cols8)])
+// all 64 columns of a 64-wide matrix
+#define CM_STAGE64(sh, ss, buf, off8, nrows) CM_STAGE(sh, 0u, ss, buf, off8, nrows, 8u, 8u)
 
 // leaky ReLU on an accumulator, element by element (position-free)
 #define CM_LEAKY(c, slope) \

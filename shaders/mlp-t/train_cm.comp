@@ -113,11 +113,8 @@ uint fw_off(int l) {
 // rows 0 .. rows-1, columns 0 .. 8 cols8 - 1 of W_l (row-major [out][in], net at w16 element
 // woff8) -> sm at dst, row stride ss; by the whole workgroup (the caller adds the barriers)
 void stage(uint woff8, int l, uint rows, uint cols8, uint dst, uint ss) {
-  uint src = woff8 + uint(l * MLP_WIDTH * MLP_WIDTH / 8);
-  for (uint e = gl_LocalInvocationIndex; e < rows * cols8; e += gl_WorkGroupSize.x) {
-    uint r = e / cols8, c = e % cols8;
-    CM_UNPACK8(sm, dst + r * ss + 8u * c, w16[src + r * uint(MLP_WIDTH / 8) + c]);
-  }
+  CM_STAGE(sm, dst, ss, w16, woff8 + uint(l * MLP_WIDTH * MLP_WIDTH / 8), rows, cols8,
+           uint(MLP_WIDTH / 8));
 }
 
 // weight-gradient tile t -> layer tl (MLP_LAYERS: none), row tile o, column tile c
