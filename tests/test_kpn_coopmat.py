@@ -51,7 +51,8 @@ def has_coopmat(device) -> bool:
 
 def is_cpu_driver(device) -> bool:
     """Where kpn-t's "cpu" variant runs (modules/kpn-t/module.py cpu_capable)."""
-    return device.info.type == "CPU" and device.info.subgroup_size == 8
+    return (device.info.type == "CPU" and device.info.subgroup_size == 8
+            and device.info.subgroup_shuffle)
 
 
 @pytest.fixture

@@ -68,3 +68,18 @@ def test_cpu_noise_features_match_portable(cpu_device, tmp_path, monkeypatch):
         assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
     check_identical(out["portable"], out["cpu"])
     assert np.all(out["cpu"][3][0][1].reshape(-1, 64)[: 40 * 24, 0] == 1.0)
+
+
+def test_cpu_kernels_need_subgroup_shuffle(device):
+    """The cpu kernels hand weights to the lanes with subgroupShuffle: a CPU driver without
+    it (or with other subgroups than 8 lanes) runs portable."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from vkgraph.modules.kpn_t import module as kpn_t
+
+    cpu = replace(device.info, type="CPU", subgroup_size=8, subgroup_shuffle=True)
+    assert kpn_t.cpu_capable(SimpleNamespace(capabilities=cpu))
+    for info in (replace(cpu, subgroup_shuffle=False), replace(cpu, subgroup_size=4),
+                 replace(cpu, type="discrete GPU"), None):
+        assert not kpn_t.cpu_capable(SimpleNamespace(capabilities=info))

@@ -222,10 +222,12 @@ def cm_capable(graph) -> bool:
 
 
 def cpu_capable(graph) -> bool:
-    """Whether the build's device suits the "cpu" forward (fwd_cpu): a CPU driver (lavapipe),
-    whose subgroups are the 8 lanes of a 256-bit SIMD register."""
+    """Whether the build's device suits the "cpu" kernels (fwd_cpu, bck_cpu, mulw_cpu): a CPU
+    driver (lavapipe), whose subgroups are the 8 lanes of a 256-bit SIMD register, with
+    subgroupShuffle (the kernels hand weights to the lanes with it)."""
     info = graph.capabilities
-    return info is not None and info.type == "CPU" and info.subgroup_size == 8
+    return (info is not None and info.type == "CPU" and info.subgroup_size == 8
+            and info.subgroup_shuffle)
 
 
 def mlp_variant(graph, precise: bool = False) -> str:

@@ -57,6 +57,8 @@ class DeviceInfo:
     # VK_NV_cooperative_vector with its cooperativeVector feature (per-invocation vectors times
     # a matrix in memory on the tensor cores; kernels compiled by Slang, pipeline/slang.py)
     coopvec: bool = False
+    # compute shaders may use subgroupShuffle (VK_SUBGROUP_FEATURE_SHUFFLE_BIT)
+    subgroup_shuffle: bool = False
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -224,7 +226,9 @@ def _describe(index: int, pd) -> DeviceInfo:
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
         extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange),
         uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))),
-        coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0])
+        coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0],
+        subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+                              and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT))
 
 
 def format_uuid(raw: bytes) -> str:
