@@ -44,8 +44,9 @@
 // once per chunk for all warps: the forward's copies in the g and backward-weight areas
 // (free during the forward), as many layers at a time as fit (one barrier per group), the
 // backward's W_l in its own area between the two barriers of layer l. (Measured on the H100,
-// fit-image: fragments loaded straight from w16 through L1 made train_cm 0.70 ms, 0.44 of it
-// without them; bench/README.md.)
+// fit-image at batch 2^18: fragments loaded straight from w16 through L1 made train_cm 0.65
+// ms, staged 0.24. A weight-gradient loop interleaving a warp's tiles of one layer measured
+// 0.37, staging fetched into registers ahead 0.52: not kept; bench/README.md.)
 // Shared memory (halves, HS = W + 8 row stride, >= 40 so that a row holds y as two f16 tiles,
 // hi + lo): hs, gs T x HS each, ws W x HS, plus 32 WARPS floats (the loss sums). W = 64,
 // WARPS 8: 2 x 18 + 9 + 1 KiB = 46 KiB. Registers: L NT f16 fragments (h) + NACC f32 (dW).
