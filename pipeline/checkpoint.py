@@ -65,6 +65,7 @@ def check_supported(build) -> None:
 
 def collect(build) -> dict[str, np.ndarray]:
     """The state of every active module after frame `build.frame`, keyed NAME:INST/KEY."""
+    build.finish()  # the feedback buffers are read directly: no frame may still run
     out: dict[str, np.ndarray] = {}
     for m in build.active:
         hook = m.cls.hook("state")
@@ -183,6 +184,7 @@ class Checkpoint:
             log.warning("resuming on %s a checkpoint written on %s: the run continues, but "
                         "not bit-identically", build.device.info.name, self.device)
         used = set()
+        build.finish()  # (a fresh build runs nothing yet; restored buffers are written directly)
         build.frame = self.frame - 1
         for m in build.active:
             prefix = f"{m}/"
