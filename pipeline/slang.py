@@ -13,7 +13,10 @@ file or a string with defines and include folders, and returns the SPIR-V bytes.
     spirv = compile_slang(text=source, name="probe.slang")
 
 The library is optional: `pip install 'vkgraph[slang]'`. $VKGRAPH_SLANG_LIB names the
-library file directly (a Slang release's `lib/libslang-compiler.so`, say).
+library file directly (a Slang release's `lib/libslang-compiler.so`, say); keep
+`libslang-glslang-<version>.so` beside it (on the library path): Slang loads its SPIR-V
+optimizer from there, and some kernels fail without it ("failed to load downstream compiler
+'spirv-opt'", seen on the H100 for the probe's row-major cooperative-vector kernel).
 
 Kernels for vkgraph's Vulkan layer (`Device.kernel`) bind their buffers as the engine does:
 set 0 bindings 0..2 (global uniform, params, node info), set 1 binding i = connector i,
