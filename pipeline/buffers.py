@@ -40,10 +40,14 @@ class Buffers:
     def finish(self) -> None:
         """Wait for the frames in flight (before the host reads or writes device data)."""
         for cl in self.commands:
-            if cl.pending:
-                t = time.perf_counter()
-                cl.wait()
-                self.wait_seconds += time.perf_counter() - t
+            self.wait_for(cl)
+
+    def wait_for(self, cl) -> None:
+        """Wait for a frame's command list if it is in flight, counted in wait_seconds."""
+        if cl.pending:
+            t = time.perf_counter()
+            cl.wait()
+            self.wait_seconds += time.perf_counter() - t
 
     def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
         """Put `array` into the buffer a node connector writes (this frame's parity)."""

@@ -100,18 +100,15 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self.upload_sources(only_streaming=True)
         k = frame % len(self.commands)
         cl = self.commands[k]
-        if cl.pending:  # its previous frame (FRAME_LISTS back) must be done
-            t_wait = time.perf_counter()
-            cl.wait()
-            self.wait_seconds += time.perf_counter() - t_wait
+        self.wait_for(cl)  # its previous frame (FRAME_LISTS back) must be done
         slot = self.global_slots[k].view(np.int32)
         slot[0] = frame
         slot[1] = self.frames
         cl.submit()
-        if wait or download:
+        if wait:
             self.finish()
         if download:
-            self.download_sinks()
+            self.download_sinks()  # (it waits for the frame itself)
 
     def run_frames(self, start: int, end: int, last_frame_only: bool = False,
                    each_frame=(), stop=None) -> None:
