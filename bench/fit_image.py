@@ -12,13 +12,13 @@ uv per step, nearest-texel targets from graphs/images/scene.png in linear light.
 starts from vkgraph's initial weights (read back after its frame 0). vkgraph's loss scale
 (1024) is left out of the peers: in fp32 it only moves rounding.
 
-Per step: vkgraph's wall time per frame (frames submitted back to back, at most two in
-flight, a wait at the end of each block: the engine's own way of running a cfg's frames) and its
-GPU time (the sum of its dispatches' timestamps); the peers' wall time over the timed steps,
-between two device synchronisations. The timed steps (all but the warm-up) run as 3 equal blocks, each timed on its
-own; ms/step is the median block's (the notes list all three). PSNR (peak 1, linear rgb) of the
-network at every texel centre against the target, after `--steps` optimizer steps (warm-up and
-compile steps included).
+Per step: vkgraph's wall time per frame (frames submitted back to back, at most two in flight,
+a wait at the end of each block: the engine's own way of running a cfg's frames) and its GPU
+time (the sum of its dispatches' timestamps); the peers' wall time over the timed steps,
+between two device synchronisations. The timed steps (all but the warm-up) run as 3 equal
+blocks, each timed on its own; ms/step is the median block's (the notes list all three). PSNR
+(peak 1, linear rgb) of the network at every texel centre against the target, after `--steps`
+optimizer steps (warm-up and compile steps included).
 
 The hash-grid fit (`--fits hash`) is fit-image-hash.cfg's: uv -> the multiresolution hash
 grid of mlp-t (8 levels x 2 features, N_l = floor(16 * 1.5^l) cells per unit, a level stored

@@ -10,16 +10,17 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
            cpu      fwd_cpu + bck_cpu + mulw_cpu (CPU drivers: one pixel per SIMD lane)
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
-ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up frames)
-of the wall time per frame (vkgraph: frames submitted back to back, at most two in flight, a
-wait at the block's end; PyTorch: steps between two synchronisations); "GPU ms" is the device's own time per frame (vkgraph: the sum of
-the frame's dispatch timestamps, median over one more block of frames; PyTorch: CUDA events
-around each block, median). Mpx/s = input pixels / wall time; "x eager" and "x compile" =
-PyTorch's wall time / ours; "roofline" = the time the design's roofline allows / measured time,
-with these figures: 0.19 MFLOP per input pixel (useful work, 4 levels) at the fp16 dense tensor
-peak, and per input pixel 5.5 KB of memory traffic (stored f16 activations) or 0.4 KB (fused),
-at the memory bandwidth; the larger of the two times is the bound. Peaks: H100 SXM (HBM3) 989
-TFLOP/s and 3.35 TB/s, H100 PCIe 756 TFLOP/s and 2.0 TB/s (from the device name).
+ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up
+frames) of the wall time per frame (vkgraph: frames submitted back to back, at most two in
+flight, a wait at the block's end; PyTorch: steps between two synchronisations); "GPU ms" is
+the device's own time per frame (vkgraph: the sum of the frame's dispatch timestamps, median
+over one more block of frames; PyTorch: CUDA events around each block, median). Mpx/s = input
+pixels / wall time; "x eager" and "x compile" = PyTorch's wall time / ours; "roofline" = the
+time the design's roofline allows / measured time, with these figures: 0.19 MFLOP per input
+pixel (useful work, 4 levels) at the fp16 dense tensor peak, and per input pixel 5.5 KB of
+memory traffic (stored f16 activations) or 0.4 KB (fused), at the memory bandwidth; the larger
+of the two times is the bound. Peaks: H100 SXM (HBM3) 989 TFLOP/s and 3.35 TB/s, H100 PCIe 756
+TFLOP/s and 2.0 TB/s (from the device name).
 
     python bench/kpn_train.py [--sizes 256,1024,2048,4096] [--variants fused,coopmat,portable]
                               [--torch eager,compile] [--frames 50] [--repeats 3] [--profile]
