@@ -305,6 +305,7 @@ def test_mlp_backward_every_used_weight():
     assert np.all(ana[6, 16:] == 0.0)
     base = _signs(acts)
     eps = 1e-6
+    E = float(np.sum(np.abs(dK * ref.mlp_forward(F, W)[0])))  # the scale of E's rounding
     num = np.zeros_like(W)
     crossed = np.zeros(W.shape, dtype=bool)
     for l, o, c in zip(*np.nonzero(ref.USED), strict=True):
@@ -320,7 +321,9 @@ def test_mlp_backward_every_used_weight():
     check = ref.USED & ~crossed
     assert crossed.sum() < 0.01 * ref.USED.sum()
     # K is linear in each single weight inside one piece, so the FD is exact up to rounding
-    assert _rel(ana[check], num[check]) < 1e-6
+    # of E, whose terms are larger than E (numpy 2.4's sums left 1.03e-6 relative error on the
+    # smallest entries, past the 1e-6 this test had)
+    _assert_fd_close(ana[check], num[check], E, eps)
 
 
 # -------------------------------------------------------------------------------- loss
