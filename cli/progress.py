@@ -60,3 +60,5 @@ def print_profile(build) -> None:
     for label, ms in rows:
         print(f"{label:40s} {ms:9.3f} {100 * ms / total:6.1f}")
     print(f"{'total':40s} {total:9.3f}")
+    print(f"{'first start to last end':40s} {build.gpu_span():9.3f}  (nodes without a barrier "
+          "between them overlap)")

@@ -18,7 +18,7 @@ FRAME_LISTS = 2  # command lists of the frames, used in turn: frames in flight a
 
 class Buffers:
     """Allocation stage of Build (pipeline/runner.py). Fills `buffers`, `staging`, `params`,
-    `global_buf`, `zeros` and `node_info` from the scheduled nodes (`schedule`) on `device`;
+    `global_bufs`, `zeros` and `node_info` from the scheduled nodes (`schedule`) on `device`;
     `buffer()` picks a connector's buffer for the frame's parity (`frame`)."""
 
     def buffer(self, node: Node, conn: str, parity: int | None = None):
@@ -105,9 +105,10 @@ class Buffers:
 
     def _allocate(self) -> None:
         dev = self.device
-        # the global uniform (frame, frames): each command list copies it from its own host
-        # slot first, so a frame can be submitted while the one before still runs
-        self.global_buf = dev.buffer(16)
+        # the global uniform (frame, frames), one per command list: each list copies its own
+        # host slot into its own, so a frame can be submitted while the one before still
+        # runs (and the copy needs no barrier against it)
+        self.global_bufs = [dev.buffer(16) for _ in range(FRAME_LISTS)]
         self.global_slots = [dev.buffer(16, host=True) for _ in range(FRAME_LISTS)]
         self.zeros = dev.buffer(16)
         for node, c in self._outputs():

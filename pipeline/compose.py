@@ -119,7 +119,8 @@ class Composer:
             cl = self.device.commands().begin()
             cl.fill(self.texels)  # the gaps between panels stay black
             cl.barrier()
-            set0 = [self.build.global_buf, self.text, self.info]
+            set0 = [self.build.global_bufs[parity % len(self.build.global_bufs)], self.text,
+                    self.info]
             for panel, rect in zip(self.panels, rects, strict=True):
                 src = self.build.buffer(panel.node, "input", parity)
                 push = pack_push([*rect, *fit(rect, panel.wd, panel.ht), panel.wd, panel.ht,

@@ -13,7 +13,7 @@ from .errors import GraphError, RuntimeFailure
 from .nodes import Node
 from .paramblock import GENERATED, glsl_name, params_glsl
 from .paramblock import check_params as check_param_scalars
-from .vk import compile_glsl, spirv_bindings, spirv_block_scalars
+from .vk import compile_glsl, spirv_bindings, spirv_block_scalars, spirv_writable
 
 ROOT = Path(__file__).resolve().parent.parent
 SHADERS = ROOT / "shaders"
@@ -89,6 +89,19 @@ def check_bindings(node: Node, spirv: bytes) -> None:
                     if dset == 0 else "the engine binds sets 0 and 1 only")
             raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
                              f"binding {binding}, but {what}")
+
+
+def check_readonly(node: Node, spirv: bytes) -> None:
+    """A connector the node reads must be bound read-only (GLSL `readonly`: SSBO_IN, IMG_IN):
+    the recording puts barriers where nodes write what others read (recording.py: Hazards),
+    and a write through an input would go unseen there. A GraphError names the kernel and
+    the connector; an input the kernel changes in place is a `modify` connector."""
+    writable = spirv_writable(spirv)
+    for i, c in enumerate(node.connectors):
+        if c.type in ("read", "sink") and (1, i) in writable:
+            raise GraphError(f"kernel {node.shader}/{node.kernel}.comp may write binding {i}, "
+                             f"the input connector '{c.name}' of node {node.label}: declare "
+                             f"it readonly (SSBO_IN, IMG_IN) or make the connector 'modify'")
 
 
 def check_params(kernel: str, params, spirv: bytes) -> None:

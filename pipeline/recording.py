@@ -5,12 +5,37 @@ lists.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .buffers import FRAME_LISTS
-from .kernels import check_bindings, check_params, kernel_spirv, pack_push
+from .kernels import check_bindings, check_params, check_readonly, kernel_spirv, pack_push
 from .module import CLEAR
 from .nodes import Node
+
+
+class Hazards:
+    """The buffers a command list has written and read since its last barrier. An operation
+    gets a barrier before it only where it reads or writes a buffer written since then, or
+    writes one read since then; independent nodes in a row (mlp-t's loss sum, gradient sum and
+    preview) then run side by side. Every buffer is its own memory (no aliasing), so a
+    buffer's identity is its memory. VKGRAPH_BARRIERS=all puts a barrier after every node
+    (as before this tracking; for comparisons)."""
+
+    def __init__(self, cl):
+        self.cl = cl
+        self.every = os.environ.get("VKGRAPH_BARRIERS", "") == "all"
+        self.written: set[int] = set()
+        self.read: set[int] = set()
+
+    def access(self, reads=(), writes=()) -> None:
+        r, w = {id(b) for b in reads}, {id(b) for b in writes}
+        if self.every or (r | w) & self.written or w & self.read:
+            self.cl.barrier()
+            self.written.clear()
+            self.read.clear()
+        self.read |= r
+        self.written |= w
 
 
 class Recording:
@@ -33,6 +58,7 @@ class Recording:
             spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs(),
                                  cls.params, str(cls.folder / "params"))
             check_bindings(node, spirv)
+            check_readonly(node, spirv)
             check_params(f"{node.shader}/{node.kernel}.comp", cls.params, spirv)
             push = pack_push(node.push)
             kernels[id(node)] = (dev.kernel(spirv, len(node.connectors), len(push), node.local),
@@ -51,46 +77,64 @@ class Recording:
 
     def _command_lists(self, n: int, nodes, streaming=(), timestamps: int = 0,
                        frame: bool = False) -> list:
-        """n command lists, list k for the frames f with f % n == k: (frame=True: a barrier
-        against the frame before, which may still run when the list is submitted, and the
-        list's global slot copied to the global uniform) the streaming sources' copies, then
-        `nodes`."""
+        """n command lists, list k for the frames f with f % n == k: (frame=True: the list's
+        global slot copied to its global uniform, then a barrier against the frame before,
+        which may still run when the list is submitted) the streaming sources' copies and
+        the clears of the nodes' CLEAR outputs, a barrier, then the nodes' dispatches with a
+        barrier only where one needs it (Hazards). Sinks copy in download_sinks' own list."""
         lists = []
         for parity in range(n):
             cl = self.device.commands(timestamps=timestamps).begin()
             if frame:
+                cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
                 cl.barrier(first=True)
-                cl.copy(self.global_slots[parity], self.global_buf, 16)
             for node in streaming:
                 c0 = node.connectors[0]
                 cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
                         c0.nbytes())
-            cl.barrier()
             for node in nodes:
-                self._record_node(cl, node, parity)
+                for c in node.connectors:
+                    if node.kernel is not None and c.is_output and c.flags & CLEAR:
+                        cl.fill(self.buffer(node, c.name, parity))
+            cl.barrier()
+            hazards = Hazards(cl)
+            for node in nodes:
+                if node.kernel is not None:
+                    self._record_node(cl, node, parity, hazards)
             lists.append(cl.end())
         return lists
 
-    def _record_node(self, cl, node: Node, parity: int) -> None:
-        if node.kernel is None:
-            if node.is_sink:
-                c0 = node.connectors[0]
-                cl.copy(self.buffer(node, c0.name, parity), self.staging[id(node)],
-                        min(c0.nbytes(), self.staging[id(node)].nbytes))
-            return
-        cleared = False
-        for c in node.connectors:
-            if c.is_output and c.flags & CLEAR:
-                cl.fill(self.buffer(node, c.name, parity))
-                cleared = True
-        if cleared:
-            cl.barrier()
+    def _record_node(self, cl, node: Node, parity: int, hazards: Hazards) -> None:
         kernel, push = self.kernels[id(node)]
-        set0 = [self.global_buf, self.params[id(node.module)][0], self.node_info[id(node)]]
+        set0 = [self.global_bufs[parity % len(self.global_bufs)], self.params[id(node.module)][0],
+                self.node_info[id(node)]]
         set1 = [self.buffer(node, c.name, parity) for c in node.connectors]
+        pairs = list(zip(set1, node.connectors, strict=True))
+        hazards.access(reads=[b for b, c in pairs if c.is_input],
+                       writes=[b for b, c in pairs if c.is_output or c.type == "modify"])
         cl.dispatch(kernel, set0, set1, push, kernel.groups(node.dispatch),
                     label=node.label if self.profile else None)
-        cl.barrier()
+
+    def sink_list(self, parity: int):
+        """The copies of the sinks that have a write_sink hook into their host staging
+        buffers after a frame of this parity (recorded on first use), or None if there are
+        none. Frames do not copy: only a frame whose sinks are written pays for it."""
+        if not hasattr(self, "_sink_lists"):
+            sinks = [node for node in self.schedule if node.kernel is None and node.is_sink
+                     and node.module.cls.hook("write_sink") is not None]
+            self._sink_lists = []
+            for p in range(len(self.commands) if sinks else 0):
+                cl = self.device.commands().begin()
+                cl.barrier(first=True)  # after the frame's writes
+                for node in sinks:
+                    c0 = node.connectors[0]
+                    staging = self.staging[id(node)]
+                    cl.copy(self.buffer(node, c0.name, p), staging,
+                            min(c0.nbytes(), staging.nbytes))
+                self._sink_lists.append(cl.end())
+        if not self._sink_lists:
+            return None
+        return self._sink_lists[parity % len(self._sink_lists)]
 
     def run_upto(self, target: Node, stop: Node | None = None) -> None:
         """Run only `target` and the nodes it reads from, again for the current frame: not
@@ -117,5 +161,14 @@ class Recording:
         cl.wait()
 
     def timings(self) -> list[tuple[str, float]]:
+        """(node label, GPU milliseconds) of the last frame's dispatches (profile=True)."""
         self.finish()
         return self.commands[self.frame % len(self.commands)].timings()
+
+    def gpu_span(self) -> float:
+        """GPU milliseconds from the last frame's first dispatch start to its last end
+        (profile=True; 0 without dispatches): less than the sum of timings() where nodes
+        ran side by side."""
+        self.finish()
+        stamps = self.commands[self.frame % len(self.commands)].stamps()
+        return max((end for _, _, end in stamps), default=0.0)

@@ -79,7 +79,12 @@ class Transfers:
         return np.ascontiguousarray(data)
 
     def download_sinks(self) -> None:
+        """The current frame's sink data copied to the host and handed to the write_sink
+        hooks."""
         self.finish()
+        copies = self.sink_list(self.frame)
+        if copies is not None:
+            copies.run()
         for node in self.schedule:
             if node.kernel is not None or not node.is_sink:
                 continue

@@ -9,7 +9,7 @@ from conftest import vkgraph
 from test_wheel import USER_GRAPH, USER_MODULE, image, write_user_module
 
 from vkgraph.pipeline.formats import read_pfm, write_pfm
-from vkgraph.pipeline.vk import compile_glsl, spirv_bindings, spirv_block_scalars
+from vkgraph.pipeline.vk import compile_glsl, spirv_bindings, spirv_block_scalars, spirv_writable
 
 
 def setup(tmp_path, kernel: str | None = None):
@@ -41,6 +41,32 @@ def test_binding_past_the_connectors_is_an_error(tmp_path, monkeypatch):
     assert "has 2 connectors" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.pfm").exists()
+
+
+def test_kernel_that_may_write_an_input_is_an_error(tmp_path, monkeypatch):
+    # the input bound writable: the barriers between nodes would not see its writes
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace("IMG_IN(0, img_in)",
+                                                             "IMG_RW(0, img_in)")
+    assert kernel != USER_MODULE["shaders/bright/main.comp"]
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    assert "kernel bright/main.comp may write binding 0, the input connector 'input'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.pfm").exists()
+
+
+def test_spirv_writable_tells_readonly_from_written(tmp_path):
+    path = tmp_path / "k.comp"
+    path.write_text("""#version 460
+layout(local_size_x = 1) in;
+layout(std430, set = 1, binding = 0) readonly buffer a_ { float a[]; };
+layout(std430, set = 1, binding = 1) writeonly buffer b_ { float b[]; };
+layout(std430, set = 1, binding = 2) buffer c_ { float c[]; };
+layout(std430, set = 1, binding = 3) readonly buffer d_ { float d0; float d[]; };
+void main() { b[0] = a[0] + d[0] + d0; c[0] += 1.0; }
+""")
+    assert spirv_writable(compile_glsl(path, [])) == {(1, 1), (1, 2)}
 
 
 def test_spirv_bindings_reads_the_declarations(tmp_path):

@@ -11,10 +11,16 @@ display.py  window surface (glfw) and swapchain: present a buffer of texels, rea
             (imported on its own by the gui: `from vkgraph.pipeline.vk.display import ...`)
 """
 
-from .compile import ShaderCompileError, compile_glsl, spirv_bindings, spirv_block_scalars
+from .compile import (
+                      ShaderCompileError,
+                      compile_glsl,
+                      spirv_bindings,
+                      spirv_block_scalars,
+                      spirv_writable,
+)
 from .device import Device, DeviceInfo, choose, list_devices, validation_messages
 from .errors import VulkanError
 
 __all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
            "compile_glsl", "list_devices", "spirv_bindings", "spirv_block_scalars",
-           "validation_messages"]
+           "spirv_writable", "validation_messages"]

@@ -169,6 +169,12 @@ class CommandList:
 
     def timings(self) -> list[tuple[str, float]]:
         """(label, milliseconds) of the last run, for dispatches recorded with a label."""
+        return [(lab, end - start) for lab, start, end in self.stamps()]
+
+    def stamps(self) -> list[tuple[str, float, float]]:
+        """(label, start, end) in milliseconds from the first dispatch's start, of the last
+        run, for dispatches recorded with a label (dispatches without a barrier between them
+        may overlap: their times add up to more than the span)."""
         if self.query_pool is None or not self.labels:
             return []
         n = 2 * len(self.labels)
@@ -176,7 +182,8 @@ class CommandList:
         vk.vkGetQueryPoolResults(self.device.handle, self.query_pool, 0, n, 8 * n, data, 8,
                                  vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
         period = self.device.info.timestamp_period * 1e-6
-        return [(lab, (data[2 * i + 1] - data[2 * i]) * period)
+        t0 = min(data[2 * i] for i in range(len(self.labels)))
+        return [(lab, (data[2 * i] - t0) * period, (data[2 * i + 1] - t0) * period)
                 for i, lab in enumerate(self.labels)]
 
     # -- one-off helpers

@@ -180,12 +180,51 @@ def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
     return sorted((sets.get(t, 0), b) for t, b in bindings.items())
 
 
-# SPIR-V opcodes and decorations that spirv_block_scalars reads
+# SPIR-V opcodes and decorations that spirv_block_scalars and spirv_writable read
 OP_MEMBER_NAME = 6
 OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX = 21, 22, 23, 24
 OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER = 28, 29, 30, 32
 OP_CONSTANT, OP_VARIABLE, OP_MEMBER_DECORATE = 43, 59, 72
 DECORATION_ARRAY_STRIDE, DECORATION_MATRIX_STRIDE, DECORATION_OFFSET = 6, 7, 35
+DECORATION_NON_WRITABLE = 24
+
+
+def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
+    """The (descriptor set, binding) pairs whose buffer a SPIR-V module may write: the
+    variable is not NonWritable and its block has a member that is not (GLSL `readonly`
+    decorates the members)."""
+    sets: dict[int, int] = {}
+    bindings: dict[int, int] = {}
+    nonwritable: set[int] = set()
+    members: dict[int, int] = {}  # struct id -> member count
+    ro_members: dict[int, set[int]] = {}
+    pointee: dict[int, int] = {}  # pointer type id -> pointee type id
+    var_type: dict[int, int] = {}
+    for op, w in _instructions(spirv):
+        if op == OP_DECORATE and len(w) >= 2:
+            if w[1] == DECORATION_DESCRIPTOR_SET and len(w) >= 3:
+                sets[w[0]] = w[2]
+            elif w[1] == DECORATION_BINDING and len(w) >= 3:
+                bindings[w[0]] = w[2]
+            elif w[1] == DECORATION_NON_WRITABLE:
+                nonwritable.add(w[0])
+        elif op == OP_MEMBER_DECORATE and len(w) >= 3 and w[2] == DECORATION_NON_WRITABLE:
+            ro_members.setdefault(w[0], set()).add(w[1])
+        elif op == OP_TYPE_STRUCT:
+            members[w[0]] = len(w) - 1
+        elif op == OP_TYPE_POINTER and len(w) >= 3:
+            pointee[w[0]] = w[2]
+        elif op == OP_VARIABLE and len(w) >= 2:
+            var_type[w[1]] = w[0]
+    out = set()
+    for var, binding in bindings.items():
+        if var in nonwritable:
+            continue
+        block = pointee.get(var_type.get(var, -1), -1)
+        if block in members and len(ro_members.get(block, ())) >= members[block]:
+            continue
+        out.add((sets.get(var, 0), binding))
+    return out
 
 
 def _string(words) -> str:
