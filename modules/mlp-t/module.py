@@ -2,14 +2,14 @@
 optimizer step per frame (README.md here has the maths of every kernel).
 
 Nodes, in schedule order:
-  norm    dw of the last frame -> per-net gradient norm and finiteness
   adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam or sgd)
   train   target, w -> A (activations), G (output gradients), loss partials  (fused fwd/bck)
   lsum    loss partials -> loss history, current loss        (kept: no sink needs it)
   wgrad   A, G -> per-chunk weight-gradient partials
-  reduce  partials -> dw = dE/dW of this frame
+  reduce  partials -> dw = dE/dW of this frame, per-net gradient norm and finiteness gn
   eval    w -> `output`: the networks over the target's grid
-adam and norm read dw through feedback edges: frame f applies the gradient of frame f-1.
+adam reads dw and gn through feedback edges: frame f applies the gradient of frame f-1. lsum,
+reduce and eval run side by side (no barrier between them: pipeline/recording.py, Hazards).
 The coopmat variant (mlp_variant, README.md "Kernel variants") runs `train_cm` instead of
 train and wgrad: sampling, forward, loss, backward and per-workgroup weight-gradient
 partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
@@ -67,6 +67,9 @@ ALIASES = {"identity": "none", "freq": "frequency", "tri": "triangle", "linear":
 
 MLP_BATCH = 32  # rows per train/eval workgroup (shaders/mlp-t/net.glsl); 16 when precise
 MAX_WIDTH = 64  # shared memory holds MLP_BATCH x 64 activations and a 64 x 64 matrix
+# eval's workgroups per net at most (each loops over the tile's rows): enough to fill a GPU
+# on preview frames, few to launch on the frames that skip the preview
+EVAL_GROUPS = 512
 
 
 def _choice(module, name: str, table: dict) -> int:
@@ -463,9 +466,6 @@ def create_nodes(graph, module):
     hist_len = max(500, int(graph.frames))
     wcp = _checkpoint(module, a)
 
-    norm = graph.add_node(module, "norm", (256, a.nets), [
-        ssbo("dw", "read"), ssbo("gn", "write", 2 * a.nets)], shader="mlp-t",
-        local=(256, 1, 1), defines=defines)
     adam = graph.add_node(module, "adam", (n_p, 1), [
         ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp or "f32"),
         ssbo("w", "write", n_p), ssbo("m", "write", n_p), ssbo("v", "write", n_p),
@@ -478,7 +478,6 @@ def create_nodes(graph, module):
     adam.connector("w").roi = Roi(a.width, n_p // a.width)
     if wcp:
         graph.bind(module, "wcp", adam, "wcp")
-    graph.node_connect(norm, "gn", adam, "gn")
     graph.bind(module, "w", adam, "w")
 
 
@@ -488,6 +487,24 @@ def create_nodes(graph, module):
             ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
             shader="mlp-t", local=(256, 1, 1), push=[parts * a.nets, hist_len], keep=True)
         graph.node_connect(train, "Epart", node, "Epart")
+        return node
+
+    def gradient_sum(src, parts, tacc):
+        """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
+        per-net gradient norms gn; adam applies both next frame (feedback)."""
+        rgroups = math.ceil(n_p / 64)  # 64 params a workgroup (4 threads each)
+        node = graph.add_node(module, "reduce", (256 * rgroups, 1), [
+            ssbo("part", "read"), ssbo("tacc", "read", fmt="ui32"), ssbo("dw", "write", n_p),
+            ssbo("gn", "write", 2 * a.nets), ssbo("gpart", "write", 2 * rgroups),
+            ssbo("cnt", "write", 1, fmt="ui32")], shader="mlp-t", local=(256, 1, 1),
+            push=[parts], defines={**defines, **({} if tacc else {"PART_SCALED": 1})})
+        graph.node_connect(src, "part", node, "part")
+        if tacc is None:
+            node.connector("tacc").flags |= OPTIONAL
+        else:
+            graph.node_connect(tacc, "tacc", node, "tacc")
+        graph.node_feedback(node, "dw", adam, "dw")
+        graph.node_feedback(node, "gn", adam, "gn")
         return node
 
     if cm:
@@ -507,14 +524,7 @@ def create_nodes(graph, module):
         graph.node_connect(adam, "w16", train, "w16")
         graph.node_connect(adam, "stats", train, "stats")
         lsum = loss_sum(train, groups_cm)
-        reduce = graph.add_node(module, "reduce", (n_p, 1), [
-            ssbo("part", "read"), ssbo("tacc", "read", fmt="ui32"), ssbo("dw", "write", n_p)],
-            shader="mlp-t", local=(256, 1, 1), push=[groups_cm],
-            defines={**defines, "PART_SCALED": 1})
-        reduce.connector("tacc").flags |= OPTIONAL
-        graph.node_connect(train, "part", reduce, "part")
-        graph.node_feedback(reduce, "dw", norm, "dw")
-        graph.node_feedback(reduce, "dw", adam, "dw")
+        reduce = gradient_sum(train, groups_cm, tacc=None)
     else:
         train = graph.add_node(module, "train", (groups * a.width, a.nets), [
             img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
@@ -535,17 +545,12 @@ def create_nodes(graph, module):
             shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
         graph.node_connect(train, "A", wgrad, "A")
         graph.node_connect(train, "G", wgrad, "G")
-        reduce = graph.add_node(module, "reduce", (n_p, 1), [
-            ssbo("part", "read"), ssbo("tacc", "read"), ssbo("dw", "write", n_p)], shader="mlp-t",
-            local=(256, 1, 1), push=[chunks], defines=defines)
-        graph.node_connect(wgrad, "part", reduce, "part")
-        graph.node_connect(train, "tacc", reduce, "tacc")
-        graph.node_feedback(reduce, "dw", norm, "dw")
-        graph.node_feedback(reduce, "dw", adam, "dw")
+        reduce = gradient_sum(wgrad, chunks, tacc=train)
 
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
-    ev = graph.add_node(module, "eval", (math.ceil(tile_px / MLP_BATCH) * a.width, a.nets), [
+    ev_groups = min(math.ceil(tile_px / MLP_BATCH), EVAL_GROUPS)
+    ev = graph.add_node(module, "eval", (ev_groups * a.width, a.nets), [
         img("target", "read"), ssbo("w", "read"), img("output", "write", Roi(t.wd, t.ht))],
         shader="mlp-t", local=(a.width, 1, 1), defines=defines)
     graph.bind(module, "target", ev, "target")
@@ -583,5 +588,4 @@ def summary(graph, module) -> str:
     else:
         why = module.data.get("variant_why")
         line += f", portable kernels{f' ({why})' if why else ''}"
-    return line
     return line

@@ -10,24 +10,80 @@
 // without the loss scale); NaN for all of them when a contribution was not finite.
 // PART_SCALED (train_cm's partials): the chunks are the coopmat workgroups, whose partials
 // are dE/dW already (no division).
+// Workgroup j (256 threads) holds params 64 j .. 64 j + 63: thread t sums the chunks
+// k = t / 64 + 4 m of param 64 j + t % 64, and the four slices are added in a fixed order.
+// Then per net n: gn[2n] = ||dw_n||_2 over the net's weights and gn[2n+1] = 1 if all of them
+// are finite, else 0 (adam skips that net's update); the table counts as net 0's. Workgroup j
+// (all of one net, as NET_W is a multiple of 64, or of the table) writes its sum of squares
+// and whether all were finite to gpart[j]; the last workgroup to finish (an atomic count in
+// cnt, which it resets to 0 for the next frame) sums them per net in workgroup order, so gn
+// does not depend on which one that is.
 layout(push_constant) uniform Push { int chunks; } push;
 SSBO_IN(0, float, part)
 SSBO_IN(1, int64_t, tacc)
 SSBO_OUT(2, float, dw)
+SSBO_OUT(3, float, gn)
+layout(std430, set = 1, binding = 4) coherent buffer gpart_buf { vec2 gpart[]; };
+layout(std430, set = 1, binding = 5) coherent buffer cnt_buf { uint cnt; };
+
+#define PER_GROUP 64u  // params per workgroup (4 chunk slices of 64 threads)
+shared float s_sum[256];
+shared uint s_bad;
+shared bool s_last;
+
+bool finite(float x) { return !isnan(x) && !isinf(x); }
 
 void main() {
-  uint i = gl_GlobalInvocationID.x;
-  if (i >= uint(NP)) return;
-  if (i >= uint(NW)) {
-    dw[i] = tacc[TABLE] != 0 ? uintBitsToFloat(0x7fc00000u)
-                             : float(tacc[i - uint(NW)]) * (1.0 / T_FIX);
-    return;
-  }
+  uint t = gl_LocalInvocationIndex, j = gl_WorkGroupID.x;
+  uint i = PER_GROUP * j + t % PER_GROUP, slice = t / PER_GROUP;
+  if (t == 0u) s_bad = 0u;
   float s = 0.0;
-  for (int k = 0; k < push.chunks; k++) s += part[uint(k) * uint(NW) + i];
-#ifdef PART_SCALED
-  dw[i] = s;  // train_cm divided its partials by its (dynamic) loss scale already
-#else
-  dw[i] = s / params.lscale;
+  if (i < uint(NW))
+    for (uint k = slice; k < uint(push.chunks); k += 4u) s += part[k * uint(NW) + i];
+  s_sum[t] = s;
+  barrier();
+  float g = 0.0;
+  if (slice == 0u && i < uint(NP)) {
+    if (i >= uint(NW)) {
+      g = tacc[TABLE] != 0 ? uintBitsToFloat(0x7fc00000u)
+                           : float(tacc[i - uint(NW)]) * (1.0 / T_FIX);
+    } else {
+      g = ((s_sum[t] + s_sum[t + 64u]) + s_sum[t + 128u]) + s_sum[t + 192u];
+#ifndef PART_SCALED  // (train_cm divided its partials by its dynamic loss scale already)
+      g /= params.lscale;
 #endif
+    }
+    dw[i] = g;
+    if (!finite(g)) atomicOr(s_bad, 1u);
+  }
+  barrier();
+  s_sum[t] = g * g;
+  barrier();
+  for (uint h = 128u; h > 0u; h >>= 1) {
+    if (t < h) s_sum[t] += s_sum[t + h];
+    barrier();
+  }
+  if (t == 0u) {
+    gpart[j] = vec2(s_sum[0], s_bad == 0u ? 1.0 : 0.0);
+    memoryBarrierBuffer();  // gpart[j] is visible before the count says so
+    s_last = atomicAdd(cnt, 1u) == gl_NumWorkGroups.x - 1u;
+  }
+  barrier();
+  if (!s_last) return;
+  memoryBarrierBuffer();
+  uint per_net = uint(NET_W) / PER_GROUP, groups = gl_NumWorkGroups.x;
+  for (uint n = t; n < uint(NETS); n += 256u) {
+    float q = 0.0, ok = 1.0;
+    for (uint k = n * per_net; k < (n + 1u) * per_net; k++) {
+      q += gpart[k].x;
+      ok = min(ok, gpart[k].y);
+    }
+    for (uint k = uint(NW) / PER_GROUP; n == 0u && k < groups; k++) {  // the table: net 0's
+      q += gpart[k].x;
+      ok = min(ok, gpart[k].y);
+    }
+    gn[2u * n] = sqrt(q);
+    gn[2u * n + 1u] = ok != 0.0 && !isinf(q) ? 1.0 : 0.0;
+  }
+  if (t == 0u) cnt = 0u;
 }

@@ -1,0 +1,120 @@
+"""Barriers in a frame's command list: one only where an operation reads or writes a buffer
+written since the last barrier, or writes one read since then (pipeline/recording.py:
+Hazards); independent nodes in a row run side by side. The tracking must give the same bits
+as a barrier after every node (VKGRAPH_BARRIERS=all)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_kpn_coopmat import has_coopmat
+from test_mlp_gpu import mlp_graph, target_image
+
+from vkgraph.pipeline.recording import Hazards
+from vkgraph.pipeline.runner import Build
+
+
+class FakeList:
+    def __init__(self):
+        self.ops = []
+
+    def barrier(self):
+        self.ops.append("|")
+
+
+def test_hazards_barrier_only_where_needed(monkeypatch):
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    a, b, c, d = object(), object(), object(), object()
+    cl = FakeList()
+    h = Hazards(cl)
+
+    def op(name, reads=(), writes=()):
+        h.access(reads, writes)
+        cl.ops.append(name)
+
+    op("w a", writes=[a])
+    op("r c w b", reads=[c], writes=[b])  # independent of a: no barrier
+    op("r a", reads=[a])  # read after write
+    op("r c", reads=[c])  # read after read: none
+    op("w c", writes=[c])  # write after read
+    op("w d", writes=[d])
+    op("w d again", writes=[d])  # write after write
+    assert cl.ops == ["w a", "r c w b", "|", "r a", "r c", "|", "w c", "w d", "|", "w d again"]
+    monkeypatch.setenv("VKGRAPH_BARRIERS", "all")
+    cl = FakeList()
+    h = Hazards(cl)
+    op("w a", writes=[a])
+    op("r c", reads=[c])
+    assert cl.ops == ["|", "w a", "|", "r c"]
+
+
+def _frame_ops(build) -> list[str]:
+    """The frame's command list as node labels and '|' for barriers."""
+    out = []
+    for op in build.commands[0].ops:
+        if op[0] == "barrier":
+            out.append("|")
+        elif op[0] == "dispatch":
+            out.append(op[6].split("/")[-1])
+        else:
+            out.append(op[0])
+    return out
+
+
+def _build(tmp_path, device, name):
+    folder = tmp_path / name
+    folder.mkdir()
+    g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
+                                                  "resample": 1, "preview": 3}, frames=7)
+    return Build(g, device, profile=True), g.modules[("mlp-t", "01")]
+
+
+def test_mlp_t_frame_runs_independent_nodes_side_by_side(device, tmp_path, monkeypatch):
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    b1, m1 = _build(tmp_path, device, "tracked")
+    ops = _frame_ops(b1)
+    names = [o for o in ops if o not in ("|", "fill", "copy")]
+    assert "norm" not in names and {"adam", "lsum", "reduce", "eval"} <= set(names)
+    # the frame's list: the global slot's copy, tacc's clear, then the nodes: eval and train
+    # both read adam's w, lsum and wgrad train's outputs; no sink copies (download_sinks)
+    assert " ".join(ops) == "copy | fill | adam | eval train | lsum wgrad | reduce"
+
+
+def test_mlp_t_coopmat_frame(device, tmp_path, monkeypatch):
+    """The coopmat variant (emulated here): the preview runs beside train_cm, the loss sum
+    beside the gradient sum."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    monkeypatch.setenv("VKGRAPH_MLP", "coopmat")
+    monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
+    b, _ = _build(tmp_path, device, "cm")
+    assert " ".join(_frame_ops(b)) == "copy | adam | eval train_cm | lsum reduce"
+
+
+@pytest.mark.parametrize("variant",
+                         ["portable", pytest.param("coopmat", marks=pytest.mark.coopmat)])
+def test_side_by_side_gives_the_bits_of_a_barrier_after_every_node(device, tmp_path,
+                                                                   monkeypatch, variant):
+    """7 frames with the preview every frame (it runs beside train_cm), back to back: weights,
+    loss history and preview are those of a barrier after every node, bit for bit."""
+    if variant == "coopmat" and not has_coopmat(device):
+        pytest.skip(f"{device.info.name} has no cooperative matrices")
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
+    monkeypatch.setenv("VKGRAPH_MLP", variant)
+    runs = []
+    for mode in ("", "all"):
+        monkeypatch.setenv("VKGRAPH_BARRIERS", mode)
+        folder = tmp_path / f"run{mode}"
+        folder.mkdir()
+        g = mlp_graph(folder, target_image(96, 80), {"width": 32, "depth": 2, "batch": 8192,
+                                                      "resample": 1, "preview": 1}, frames=7)
+        b = Build(g, device)
+        m = g.modules[("mlp-t", "01")]
+        assert m.data["variant"] == variant
+        b.run_frames(0, 7, last_frame_only=True)
+        runs.append([b.read(m.trainable.adam, "w"), b.read(m.trainable.lsum, "hist"),
+                     b.read(m.data["eval"], "output")])
+    assert np.abs(runs[0][2]).max() > 0  # the preview ran
+    for x, y in zip(runs[0], runs[1], strict=True):
+        assert np.array_equal(x, y)
