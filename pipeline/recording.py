@@ -160,6 +160,20 @@ class Recording:
         cl.submit()
         cl.wait()
 
+    def set_profile(self, on: bool) -> None:
+        """Record the frame's lists again with (on) or without GPU timestamps. The state stays;
+        the frames in flight finish first. (The timestamps after each dispatch keep nodes
+        from running side by side on some GPUs: time frames without them, profile apart.)"""
+        if bool(on) == self.profile:
+            return
+        self.finish()
+        for cl in self.commands:
+            cl.destroy()
+        self.profile = bool(on)
+        self.commands = self._command_lists(FRAME_LISTS, self.schedule, self.streaming,
+                                            len(self.schedule) if self.profile else 0,
+                                            frame=True)
+
     def timings(self) -> list[tuple[str, float]]:
         """(node label, GPU milliseconds) of the last frame's dispatches (profile=True)."""
         self.finish()

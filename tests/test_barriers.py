@@ -118,3 +118,22 @@ def test_side_by_side_gives_the_bits_of_a_barrier_after_every_node(device, tmp_p
     assert np.abs(runs[0][2]).max() > 0  # the preview ran
     for x, y in zip(runs[0], runs[1], strict=True):
         assert np.array_equal(x, y)
+
+
+def test_profile_switched_on_mid_run_keeps_the_state(device, tmp_path, monkeypatch):
+    """set_profile re-records the frame lists with timestamps: the run goes on from the same
+    state (same bits as a run without the switch) and the frame's nodes report times."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    b1, m1 = _build(tmp_path, device, "plain")
+    b1.set_profile(False)
+    b2, m2 = _build(tmp_path, device, "switched")
+    b2.set_profile(False)
+    assert b2.timings() == [] and b2.gpu_span() == 0.0
+    b1.run_frames(0, 7, last_frame_only=True)
+    b2.run_frames(0, 4, last_frame_only=True)
+    b2.set_profile(True)
+    b2.run_frames(4, 7, last_frame_only=True)
+    assert np.array_equal(b1.read(m1.trainable.adam, "w"), b2.read(m2.trainable.adam, "w"))
+    times = b2.timings()
+    assert {label.split("/")[-1] for label, _ in times} >= {"adam", "train", "reduce"}
+    assert all(t >= 0 for _, t in times) and b2.gpu_span() > 0

@@ -248,6 +248,39 @@ def test_optimizer_step_matches_reference(device, tmp_path, opt):
     assert np.all(w1[~m.trainable.used] == 0)
 
 
+@pytest.mark.parametrize("enc", ["frequency", "hashgrid"])
+def test_gradient_norm_per_net_and_clipped_step(device, tmp_path, enc):
+    """reduce's gn: per net, the L2 norm of its dw (with a table encoding, one net, which
+    also has the table's entries) and 1 for finite; adam's step clips each net's gradient to
+    `gradclip` with it."""
+    T = target_image(24, 16)
+    extra = dict(levels=3, features=2, log2size=7, baseres=4, jitter=1) \
+        if enc == "hashgrid" else dict(octaves=2, tiles="3:1")
+    clip = 0.005
+    g = mlp_graph(tmp_path, T, dict(enc=enc, width=16, depth=2, act="tanh", batch=96,
+                                    alpha=0.01, opt="sgd", gradclip=clip, **extra), frames=3)
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    a = m.data["arch"]
+    b.run_frame(0, download=False)
+    w0 = b.read(m.trainable.adam, "w").astype(np.float64)
+    g0 = b.read(m.trainable.dw, "dw").astype(np.float64)
+    gn = b.read(m.trainable.dw, "gn")
+    nw = a.net_weights
+    parts = [g0[n * nw:(n + 1) * nw] for n in range(a.nets)]
+    parts[0] = np.concatenate([parts[0], g0[a.weights:]])  # the table counts as net 0's
+    norms = np.array([np.linalg.norm(p) for p in parts])
+    assert len(gn) == 2 * a.nets and np.all(norms > clip)  # every net is clipped
+    np.testing.assert_allclose(gn[0::2], norms, rtol=1e-5)
+    assert np.all(gn[1::2] == 1.0)
+    b.run_frame(1, download=False)
+    w1 = b.read(m.trainable.adam, "w").astype(np.float64)
+    scale = np.concatenate([np.full(nw, clip / gn[2 * n]) for n in range(a.nets)]
+                           + [np.full(len(g0) - a.weights, clip / gn[0])])
+    used = m.trainable.used
+    np.testing.assert_allclose(w1[used], (w0 - 0.01 * g0 * scale)[used], rtol=0, atol=1e-7)
+
+
 LUT_CASES = {
     "triangle-array": (dict(enc="triangle", octaves=3, width=16, depth=2, bias=1, act="leaky",
                             batch=64, alpha=0.01, tiles="2:1"), "2 networks (2x1 tiles)"),

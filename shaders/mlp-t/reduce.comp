@@ -16,8 +16,8 @@
 // are finite, else 0 (adam skips that net's update); the table counts as net 0's. Workgroup j
 // (all of one net, as NET_W is a multiple of 64, or of the table) writes its sum of squares
 // and whether all were finite to gpart[j]; the last workgroup to finish (an atomic count in
-// cnt, which it resets to 0 for the next frame) sums them per net in workgroup order, so gn
-// does not depend on which one that is.
+// cnt, which it resets to 0 for the next frame) sums them per net in a fixed order (a tree
+// over its threads), so gn does not depend on which one that is.
 layout(push_constant) uniform Push { int chunks; } push;
 SSBO_IN(0, float, part)
 SSBO_IN(1, int64_t, tacc)
@@ -28,6 +28,7 @@ layout(std430, set = 1, binding = 5) coherent buffer cnt_buf { uint cnt; };
 
 #define PER_GROUP 64u  // params per workgroup (4 chunk slices of 64 threads)
 shared float s_sum[256];
+shared float s_ok[256];
 shared uint s_bad;
 shared bool s_last;
 
@@ -72,18 +73,31 @@ void main() {
   if (!s_last) return;
   memoryBarrierBuffer();
   uint per_net = uint(NET_W) / PER_GROUP, groups = gl_NumWorkGroups.x;
-  for (uint n = t; n < uint(NETS); n += 256u) {
+  for (uint n = 0u; n < uint(NETS); n++) {  // (uniform: a tree per net over 256 threads)
     float q = 0.0, ok = 1.0;
-    for (uint k = n * per_net; k < (n + 1u) * per_net; k++) {
+    for (uint k = n * per_net + t; k < (n + 1u) * per_net; k += 256u) {
       q += gpart[k].x;
       ok = min(ok, gpart[k].y);
     }
-    for (uint k = uint(NW) / PER_GROUP; n == 0u && k < groups; k++) {  // the table: net 0's
+    for (uint k = uint(NW) / PER_GROUP + t; n == 0u && k < groups; k += 256u) {  // the table
       q += gpart[k].x;
       ok = min(ok, gpart[k].y);
     }
-    gn[2u * n] = sqrt(q);
-    gn[2u * n + 1u] = ok != 0.0 && !isinf(q) ? 1.0 : 0.0;
+    barrier();  // the previous net's tree is read
+    s_sum[t] = q;
+    s_ok[t] = ok;
+    barrier();
+    for (uint h = 128u; h > 0u; h >>= 1) {
+      if (t < h) {
+        s_sum[t] += s_sum[t + h];
+        s_ok[t] = min(s_ok[t], s_ok[t + h]);
+      }
+      barrier();
+    }
+    if (t == 0u) {
+      gn[2u * n] = sqrt(s_sum[0]);
+      gn[2u * n + 1u] = s_ok[0] != 0.0 && !isinf(s_sum[0]) ? 1.0 : 0.0;
+    }
   }
   if (t == 0u) cnt = 0u;
 }
