@@ -39,7 +39,7 @@ class Buffers:
 
     def finish(self) -> None:
         """Wait for the frames in flight (before the host reads or writes device data)."""
-        for cl in self.commands:
+        for cl in self.commands + getattr(self, "lean", []):
             self.wait_for(cl)
 
     def wait_for(self, cl) -> None:
@@ -105,11 +105,14 @@ class Buffers:
 
     def _allocate(self) -> None:
         dev = self.device
-        # the global uniform (frame, frames), one per command list: each list copies its own
-        # host slot into its own, so a frame can be submitted while the one before still
-        # runs (and the copy needs no barrier against it)
-        self.global_bufs = [dev.buffer(16) for _ in range(FRAME_LISTS)]
-        self.global_slots = [dev.buffer(16, host=True) for _ in range(FRAME_LISTS)]
+        # the global uniform (frame, frames), one per command list, so a frame can be
+        # submitted while the one before still runs: the host writes the list's slot; where
+        # the slot is device-local (a GPU's host-visible video memory, or a CPU driver) the
+        # list's kernels read it there, else the list first copies it to a device buffer
+        self.global_slots = [dev.buffer(16, host=True, near=True) for _ in range(FRAME_LISTS)]
+        self.global_direct = all(s.device_local for s in self.global_slots)
+        self.global_bufs = (self.global_slots if self.global_direct
+                            else [dev.buffer(16) for _ in range(FRAME_LISTS)])
         self.zeros = dev.buffer(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1

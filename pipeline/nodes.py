@@ -15,6 +15,7 @@ The passes, in order (each one way, no back-and-forth):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .context import HookContext, connector_meta
@@ -39,6 +40,10 @@ class Node:
     defines: dict = field(default_factory=dict)
     connectors: list[Connector] = field(default_factory=list)
     keep: bool = False  # run even when no sink reaches it (e.g. a loss history for the summary)
+    # due(frame, frames) -> bool: the frames the node must run on (None: every frame). On the
+    # others the frame may leave it out (its outputs keep what they held), so its kernel must
+    # also be right when it runs on a frame that is not due (another node was due then).
+    due: Callable[[int, int], bool] | None = None
 
     @property
     def label(self) -> str:
@@ -106,7 +111,7 @@ class NodeGraph:
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,
                  shader: str | None = None, local=(8, 8, 1), push=(), defines=None,
-                 keep: bool = False) -> Node:
+                 keep: bool = False, due=None) -> Node:
         conns = []
         for spec in connectors:
             name, ctype, chan, fmt, roi = spec
@@ -114,7 +119,7 @@ class NodeGraph:
             conns.append(Connector(name, ctype, chan, fmt, Roi(roi.wd, roi.ht) if roi else Roi()))
         wd, ht, dp = (tuple(dispatch) + (1, 1))[:3]
         node = Node(module, shader or module.name, kernel, (int(wd), int(ht), int(dp)),
-                    tuple(local), list(push), dict(defines or {}), conns, keep)
+                    tuple(local), list(push), dict(defines or {}), conns, keep, due)
         self.nodes.append(node)
         module.nodes.append(node)
         return node

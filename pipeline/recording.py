@@ -71,14 +71,32 @@ class Recording:
                 hook = node.module.cls.hook("source_due")
                 if hook and hook(self.context, node.module):
                     self.streaming.append(node)
+        self._record_frames()
+
+    def _record_frames(self) -> None:
+        """The frame lists: `commands` with every node, and where some nodes run only on the
+        frames they are due (Node.due), `lean` without those (run_frame picks per frame)."""
+        stamps = len(self.schedule) if self.profile else 0
         self.commands = self._command_lists(FRAME_LISTS, self.schedule, self.streaming,
-                                            len(self.schedule) if self.profile else 0,
-                                            frame=True)
+                                            stamps, frame=True)
+        self._due = [n for n in self.schedule if n.due is not None]
+        always = [n for n in self.schedule if n.due is None]
+        self.lean = (self._command_lists(FRAME_LISTS, always, self.streaming, stamps, frame=True)
+                     if self._due else [])
+        self._last = list(self.commands)  # the list each parity last ran
+
+    def frame_list(self, frame: int):
+        """The command list for a frame: the lean one when no node of `due` is due."""
+        k = frame % len(self.commands)
+        if self.lean and not any(n.due(frame, self.frames) for n in self._due):
+            return self.lean[k]
+        return self.commands[k]
 
     def _command_lists(self, n: int, nodes, streaming=(), timestamps: int = 0,
                        frame: bool = False) -> list:
         """n command lists, list k for the frames f with f % n == k: (frame=True: the list's
-        global slot copied to its global uniform, then a barrier against the frame before,
+        global slot copied to its global uniform unless the kernels read the slot itself
+        (global_direct), then a barrier against the frame before,
         which may still run when the list is submitted) the streaming sources' copies and
         the clears of the nodes' CLEAR outputs, a barrier, then the nodes' dispatches with a
         barrier only where one needs it (Hazards). Sinks copy in download_sinks' own list."""
@@ -86,7 +104,8 @@ class Recording:
         for parity in range(n):
             cl = self.device.commands(timestamps=timestamps).begin()
             if frame:
-                cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
+                if not self.global_direct:
+                    cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
                 cl.barrier(first=True)
             for node in streaming:
                 c0 = node.connectors[0]
@@ -167,22 +186,20 @@ class Recording:
         if bool(on) == self.profile:
             return
         self.finish()
-        for cl in self.commands:
+        for cl in self.commands + self.lean:
             cl.destroy()
         self.profile = bool(on)
-        self.commands = self._command_lists(FRAME_LISTS, self.schedule, self.streaming,
-                                            len(self.schedule) if self.profile else 0,
-                                            frame=True)
+        self._record_frames()
 
     def timings(self) -> list[tuple[str, float]]:
         """(node label, GPU milliseconds) of the last frame's dispatches (profile=True)."""
         self.finish()
-        return self.commands[self.frame % len(self.commands)].timings()
+        return self._last[self.frame % len(self._last)].timings()
 
     def gpu_span(self) -> float:
         """GPU milliseconds from the last frame's first dispatch start to its last end
         (profile=True; 0 without dispatches): less than the sum of timings() where nodes
         ran side by side."""
         self.finish()
-        stamps = self.commands[self.frame % len(self.commands)].stamps()
+        stamps = self._last[self.frame % len(self._last)].stamps()
         return max((end for _, _, end in stamps), default=0.0)

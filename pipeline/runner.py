@@ -99,8 +99,9 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self.finish()
             self.upload_sources(only_streaming=True)
         k = frame % len(self.commands)
-        cl = self.commands[k]
-        self.wait_for(cl)  # its previous frame (FRAME_LISTS back) must be done
+        cl = self.frame_list(frame)
+        self.wait_for(self._last[k])  # the frame FRAME_LISTS back (it used slot k) is done
+        self._last[k] = cl
         slot = self.global_slots[k].view(np.int32)
         slot[0] = frame
         slot[1] = self.frames

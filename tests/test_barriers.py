@@ -75,9 +75,11 @@ def test_mlp_t_frame_runs_independent_nodes_side_by_side(device, tmp_path, monke
     ops = _frame_ops(b1)
     names = [o for o in ops if o not in ("|", "fill", "copy")]
     assert "norm" not in names and {"adam", "lsum", "reduce", "eval"} <= set(names)
-    # the frame's list: the global slot's copy, tacc's clear, then the nodes: eval and train
-    # both read adam's w, lsum and wgrad train's outputs; no sink copies (download_sinks)
-    assert " ".join(ops) == "copy | fill | adam | eval train | lsum wgrad | reduce"
+    # the frame's list: (where the global slot is not device-local: its copy) the barrier
+    # against the frame before, tacc's clear, then the nodes: eval and train both read adam's
+    # w, lsum and wgrad train's outputs; no sink copies (download_sinks)
+    head = "| " if b1.global_direct else "copy | "
+    assert " ".join(ops) == head + "fill | adam | eval train | lsum wgrad | reduce"
 
 
 def test_mlp_t_coopmat_frame(device, tmp_path, monkeypatch):
@@ -88,7 +90,8 @@ def test_mlp_t_coopmat_frame(device, tmp_path, monkeypatch):
     monkeypatch.setenv("VKGRAPH_MLP", "coopmat")
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
     b, _ = _build(tmp_path, device, "cm")
-    assert " ".join(_frame_ops(b)) == "copy | adam | eval train_cm | lsum reduce"
+    head = "| " if b.global_direct else "copy | "
+    assert " ".join(_frame_ops(b)) == head + "adam | eval train_cm | lsum reduce"
 
 
 @pytest.mark.parametrize("variant",
@@ -137,3 +140,44 @@ def test_profile_switched_on_mid_run_keeps_the_state(device, tmp_path, monkeypat
     times = b2.timings()
     assert {label.split("/")[-1] for label, _ in times} >= {"adam", "train", "reduce"}
     assert all(t >= 0 for _, t in times) and b2.gpu_span() > 0
+
+
+def test_global_slots_copied_where_not_device_local(device, tmp_path, monkeypatch):
+    """Where the host-visible slots are not device-local, each frame's list copies its slot
+    to a device buffer first; the frames train as with the slots read in place."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    b1, m1 = _build(tmp_path, device, "direct")
+    make = type(device).buffer
+
+    def far(self, nbytes, host=False, near=False):
+        buf = make(self, nbytes, host, near)
+        if near:
+            buf.device_local = False
+        return buf
+
+    monkeypatch.setattr(type(device), "buffer", far)
+    b2, m2 = _build(tmp_path, device, "copied")
+    assert not b2.global_direct and b2.global_bufs[0] is not b2.global_slots[0]
+    assert _frame_ops(b2)[:2] == ["copy", "|"]
+    for b in (b1, b2):
+        b.run_frames(0, 7, last_frame_only=True)
+    assert np.array_equal(b1.read(m1.trainable.adam, "w"), b2.read(m2.trainable.adam, "w"))
+    assert np.array_equal(b1.read(m1.trainable.lsum, "hist"), b2.read(m2.trainable.lsum, "hist"))
+
+
+def test_frames_leave_out_the_preview_when_it_is_not_due(device, tmp_path, monkeypatch):
+    """mlp-t's eval is due on frames f % preview == 0 and on the last: the other frames run
+    the lean list without it, and the output keeps the last preview."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    b, m = _build(tmp_path, device, "lean")  # preview 3, 7 frames
+    lean = [f for f in range(7) if b.frame_list(f) in b.lean]
+    assert lean == [1, 2, 4, 5]
+    assert "eval" not in " ".join(op[6] or "" for op in b.lean[0].ops if op[0] == "dispatch")
+    ev = m.data["eval"]
+    outs = []
+    for f in range(7):
+        b.run_frame(f, download=False)
+        outs.append(b.read(ev, "output"))
+    assert not np.array_equal(outs[0], outs[3]) and not np.array_equal(outs[3], outs[6])
+    assert np.array_equal(outs[3], outs[4]) and np.array_equal(outs[3], outs[5])
+    assert {label.split("/")[-1] for label, _ in b.timings()} >= {"eval"}  # frame 6: full

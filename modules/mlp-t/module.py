@@ -550,9 +550,14 @@ def create_nodes(graph, module):
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
     ev_groups = min(math.ceil(tile_px / MLP_BATCH), EVAL_GROUPS)
+
+    def preview_due(frame: int, frames: int) -> bool:  # as eval.comp's own test
+        every = int(module.param("preview"))
+        return frame == frames - 1 or (every > 0 and frame % every == 0)
+
     ev = graph.add_node(module, "eval", (ev_groups * a.width, a.nets), [
         img("target", "read"), ssbo("w", "read"), img("output", "write", Roi(t.wd, t.ht))],
-        shader="mlp-t", local=(a.width, 1, 1), defines=defines)
+        shader="mlp-t", local=(a.width, 1, 1), defines=defines, due=preview_due)
     graph.bind(module, "target", ev, "target")
     graph.node_connect(adam, "w", ev, "w")
     graph.bind(module, "output", ev, "output")

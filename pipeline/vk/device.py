@@ -405,9 +405,9 @@ class Device:
         return cls(info, pds[info.index], surface)
 
     # factories (each child registers itself for teardown)
-    def buffer(self, nbytes: int, host: bool = False):
+    def buffer(self, nbytes: int, host: bool = False, near: bool = False):
         from .memory import Buffer
-        return self._own(Buffer(self, nbytes, host))
+        return self._own(Buffer(self, nbytes, host, near))
 
     def kernel(self, spirv: bytes, nconn: int, push_size: int = 0, local=(8, 8, 1)):
         """A compute pipeline; identical requests share one pipeline."""

@@ -27,20 +27,28 @@ def _staging(device, nbytes: int):
 
 
 class Buffer:
-    def __init__(self, device, nbytes: int, host: bool = False):
+    """host=True: mapped host-visible memory; near=True as well: prefer memory that is also
+    device-local (a GPU reads it at its own memory's speed), and say so in `device_local`."""
+
+    def __init__(self, device, nbytes: int, host: bool = False, near: bool = False):
         self.device = device
         self.nbytes = max(16, (int(nbytes) + 3) // 4 * 4)
         dev = device.handle
         self.handle = call("vkCreateBuffer", vk.vkCreateBuffer, dev, vk.VkBufferCreateInfo(
             size=self.nbytes, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
         req = vk.vkGetBufferMemoryRequirements(dev, self.handle)
-        flags = HOST if host else vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
-        try:
-            mtype = device.memory_type(req.memoryTypeBits, flags)
-        except VulkanError:
-            mtype = device.memory_type(req.memoryTypeBits, HOST)
-        self.host = bool(device.mem_props.memoryTypes[mtype].propertyFlags
-                         & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+        local = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+        wants = ([HOST | local] if host and near else []) + [HOST if host else local, HOST]
+        for flags in wants:
+            try:
+                mtype = device.memory_type(req.memoryTypeBits, flags)
+                break
+            except VulkanError:
+                if flags == wants[-1]:
+                    raise
+        props = device.mem_props.memoryTypes[mtype].propertyFlags
+        self.host = bool(props & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+        self.device_local = bool(props & local)
         try:
             self.memory = vk.vkAllocateMemory(dev, vk.VkMemoryAllocateInfo(
                 allocationSize=req.size, memoryTypeIndex=mtype), None)

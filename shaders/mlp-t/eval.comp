@@ -7,8 +7,9 @@
 // (one output: grey; alpha 1 where there is none). Workgroup (j, n) does the MLP_BATCH pixels
 // of tile n from j MLP_BATCH on, then those G MLP_BATCH further (G = gl_NumWorkGroups.x),
 // and so on. Runs on frames f % preview == 0 (preview > 0) and on the last frame; the output
-// keeps its last picture in between (the host caps G, so a frame that skips the preview
-// launches few workgroups).
+// keeps its last picture in between. The host leaves the node out of the frames where it is
+// not due (module.py: preview_due) unless another node of the graph is due then, so the
+// kernel checks it too (the host caps G: such a frame launches few workgroups).
 IMG_IN(0, target)
 SSBO_IN(1, float, w)
 IMG_OUT(2, outp)
