@@ -39,7 +39,7 @@ void main() {
   uint i = PER_GROUP * j + t % PER_GROUP, slice = t / PER_GROUP;
   if (t == 0u) s_bad = 0u;
   float s = 0.0;
-  if (i < uint(NW))
+  if (i < uint(NW) && weight_used(int(i % uint(NET_W))))  // (unused weights: dw 0, unread)
     for (uint k = slice; k < uint(push.chunks); k += 4u) s += part[k * uint(NW) + i];
   s_sum[t] = s;
   barrier();

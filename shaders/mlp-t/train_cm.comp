@@ -337,18 +337,16 @@ void main() {
       CM_STORE_ROW(acc[j], part, base + uint(tl * MLP_WIDTH * MLP_WIDTH) + 16u * uint(o * MLP_WIDTH + c), MLP_WIDTH);
     }
   }
-  // weights no tile covers: layer 0's columns >= 16 K0, the last matrix's rows >= 16
-  uint last = base + uint((MLP_LAYERS - 1) * MLP_WIDTH * MLP_WIDTH);
-  for (uint e = gl_LocalInvocationIndex; e < uint(MLP_WIDTH * MLP_WIDTH); e += gl_WorkGroupSize.x) {
-    if (e % uint(MLP_WIDTH) >= 16u * uint(K0)) part[base + e] = 0.0;
-    if (e >= 16u * uint(MLP_WIDTH)) part[last + e] = 0.0;
-  }
-  // the loss partial: lane sums in a fixed order
-  esh[gl_LocalInvocationIndex] = esum;
+  // (weights no tile covers, layer 0's columns >= 16 K0 and the last matrix's rows >= 16, are
+  // unused: reduce does not read their partials)
+  // the loss partial: the lanes' sums added in a fixed order (a tree)
+  uint t = gl_LocalInvocationIndex;
+  esh[t] = esum;
   barrier();
-  if (gl_LocalInvocationIndex == 0u) {
-    float sum = 0.0;
-    for (uint i = 0u; i < 32u * WARPS; i++) sum += esh[i];
-    Epart[n * int(gl_NumWorkGroups.x) + int(gl_WorkGroupID.x)] = vec2(sum * inv_bk, 0.0);
+  for (uint h = 16u * WARPS; h > 0u; h >>= 1) {
+    if (t < h) esh[t] += esh[t + h];
+    barrier();
   }
+  if (t == 0u)
+    Epart[n * int(gl_NumWorkGroups.x) + int(gl_WorkGroupID.x)] = vec2(esh[0] * inv_bk, 0.0);
 }
