@@ -83,15 +83,15 @@ def test_mlp_t_frame_runs_independent_nodes_side_by_side(device, tmp_path, monke
 
 
 def test_mlp_t_coopmat_frame(device, tmp_path, monkeypatch):
-    """The coopmat variant (emulated here): the preview runs beside train_cm, the loss sum
-    beside the gradient sum."""
+    """The coopmat variant (emulated here): the preview runs beside train_cm; reduce also
+    sums the loss (no lsum node)."""
     monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
     monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
     monkeypatch.setenv("VKGRAPH_MLP", "coopmat")
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
     b, _ = _build(tmp_path, device, "cm")
     head = "| " if b.global_direct else "copy | "
-    assert " ".join(_frame_ops(b)) == head + "adam | eval train_cm | lsum reduce"
+    assert " ".join(_frame_ops(b)) == head + "adam | eval train_cm | reduce"
 
 
 @pytest.mark.parametrize("variant",

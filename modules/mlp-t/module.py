@@ -13,7 +13,8 @@ reduce and eval run side by side (no barrier between them: pipeline/recording.py
 The coopmat variant (mlp_variant, README.md "Kernel variants") runs `train_cm` instead of
 train and wgrad: sampling, forward, loss, backward and per-workgroup weight-gradient
 partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
-`w16` and the dynamic loss scale (stats[2], stats[3]).
+`w16` and the dynamic loss scale (stats[2], stats[3]); its reduce also does lsum's work
+(LOSS_SUM: one dispatch less per frame), so there `lsum` below is the reduce node.
 
 For tools (vkgraph gradcheck, checkpoints, tests): module.trainable (pipeline/trainer.py:
 Trainable) names the node `adam` whose output "w" holds the fp32 master weights (with alpha 0
@@ -489,16 +490,23 @@ def create_nodes(graph, module):
         graph.node_connect(train, "Epart", node, "Epart")
         return node
 
-    def gradient_sum(src, parts, tacc):
+    def gradient_sum(src, parts, tacc, loss_parts=0):
         """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
-        per-net gradient norms gn; adam applies both next frame (feedback)."""
+        per-net gradient norms gn; adam applies both next frame (feedback). loss_parts > 0:
+        it also sums src's loss partials (lsum's work, its outputs hist and cur)."""
         rgroups = math.ceil(n_p / 64)  # 64 params a workgroup (4 threads each)
+        loss = [ssbo("Epart", "read"), ssbo("hist", "write", hist_len),
+                ssbo("cur", "write", 4)] if loss_parts else []
         node = graph.add_node(module, "reduce", (256 * rgroups, 1), [
             ssbo("part", "read"), ssbo("tacc", "read", fmt="ui32"), ssbo("dw", "write", n_p),
             ssbo("gn", "write", 2 * a.nets), ssbo("gpart", "write", 2 * rgroups),
-            ssbo("cnt", "write", 1, fmt="ui32")], shader="mlp-t", local=(256, 1, 1),
-            push=[parts], defines={**defines, **({} if tacc else {"PART_SCALED": 1})})
+            ssbo("cnt", "write", 1, fmt="ui32"), *loss], shader="mlp-t", local=(256, 1, 1),
+            push=[parts, loss_parts * a.nets, hist_len], keep=bool(loss_parts),
+            defines={**defines, **({} if tacc else {"PART_SCALED": 1}),
+                     **({"LOSS_SUM": 1} if loss_parts else {})})
         graph.node_connect(src, "part", node, "part")
+        if loss_parts:
+            graph.node_connect(src, "Epart", node, "Epart")
         if tacc is None:
             node.connector("tacc").flags |= OPTIONAL
         else:
@@ -523,8 +531,7 @@ def create_nodes(graph, module):
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w16", train, "w16")
         graph.node_connect(adam, "stats", train, "stats")
-        lsum = loss_sum(train, groups_cm)
-        reduce = gradient_sum(train, groups_cm, tacc=None)
+        reduce = lsum = gradient_sum(train, groups_cm, tacc=None, loss_parts=groups_cm)
     else:
         train = graph.add_node(module, "train", (groups * a.width, a.nets), [
             img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),

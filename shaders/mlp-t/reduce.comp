@@ -18,13 +18,21 @@
 // and whether all were finite to gpart[j]; the last workgroup to finish (an atomic count in
 // cnt, which it resets to 0 for the next frame) sums them per net in a fixed order (a tree
 // over its threads), so gn does not depend on which one that is.
-layout(push_constant) uniform Push { int chunks; } push;
+// LOSS_SUM (the coopmat variant): that last workgroup also does lsum.comp's work, the same
+// sums in the same order: E from the nloss (hi, lo) partials -> hist[frame % len], cur.
+layout(push_constant) uniform Push { int chunks; int nloss; int len; } push;
 SSBO_IN(0, float, part)
 SSBO_IN(1, int64_t, tacc)
 SSBO_OUT(2, float, dw)
 SSBO_OUT(3, float, gn)
 layout(std430, set = 1, binding = 4) coherent buffer gpart_buf { vec2 gpart[]; };
 layout(std430, set = 1, binding = 5) coherent buffer cnt_buf { uint cnt; };
+#ifdef LOSS_SUM
+SSBO_IN(6, vec2, Epart)
+SSBO_RW(7, float, hist)
+SSBO_RW(8, float, cur)
+#include "losssum.glsl"
+#endif
 
 #define PER_GROUP 64u  // params per workgroup (4 chunk slices of 64 threads)
 shared float s_sum[256];
@@ -99,5 +107,8 @@ void main() {
       gn[2u * n + 1u] = s_ok[0] != 0.0 && !isinf(s_sum[0]) ? 1.0 : 0.0;
     }
   }
+#ifdef LOSS_SUM
+  loss_sum(t, push.nloss, push.len);
+#endif
   if (t == 0u) cnt = 0u;
 }
