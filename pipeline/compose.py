@@ -117,6 +117,7 @@ class Composer:
             cl.destroy()
         for parity in range(nparity):
             cl = self.device.commands().begin()
+            cl.barrier(first=True)  # after the frame's writes
             cl.fill(self.texels)  # the gaps between panels stay black
             cl.barrier()
             set0 = [self.build.global_bufs[parity % len(self.build.global_bufs)], self.text,

@@ -103,10 +103,10 @@ class Recording:
         lists = []
         for parity in range(n):
             cl = self.device.commands(timestamps=timestamps).begin()
-            if frame:
-                if not self.global_direct:
-                    cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
-                cl.barrier(first=True)
+            if frame and not self.global_direct:
+                cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
+            cl.barrier(first=True)  # against earlier submissions (frames in flight, frames'
+            # writes for run_upto's lists: frame lists may end without a barrier)
             for node in streaming:
                 c0 = node.connectors[0]
                 cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
@@ -120,8 +120,16 @@ class Recording:
             for node in nodes:
                 if node.kernel is not None:
                     self._record_node(cl, node, parity, hazards)
-            lists.append(cl.end())
+            lists.append(cl.end(host=not frame or self._host_reads_frames()))
         return lists
+
+    def _host_reads_frames(self) -> bool:
+        """Does a frame list need its closing barrier to the host: where the host maps a
+        buffer the kernels write (CPU drivers), or with VKGRAPH_BARRIERS=all. Else the host
+        reads device data only through lists that open with a barrier (downloads, sinks)."""
+        if os.environ.get("VKGRAPH_BARRIERS", "") == "all":
+            return True
+        return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
 
     def _record_node(self, cl, node: Node, parity: int, hazards: Hazards) -> None:
         kernel, push = self.kernels[id(node)]

@@ -64,7 +64,10 @@ class CommandList:
             self.ops.append(("barrier",))
 
     # -- recording
-    def end(self) -> CommandList:
+    def end(self, host: bool = True) -> CommandList:
+        """Record the collected operations. host=False leaves out the closing barrier that
+        makes the list's writes visible to the host (for lists whose writes the host reads
+        only through later lists, which open with a barrier)."""
         dev = self.device.handle
         self._free_pools()
         n = sum(1 for op in self.ops if op[0] == "dispatch")
@@ -89,11 +92,11 @@ class CommandList:
             vk.vkCmdResetQueryPool(self.cmd, self.query_pool, 0, 2 * nlabels)
         for op in self.ops:
             getattr(self, "_rec_" + op[0])(*op[1:])
-        # make every write visible to the host after the fence
-        vk.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
-                                [vk.VkMemoryBarrier(srcAccessMask=WRITES,
-                                                    dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT)],
-                                0, None, 0, None)
+        if host:  # make every write visible to the host after the fence
+            vk.vkCmdPipelineBarrier(self.cmd, ALL_STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                    [vk.VkMemoryBarrier(srcAccessMask=WRITES,
+                                                        dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT)],
+                                    0, None, 0, None)
         call("vkEndCommandBuffer", vk.vkEndCommandBuffer, self.cmd)
         return self
 
@@ -189,11 +192,13 @@ class CommandList:
     # -- one-off helpers
     def copy_now(self, src, dst, size: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         self.begin()
+        self.barrier(first=True)  # after earlier submissions' writes (frames end without one)
         self.copy(src, dst, size, src_offset, dst_offset)
         self.end().run()
 
     def fill_now(self, buffer) -> None:
         self.begin()
+        self.barrier(first=True)
         self.fill(buffer)
         self.end().run()
 
