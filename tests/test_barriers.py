@@ -181,3 +181,25 @@ def test_frames_leave_out_the_preview_when_it_is_not_due(device, tmp_path, monke
     assert not np.array_equal(outs[0], outs[3]) and not np.array_equal(outs[3], outs[6])
     assert np.array_equal(outs[3], outs[4]) and np.array_equal(outs[3], outs[5])
     assert {label.split("/")[-1] for label, _ in b.timings()} >= {"eval"}  # frame 6: full
+
+
+def test_lean_and_full_lists_alternate_back_to_back(device, tmp_path, monkeypatch):
+    """Frames back to back that switch between the lean and the full list of one parity
+    (preview 3: full at 0, 3, 6, 9): each list's fence is waited for before it is submitted
+    again, and the run gives the bits of frames run one at a time."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    runs = []
+    for name in ("flight", "wait"):
+        folder = tmp_path / name
+        folder.mkdir()
+        g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
+                                                      "resample": 1, "preview": 3}, frames=13)
+        b = Build(g, device)
+        m = g.modules[("mlp-t", "01")]
+        if name == "flight":
+            b.run_frames(0, 13, last_frame_only=True)
+        else:
+            for f in range(13):
+                b.run_frame(f, download=False)
+        runs.append((b.read(m.trainable.adam, "w"), b.read(m.data["eval"], "output")))
+    assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])

@@ -148,6 +148,8 @@ class CommandList:
 
     # -- running
     def submit(self) -> None:
+        if self.pending:  # its fence is still signalled: Vulkan forbids the submit
+            raise VulkanError("a command list was submitted again before it was waited for")
         res = vk.lib.vkQueueSubmit(self.device.queue, 1, self._submit_ptr, self.fence)
         if res != vk.VK_SUCCESS:
             raise VulkanError(f"vkQueueSubmit failed: {result_name(res)}")
