@@ -12,9 +12,11 @@ uv per step, nearest-texel targets from graphs/images/scene.png in linear light.
 starts from vkgraph's initial weights (read back after its frame 0). vkgraph's loss scale
 (1024) is left out of the peers: in fp32 it only moves rounding.
 
-Per step: vkgraph's wall time per frame (frames submitted back to back, at most two in flight,
-a wait at the end of each block: the engine's own way of running a cfg's frames) and its GPU
-time (the sum of its dispatches' timestamps); the peers' wall time over the timed steps,
+Per step: vkgraph's wall time per frame (Build.run_frames, the engine's own way of running a
+cfg's frames: 8 frames a submission where nothing needs the host between them, submissions
+back to back, a wait at the end of each block; no GPU timestamps) and its GPU time (profiled
+after the blocks: the sum of the dispatches' times, and the span from the first dispatch's
+start to the last one's end); the peers' wall time over the timed steps,
 between two device synchronisations. The timed steps (all but the warm-up) run as 3 equal
 blocks, each timed on its own; ms/step is the median block's (the notes list all three). PSNR
 (peak 1, linear rgb) of the network at every texel centre against the target, after `--steps`
@@ -143,11 +145,9 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         setup = time.perf_counter() - t0
         frame = [warm + 1]
 
-        def run(k):
-            for _ in range(k):
-                b.run_frame(frame[0], download=False, wait=False)
-                frame[0] += 1
-            b.finish()
+        def run(k):  # as `vkgraph cli` runs frames (batches of several per submission)
+            b.run_frames(frame[0], frame[0] + k, last_frame_only=True, write_sinks=False)
+            frame[0] += k
 
         n_gpu = min(20, max(1, (steps - warm - 1) // 4))  # frames that read their timestamps
         n = steps - warm - 1 - n_gpu

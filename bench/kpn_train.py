@@ -11,8 +11,9 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up
-frames) of the wall time per frame (vkgraph: frames submitted back to back, at most two in
-flight, a wait at the block's end; PyTorch: steps between two synchronisations); "GPU ms" is
+frames) of the wall time per frame (vkgraph: Build.run_frames, as `vkgraph cli` runs frames:
+8 to a submission, submissions back to back, a wait at the block's end; PyTorch: steps
+between two synchronisations); "GPU ms" is
 the device's own time per frame (vkgraph: the first dispatch's start to the last one's end,
 median over one more block of frames; PyTorch: CUDA events around each block, median). Mpx/s = input
 pixels / wall time; "x eager" and "x compile" = PyTorch's wall time / ours; "roofline" = the
@@ -142,11 +143,9 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         f = WARM
         blocks = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(frames):
-                b.run_frame(f, download=False, wait=False)
-                f += 1
-            b.finish()
+            t0 = time.perf_counter()  # as `vkgraph cli` runs frames (batched submissions)
+            b.run_frames(f, f + frames, last_frame_only=True, write_sinks=False)
+            f += frames
             blocks.append((time.perf_counter() - t0) / frames * 1e3)
         gpu = []
         b.set_profile(True)

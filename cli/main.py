@@ -330,7 +330,9 @@ def cmd_cli(args, argv) -> int:
                         after_frame(b, f)
 
                 session.run(build.frames - session.frame, every_frame_sinks=not
-                            args.last_frame_only, on_frame=each_frame, stop=stop)
+                            args.last_frame_only, on_frame=each_frame, stop=stop,
+                            sync=lambda f: bool(args.checkpoint and every
+                                                and (f + 1) % every == 0))
             finally:
                 bar.close()
             saved = args.checkpoint

@@ -41,6 +41,8 @@ class Buffers:
         """Wait for the frames in flight (before the host reads or writes device data)."""
         for cl in self.commands + getattr(self, "lean", []):
             self.wait_for(cl)
+        for cl, _ in getattr(self, "_batches", ()):
+            self.wait_for(cl)
 
     def wait_for(self, cl) -> None:
         """Wait for a frame's command list if it is in flight, counted in wait_seconds."""

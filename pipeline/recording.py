@@ -13,6 +13,8 @@ from .kernels import check_bindings, check_params, check_readonly, kernel_spirv,
 from .module import CLEAR
 from .nodes import Node
 
+BATCH = 8  # frames per submission in run_frames' batches (even: parities 0, 1, 0, ...)
+
 
 class Hazards:
     """The buffers a command list has written and read since its last barrier. An operation
@@ -95,33 +97,55 @@ class Recording:
     def _command_lists(self, n: int, nodes, streaming=(), timestamps: int = 0,
                        frame: bool = False) -> list:
         """n command lists, list k for the frames f with f % n == k: (frame=True: the list's
-        global slot copied to its global uniform unless the kernels read the slot itself
-        (global_direct), then a barrier against the frame before,
-        which may still run when the list is submitted) the streaming sources' copies and
-        the clears of the nodes' CLEAR outputs, a barrier, then the nodes' dispatches with a
-        barrier only where one needs it (Hazards). Sinks copy in download_sinks' own list."""
+        global slot copied to its global uniform unless the kernels read the slot itself,
+        global_direct) one frame of `nodes` (_record_frame: the frame before may still run
+        when the list is submitted), with a barrier only where one is needed (Hazards).
+        Sinks copy in download_sinks' own list."""
         lists = []
         for parity in range(n):
             cl = self.device.commands(timestamps=timestamps).begin()
             if frame and not self.global_direct:
                 cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
-            cl.barrier(first=True)  # against earlier submissions (frames in flight, frames'
-            # writes for run_upto's lists: frame lists may end without a barrier)
-            for node in streaming:
-                c0 = node.connectors[0]
-                cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity),
-                        c0.nbytes())
-            for node in nodes:
-                for c in node.connectors:
-                    if node.kernel is not None and c.is_output and c.flags & CLEAR:
-                        cl.fill(self.buffer(node, c.name, parity))
-            cl.barrier()
-            hazards = Hazards(cl)
-            for node in nodes:
-                if node.kernel is not None:
-                    self._record_node(cl, node, parity, hazards)
+            self._record_frame(cl, nodes, streaming, parity, self.global_bufs[parity])
             lists.append(cl.end(host=not frame or self._host_reads_frames()))
         return lists
+
+    def _record_frame(self, cl, nodes, streaming, parity: int, glob) -> None:
+        """One frame into `cl`: a barrier against what ran before (earlier submissions, or
+        the frame before in a batch; run_upto's lists: frame lists may end without a barrier
+        to the host), the streaming sources' copies and the CLEAR outputs' clears, a barrier,
+        the nodes (global uniform `glob`)."""
+        cl.barrier(first=True)
+        for node in streaming:
+            c0 = node.connectors[0]
+            cl.copy(self.staging[id(node)], self.buffer(node, c0.name, parity), c0.nbytes())
+        for node in nodes:
+            for c in node.connectors:
+                if node.kernel is not None and c.is_output and c.flags & CLEAR:
+                    cl.fill(self.buffer(node, c.name, parity))
+        cl.barrier()
+        hazards = Hazards(cl)
+        for node in nodes:
+            if node.kernel is not None:
+                self._record_node(cl, node, parity, hazards, glob)
+
+    def batch_list(self, k: int):
+        """(command list, host slots) k of the two that run BATCH frames in one submission,
+        the first one even (buffer parities 0, 1, 0, ...), each with its own global uniform
+        read in place: recorded on first use; None where batches cannot run (the global
+        uniform is not device-local, streaming sources, timestamps). Lean: without the nodes
+        of `due` (run_frames uses a batch only where none is due)."""
+        if not hasattr(self, "_batches"):
+            self._batches = []
+            if self.global_direct and not self.streaming and not self.profile:
+                always = [n for n in self.schedule if n.due is None]
+                for _ in range(2):
+                    slots = [self.device.buffer(16, host=True, near=True) for _ in range(BATCH)]
+                    cl = self.device.commands().begin()
+                    for j in range(BATCH):
+                        self._record_frame(cl, always, (), j % 2, slots[j])
+                    self._batches.append((cl.end(host=self._host_reads_frames()), slots))
+        return self._batches[k] if self._batches else None
 
     def _host_reads_frames(self) -> bool:
         """Does a frame list need its closing barrier to the host: where the host maps a
@@ -131,10 +155,9 @@ class Recording:
             return True
         return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
 
-    def _record_node(self, cl, node: Node, parity: int, hazards: Hazards) -> None:
+    def _record_node(self, cl, node: Node, parity: int, hazards: Hazards, glob) -> None:
         kernel, push = self.kernels[id(node)]
-        set0 = [self.global_bufs[parity % len(self.global_bufs)], self.params[id(node.module)][0],
-                self.node_info[id(node)]]
+        set0 = [glob, self.params[id(node.module)][0], self.node_info[id(node)]]
         set1 = [self.buffer(node, c.name, parity) for c in node.connectors]
         pairs = list(zip(set1, node.connectors, strict=True))
         hazards.access(reads=[b for b, c in pairs if c.is_input],
@@ -198,6 +221,10 @@ class Recording:
             cl.destroy()
         self.profile = bool(on)
         self._record_frames()
+        if hasattr(self, "_batches"):  # recorded again on use (none while profiling)
+            for cl, _ in self._batches:
+                cl.destroy()
+            del self._batches
 
     def timings(self) -> list[tuple[str, float]]:
         """(node label, GPU milliseconds) of the last frame's dispatches (profile=True)."""

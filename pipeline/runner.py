@@ -19,7 +19,7 @@ import numpy as np
 from .buffers import Buffers
 from .datasets import resolve_name
 from .nodes import Node, NodeGraph
-from .recording import Recording
+from .recording import BATCH, Recording
 from .transfers import Transfers
 from .vk import Device
 
@@ -112,24 +112,69 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self.download_sinks()  # (it waits for the frame itself)
 
     def run_frames(self, start: int, end: int, last_frame_only: bool = False,
-                   each_frame=(), stop=None) -> None:
+                   each_frame=(), stop=None, sync=None, write_sinks: bool = True) -> None:
         """Frames start..end-1; the sinks are written after each (only after the last one
-        with last_frame_only). each_frame: callbacks (build, f) after each frame. stop() ->
-        bool is asked after each but the last: True ends the run there (a signal arrived),
-        with the sinks written and `interrupted` set."""
+        with last_frame_only; never with write_sinks False). each_frame: callbacks (build, f)
+        after each frame. stop() -> bool is asked after each but the last: True ends the run
+        there (a signal arrived), with the sinks written and `interrupted` set.
+
+        Where nothing needs the host between frames, BATCH frames go in one submission
+        (batch_list): sinks only after the last frame, no keyframes, no nodes of `due` due,
+        and sync(f) -> bool false for all but the batch's last frame f. sync names the frames
+        after which a callback needs that frame's own state (a checkpoint); None: every frame
+        when there are callbacks, else none. The callbacks of a batch's frames run after it
+        is submitted, and stop() is asked after each batch."""
         t0 = time.perf_counter()
-        for f in range(start, end):
-            last = f == end - 1
-            self.run_frame(f, download=last or not last_frame_only, wait=False)
-            for callback in each_frame:
-                callback(self, f)
-            if not last and stop is not None and stop():
+        if sync is None:
+            sync = (lambda f: True) if each_frame else (lambda f: False)
+        batches = 0
+        f = start
+        while f < end:
+            if self._batch_fits(f, end, last_frame_only, sync):
+                self._run_batch(f, batches % 2)
+                batches += 1
+                last = f + BATCH - 1
+                frames = range(f, f + BATCH)
+            else:
+                last = f
+                frames = (f,)
+                self.run_frame(f, download=write_sinks and (f == end - 1 or not last_frame_only),
+                               wait=False)
+            for g in frames:
+                for callback in each_frame:
+                    callback(self, g)
+            f = last + 1
+            if f < end and stop is not None and stop():
                 self.interrupted = True
-                if last_frame_only:
+                if last_frame_only and write_sinks:
                     self.download_sinks()
                 break
         self.finish()
         self.seconds += time.perf_counter() - t0
+
+    def _batch_fits(self, f: int, end: int, last_frame_only: bool, sync) -> bool:
+        if f % 2 or f + BATCH > end - 1 or not last_frame_only or not self._sources_uploaded:
+            return False
+        if not hasattr(self, "_param_mods"):
+            self._frame_lists()
+        if self._keyframes or any(sync(g) for g in range(f, f + BATCH - 1)):
+            return False
+        if any(n.due(g, self.frames) for n in self._due for g in range(f, f + BATCH)):
+            return False
+        if any(m.param_blob() != self.params[id(m)][1] for m in self._param_mods):
+            return False  # run_frame uploads the changed params first
+        return self.batch_list(0) is not None
+
+    def _run_batch(self, f: int, k: int) -> None:
+        """Frames f .. f + BATCH - 1 in batch list k (f even)."""
+        cl, slots = self.batch_list(k)
+        self.wait_for(cl)
+        for j, slot in enumerate(slots):
+            view = slot.view(np.int32)
+            view[0] = f + j
+            view[1] = self.frames
+        cl.submit()
+        self.frame = f + BATCH - 1
 
 
 def run_graph(graph, device: Device, frames: int | None = None, last_frame_only: bool = False,

@@ -203,3 +203,50 @@ def test_lean_and_full_lists_alternate_back_to_back(device, tmp_path, monkeypatc
                 b.run_frame(f, download=False)
         runs.append((b.read(m.trainable.adam, "w"), b.read(m.data["eval"], "output")))
     assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+
+
+@pytest.mark.parametrize("kind", ["mlp-t", "kpn-t"])
+def test_batched_frames_give_the_bits_of_frames_one_at_a_time(device, tmp_path, monkeypatch,
+                                                              kind):
+    """run_frames puts BATCH frames in one submission where nothing needs the host between
+    them (mlp-t: not across a due preview, preview 12 of 25 frames; kpn-t: ping-pong
+    parities inside the batch): weights and losses are those of frames one at a time."""
+    from vkgraph.pipeline.recording import BATCH
+
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    runs, used = [], []
+    for name in ("batched", "wait"):
+        folder = tmp_path / name
+        folder.mkdir()
+        if kind == "mlp-t":
+            g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
+                                                          "resample": 1, "preview": 12},
+                          frames=25)
+        else:
+            from test_kpn_gpu import kpn_graph
+            rng = np.random.default_rng(5)
+            X = rng.random((16, 16, 4), np.float32)
+            g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), 2)
+            g.frames = 25
+        b = Build(g, device)
+        m = g.modules[(kind, "01")]
+        if name == "batched":
+            starts = []
+            run_batch = b._run_batch
+            monkeypatch.setattr(b, "_run_batch", lambda f, k: (starts.append(f),
+                                                               run_batch(f, k)))
+            seen = []
+            b.run_frames(0, 25, last_frame_only=True, each_frame=[lambda b_, f: seen.append(f)],
+                         sync=lambda f: f == 9)
+            assert seen == list(range(25))
+            used = starts
+        else:
+            for f in range(25):
+                b.run_frame(f, download=False)
+        runs.append([b.read(m.trainable.adam, "w"), b.read(m.trainable.lsum, "hist")])
+    # mlp-t: 2..9 (10..17 holds the preview at 12; sync 9 ends a batch), 14..21; kpn-t: no
+    # preview: 2..9, 10..17, then 18..24 one at a time (the last frame runs on its own)
+    assert used == ([2, 14] if kind == "mlp-t" else [2, 10]), used
+    assert all(f % 2 == 0 for f in used) and BATCH == 8
+    for x, y in zip(runs[0], runs[1], strict=True):
+        assert np.array_equal(x, y)

@@ -160,14 +160,17 @@ class Session:
 
     def run(self, frames: int = 1, progress: Progress | None = None, *,
             every_frame_sinks: bool = False, on_frame: Callable[[Build, int], None] | None = None,
-            stop: Callable[[], bool] | None = None) -> Session:
+            stop: Callable[[], bool] | None = None,
+            sync: Callable[[int], bool] | None = None) -> Session:
         """Run `frames` frames (from the frame reached); progress(frame, last, stats) is
         called after each, stats being the modules' progress values ({"kpn-t:01": {"loss":
         ...}}). The graph's sinks write after the last frame (after every frame with
         every_frame_sinks). on_frame(build, frame) is called after each frame, for tools
         that look at the build (the command's progress bar and checkpoints); stop() -> bool
         is asked after each frame but the last: True ends the run there, `interrupted` says
-        so."""
+        so. Frames may run several to a submission (Build.run_frames): with `progress` or
+        an on_frame without `sync`, every frame is its own; sync(frame) -> bool names the
+        frames whose own state on_frame needs (a checkpoint), the others may be batched."""
         if frames < 1:
             raise GraphError(f"run: frames must be at least 1, got {frames}")
         end = self.frame + frames
@@ -182,7 +185,10 @@ class Session:
                 f, end - 1, {str(m): hook(b.context, m) for m, hook in stats}))
         if on_frame is not None:
             callbacks.append(on_frame)
-        build.run_frames(self.frame, end, not every_frame_sinks, callbacks, stop)
+        if progress is not None or (on_frame is not None and sync is None):
+            sync = lambda f: True  # noqa: E731 (the callbacks see each frame's own state)
+        build.run_frames(self.frame, end, not every_frame_sinks, callbacks, stop,
+                         sync=sync or (lambda f: False))
         return self
 
     def _reached(self, build: Build, frame: int) -> None:
