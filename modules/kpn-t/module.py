@@ -509,7 +509,7 @@ def create_nodes(graph, module):
         else:
             mulw, chunks = _backward_coopmat(graph, module, n, i, adam, dap)
         conns = [ssbo("part", "read")] + ([ssbo("acc", "read")] if acc else [])
-        red = graph.add_node(module, "reduce", (NW, 1), conns + [ssbo("dw", "write", NW)],
+        red = graph.add_node(module, "reduce", (8 * NW, 1), conns + [ssbo("dw", "write", NW)],
                              shader="kpn-t", local=(256, 1, 1), push=[chunks],
                              defines={} if acc else {"FIRST": 1})
         graph.node_connect(mulw, "part", red, "part")

@@ -13,7 +13,11 @@
 // softmax and the band gain through a float64 exp (f64.glsl).
 layout(push_constant) uniform Push { int mode; } push;
 IMG_IN(0, detail)
+#ifdef PRECISE
 SSBO_IN(1, float, K)
+#else
+SSBO_IN(1, vec4, K4)  // K: 4 vec4 a pixel (16-byte reads, as dapply.comp)
+#endif
 IMG_RW(2, filtered)
 #ifdef PRECISE
 #include "f64.glsl"
@@ -49,18 +53,25 @@ void main() {
   dvec3 Ip = apply_precise(i, p, push.mode);
   filtered[i] = vec4(vec3(Ip), 1.0);
   Id[i] = dvec4(Ip, 1.0lf);
-  return;
-#endif
+#else
+  float kv[N_OUT];
+  for (int q = 0; q < 4; q++) {
+    vec4 v = K4[4 * i + q];
+    kv[4 * q] = v.x;
+    kv[4 * q + 1] = v.y;
+    kv[4 * q + 2] = v.z;
+    kv[4 * q + 3] = v.w;
+  }
   float wk[N_TAPS];
   float S = 0.0;
   if (push.mode >= 1) {
-    SOFTMAX_EXP(K, i, wk, S)
-    float gain = push.mode == 2 ? sigmoid(K[i * N_OUT + N_TAPS]) : 1.0;
+    SOFTMAX_EXP(kv, 0, wk, S)
+    float gain = push.mode == 2 ? sigmoid(kv[N_TAPS]) : 1.0;
     for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
     S = 1.0;
   } else {
     for (int k = 0; k < N_TAPS; k++) {
-      float v = K[i * N_OUT + k];
+      float v = kv[k];
       wk[k] = tap_ok(v) ? v : TAP_FALLBACK;
       S += wk[k];
     }
@@ -68,4 +79,5 @@ void main() {
   vec3 s = vec3(0.0);
   for (int k = 0; k < N_TAPS; k++) s += wk[k] * detail[texel(0, p + taps[k])].rgb;
   filtered[i] = vec4(s / max(S, S_FLOOR), 1.0);
+#endif
 }
