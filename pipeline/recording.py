@@ -19,10 +19,11 @@ BATCH = 8  # frames per submission in run_frames' batches (even: parities 0, 1, 
 class Hazards:
     """The buffers a command list has written and read since its last barrier. An operation
     gets a barrier before it only where it reads or writes a buffer written since then, or
-    writes one read since then; independent nodes in a row (mlp-t's loss sum, gradient sum and
-    preview) then run side by side. Every buffer is its own memory (no aliasing), so a
-    buffer's identity is its memory. VKGRAPH_BARRIERS=all puts a barrier after every node
-    (as before this tracking; for comparisons)."""
+    writes one read since then; independent nodes in a row (mlp-t's preview beside its
+    training kernel, its loss sum beside its weight-gradient products) then run side by side.
+    Every buffer is its own memory (no aliasing), so a buffer's identity is its memory.
+    VKGRAPH_BARRIERS=all puts a barrier after every node (as before this tracking; for
+    comparisons)."""
 
     def __init__(self, cl):
         self.cl = cl
@@ -222,8 +223,10 @@ class Recording:
         self.profile = bool(on)
         self._record_frames()
         if hasattr(self, "_batches"):  # recorded again on use (none while profiling)
-            for cl, _ in self._batches:
+            for cl, slots in self._batches:
                 cl.destroy()
+                for slot in slots:
+                    slot.destroy()
             del self._batches
 
     def timings(self) -> list[tuple[str, float]]:
