@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_kpn_coopmat import has_coopmat
-from test_mlp_gpu import mlp_graph, target_image
+from test_mlp_gpu import mlp_graph, small_trainer, target_image
 
 from vkgraph.pipeline.recording import Hazards
 from vkgraph.pipeline.runner import Build
@@ -214,36 +214,19 @@ def test_batched_frames_give_the_bits_of_frames_one_at_a_time(device, tmp_path, 
     from vkgraph.pipeline.recording import BATCH
 
     monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
-    runs, used = [], []
-    for name in ("batched", "wait"):
-        folder = tmp_path / name
-        folder.mkdir()
-        if kind == "mlp-t":
-            g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
-                                                          "resample": 1, "preview": 12},
-                          frames=25)
-        else:
-            from test_kpn_gpu import kpn_graph
-            rng = np.random.default_rng(5)
-            X = rng.random((16, 16, 4), np.float32)
-            g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), 2)
-            g.frames = 25
-        b = Build(g, device)
-        m = g.modules[(kind, "01")]
-        if name == "batched":
-            starts = []
-            run_batch = b._run_batch
-            monkeypatch.setattr(b, "_run_batch", lambda f, k: (starts.append(f),
-                                                               run_batch(f, k)))
-            seen = []
-            b.run_frames(0, 25, last_frame_only=True, each_frame=[lambda b_, f: seen.append(f)],
-                         sync=lambda f: f == 9)
-            assert seen == list(range(25))
-            used = starts
-        else:
-            for f in range(25):
-                b.run_frame(f, download=False)
-        runs.append([b.read(m.trainable.adam, "w"), b.read(m.trainable.lsum, "hist")])
+    extra = {"preview": 12} if kind == "mlp-t" else {}
+    b, m = small_trainer(device, tmp_path / "batched", kind, 25, **extra)
+    used, seen = [], []
+    run_batch = b._run_batch
+    monkeypatch.setattr(b, "_run_batch", lambda f, k: (used.append(f), run_batch(f, k)))
+    b.run_frames(0, 25, last_frame_only=True, each_frame=[lambda b_, f: seen.append(f)],
+                 sync=lambda f: f == 9)
+    assert seen == list(range(25))
+    w, m2 = small_trainer(device, tmp_path / "wait", kind, 25, **extra)
+    for f in range(25):
+        w.run_frame(f, download=False)
+    runs = [[x.read(mm.trainable.adam, "w"), x.read(mm.trainable.lsum, "hist")]
+            for x, mm in ((b, m), (w, m2))]
     # mlp-t: 2..9 (10..17 holds the preview at 12; sync 9 ends a batch), 14..21; kpn-t: no
     # preview: 2..9, 10..17, then 18..24 one at a time (the last frame runs on its own)
     assert used == ([2, 14] if kind == "mlp-t" else [2, 10]), used

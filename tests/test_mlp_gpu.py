@@ -463,6 +463,22 @@ def test_reference_table_gradient_is_the_derivative():
             assert abs(num - dT[e]) <= 1e-7 + 1e-5 * abs(num), (enc, e, num, dT[e])
 
 
+def small_trainer(device, folder: Path, kind: str, frames: int, **params):
+    """(build, module) of a small mlp-t (resample 1, `params` added) or kpn-t (2 levels)
+    training graph of `frames` frames in a new `folder`."""
+    folder.mkdir()
+    if kind == "mlp-t":
+        g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
+                                                     "resample": 1, **params}, frames=frames)
+    else:
+        from test_kpn_gpu import kpn_graph
+        rng = np.random.default_rng(5)
+        X = rng.random((16, 16, 4), np.float32)
+        g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), 2)
+        g.frames = frames
+    return Build(g, device), g.modules[(kind, "01")]
+
+
 @pytest.mark.parametrize("kind", ["mlp-t", "kpn-t"])
 def test_frames_in_flight_train_as_one_at_a_time(device, tmp_path, kind):
     """run_frames submits frames back to back (the next one's host work overlaps the one
@@ -470,18 +486,7 @@ def test_frames_in_flight_train_as_one_at_a_time(device, tmp_path, kind):
     weights must be bit for bit those of frames run and waited for one at a time. mlp-t
     draws its samples from the frame number (resample), kpn-t ping-pongs feedback buffers."""
     def build(folder):
-        folder.mkdir()
-        if kind == "mlp-t":
-            g = mlp_graph(folder, target_image(20, 24),
-                          {"width": 16, "depth": 1, "batch": 64, "resample": 1}, frames=9)
-        else:
-            from test_kpn_gpu import kpn_graph
-            rng = np.random.default_rng(5)
-            X = rng.random((16, 16, 4), np.float32)
-            g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), 2)
-            g.frames = 9
-        b = Build(g, device)
-        return b, g.modules[(kind, "01")]
+        return small_trainer(device, folder, kind, 9)
 
     b1, m1 = build(tmp_path / "wait")
     for f in range(9):

@@ -55,13 +55,7 @@ void main() {
   Id[i] = dvec4(Ip, 1.0lf);
 #else
   float kv[N_OUT];
-  for (int q = 0; q < 4; q++) {
-    vec4 v = K4[4 * i + q];
-    kv[4 * q] = v.x;
-    kv[4 * q + 1] = v.y;
-    kv[4 * q + 2] = v.z;
-    kv[4 * q + 3] = v.w;
-  }
+  LOAD_K16(K4, i, kv)
   float wk[N_TAPS];
   float S = 0.0;
   if (push.mode >= 1) {

@@ -26,13 +26,7 @@ void main() {
   if (!inside(0, p)) return;
   int i = p.x + p.y * node.roi[0].x;
   float kv[N_OUT], dk[N_OUT];
-  for (int q = 0; q < 4; q++) {
-    vec4 v = K4[4 * i + q];
-    kv[4 * q] = v.x;
-    kv[4 * q + 1] = v.y;
-    kv[4 * q + 2] = v.z;
-    kv[4 * q + 3] = v.w;
-  }
+  LOAD_K16(K4, i, kv)
   vec3 dI = dI_img[i].rgb;
   vec3 I = filtered[i].rgb;
   float wk[N_TAPS];

@@ -31,6 +31,17 @@ float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
     }                                                                         \
   }
 
+// kv[0..15] = K's 16 values of pixel i, read as 4 vec4 from a vec4 view K4 of K (16-byte
+// reads; one float at a time, a warp's reads strided by 64 bytes, was far slower)
+#define LOAD_K16(K4, i, kv)                  \
+  for (int q_ = 0; q_ < 4; q_++) {           \
+    vec4 v_ = K4[4 * (i) + q_];              \
+    kv[4 * q_] = v_.x;                       \
+    kv[4 * q_ + 1] = v_.y;                   \
+    kv[4 * q_ + 2] = v_.z;                   \
+    kv[4 * q_ + 3] = v_.w;                   \
+  }
+
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
 // MLP input feature c of pixel p (row-major in an image `buf` of size `size`, connector
