@@ -4,8 +4,9 @@
 A 64x64 image through one `exposure` node, 1000 frames, no downloads. Per frame: wall time,
 time waiting for the device, and host time = wall - wait (param checks, the frame uniform,
 submit, fence handling). Two rows per Vulkan device found (or the one named with --device):
-frames one at a time (`run_frame`: submit, wait) and back to back (`run_frames`' way: at most
-two in flight, one wait at the end).
+frames one at a time (`run_frame`: submit, wait) and back to back (`run_frame(f,
+wait=False)`: at most two in flight, one wait at the end; `run_frames` also puts 8 frames in
+a submission where it can, which this does not measure).
 
     python bench/overhead.py [--frames 1000] [--device NAME]
 """

@@ -311,8 +311,12 @@ def cmd_cli(args, argv) -> int:
         resume.check_graph(graph)
     every = args.checkpoint_every
 
+    def checkpoint_due(f: int) -> bool:
+        """A periodic checkpoint follows frame f (it needs that frame's own state)."""
+        return bool(args.checkpoint and every and (f + 1) % every == 0)
+
     def after_frame(build, f):
-        if every and (f + 1) % every == 0 and f < build.frames - 1:
+        if checkpoint_due(f) and f < build.frames - 1:
             checkpoint.save(args.checkpoint, build)
 
     with StopSignals() as stop:
@@ -326,13 +330,11 @@ def cmd_cli(args, argv) -> int:
 
                 def each_frame(b, f):
                     bar.update(b, f)
-                    if args.checkpoint:
-                        after_frame(b, f)
+                    after_frame(b, f)
 
                 session.run(build.frames - session.frame, every_frame_sinks=not
                             args.last_frame_only, on_frame=each_frame, stop=stop,
-                            sync=lambda f: bool(args.checkpoint and every
-                                                and (f + 1) % every == 0))
+                            sync=checkpoint_due)
             finally:
                 bar.close()
             saved = args.checkpoint

@@ -16,6 +16,12 @@ from .nodes import Node
 BATCH = 8  # frames per submission in run_frames' batches (even: parities 0, 1, 0, ...)
 
 
+def all_barriers() -> bool:
+    """VKGRAPH_BARRIERS=all: the barrier layout before Hazards (a barrier after every node,
+    frame lists ending with a barrier to the host), for comparisons."""
+    return os.environ.get("VKGRAPH_BARRIERS", "") == "all"
+
+
 class Hazards:
     """The buffers a command list has written and read since its last barrier. An operation
     gets a barrier before it only where it reads or writes a buffer written since then, or
@@ -27,7 +33,7 @@ class Hazards:
 
     def __init__(self, cl):
         self.cl = cl
-        self.every = os.environ.get("VKGRAPH_BARRIERS", "") == "all"
+        self.every = all_barriers()
         self.written: set[int] = set()
         self.read: set[int] = set()
 
@@ -83,9 +89,9 @@ class Recording:
         self.commands = self._command_lists(FRAME_LISTS, self.schedule, self.streaming,
                                             stamps, frame=True)
         self._due = [n for n in self.schedule if n.due is not None]
-        always = [n for n in self.schedule if n.due is None]
-        self.lean = (self._command_lists(FRAME_LISTS, always, self.streaming, stamps, frame=True)
-                     if self._due else [])
+        self._always = [n for n in self.schedule if n.due is None]
+        self.lean = (self._command_lists(FRAME_LISTS, self._always, self.streaming, stamps,
+                                         frame=True) if self._due else [])
         self._last = list(self.commands)  # the list each parity last ran
 
     def frame_list(self, frame: int):
@@ -139,12 +145,11 @@ class Recording:
         if not hasattr(self, "_batches"):
             self._batches = []
             if self.global_direct and not self.streaming and not self.profile:
-                always = [n for n in self.schedule if n.due is None]
                 for _ in range(2):
                     slots = [self.device.buffer(16, host=True, near=True) for _ in range(BATCH)]
                     cl = self.device.commands().begin()
                     for j in range(BATCH):
-                        self._record_frame(cl, always, (), j % 2, slots[j])
+                        self._record_frame(cl, self._always, (), j % 2, slots[j])
                     self._batches.append((cl.end(host=self._host_reads_frames()), slots))
         return self._batches[k] if self._batches else None
 
@@ -152,9 +157,8 @@ class Recording:
         """Does a frame list need its closing barrier to the host: where the host maps a
         buffer the kernels write (CPU drivers), or with VKGRAPH_BARRIERS=all. Else the host
         reads device data only through lists that open with a barrier (downloads, sinks)."""
-        if os.environ.get("VKGRAPH_BARRIERS", "") == "all":
-            return True
-        return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
+        return all_barriers() or any(b.mapped is not None for bufs in self.buffers.values()
+                                     for b in bufs)
 
     def _record_node(self, cl, node: Node, parity: int, hazards: Hazards, glob) -> None:
         kernel, push = self.kernels[id(node)]

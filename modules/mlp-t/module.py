@@ -8,8 +8,9 @@ Nodes, in schedule order:
   wgrad   A, G -> per-chunk weight-gradient partials
   reduce  partials -> dw = dE/dW of this frame, per-net gradient norm and finiteness gn
   eval    w -> `output`: the networks over the target's grid
-adam reads dw and gn through feedback edges: frame f applies the gradient of frame f-1. lsum,
-reduce and eval run side by side (no barrier between them: pipeline/recording.py, Hazards).
+adam reads dw and gn through feedback edges: frame f applies the gradient of frame f-1. eval
+(it reads only adam's w) runs beside train, lsum beside wgrad (no barrier between them:
+pipeline/recording.py, Hazards).
 The coopmat variant (mlp_variant, README.md "Kernel variants") runs `train_cm` instead of
 train and wgrad: sampling, forward, loss, backward and per-workgroup weight-gradient
 partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
