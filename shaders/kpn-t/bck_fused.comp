@@ -25,8 +25,9 @@
 // tile t = w + WARPS j (j < 16 / WARPS) at (o, c) = (t mod 4, t div 4); W_6's four tiles
 // (o = 0) go to warps 0..3. Its K loop runs over all T pixels of the tile, so shared memory
 // holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_1..h_5 wait in a
-// scratch buffer per workgroup and row block (read back once, so it stays in L2); h_0 is
-// gathered again from the image. The weights of the layer at hand are staged in shared
+// scratch buffer per workgroup and row block (read back once, so it stays in L2), copied in
+// 16-byte pieces per invocation; the backward step issues the loads of h_{l-1} before its
+// products, which hide their latency. h_0 is gathered again from the image. The weights of the layer at hand are staged in shared
 // memory by the whole workgroup (ws), so the weight fragments load from there.
 // Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
@@ -42,7 +43,7 @@ layout(push_constant) uniform Push { uint N; uint tiles; float scale; float inv_
 IMG_IN(0, detail)
 SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_IN(2, float, dK)
-layout(std430, set = 1, binding = 3) coherent buffer scr_buf { float16_t scr[]; };
+layout(std430, set = 1, binding = 3) buffer scr_buf { uvec4 scr[]; };  // f16, 8 per uvec4
 SSBO_OUT(4, float, part)
 
 shared float16_t hs[T * HS];
@@ -51,8 +52,21 @@ shared float16_t ws[64u * HS];  // W_l, staged by the workgroup per layer
 
 uint warp, lane, half_, row0, p0;
 
-// scratch slot of h_l (l = 1..5) for this warp's row block: 16 x 64 halves, row-major
-uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 5u + l - 1u) * 1024u; }
+// scratch slot of h_l (l = 1..5) for this warp's row block: 16 x 64 halves, row-major, as
+// uvec4 (8 halves): the warp's 16 rows x 32 columns are 64 uvec4, two per lane (SCR_E)
+uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 5u + l - 1u) * 128u; }
+#define SCR_E(l, i, e, s)                                                  \
+  uint e = lane + CM_WARP * (i);                                            \
+  uint s = (row0 + e / 4u) * HS + 32u * half_ + 8u * (e % 4u);              \
+  e = scr_off(l) + 8u * (e / 4u) + 4u * half_ + e % 4u
+// h_l (l = 1..5) of this warp's rows and columns: hs -> scratch. Each lane reads back
+// (back_step) exactly what it wrote, so no other invocation's write is involved.
+void scr_store(uint l) {
+  [[unroll]] for (uint i = 0u; i < 2u; i++) {
+    SCR_E(l, i, e, s);
+    scr[e] = CM_PACK8(hs, s);
+  }
+}
 
 // h_0 of this warp's row block and columns into hs: lane -> pixel lane / 2, 16 features
 DEFINE_KPN_FEATURES(gather, detail, 0, 2)
@@ -67,9 +81,10 @@ void features() {
   [[unroll]] for (uint j = 0u; j < 16u; j++) hs[(row0 + r) * HS + 16u * q + j] = float16_t(f[j]);
 }
 
-// hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns, and h_{l+1} to scratch
+// hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns; h_l (l > 0) to scratch first
 void forward_layer(uint l) {
   barrier();  // h_l complete; every warp is done with the previous W
+  if (l > 0u) scr_store(l);
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_LOAD_ROW(a[k], hs, row0 * HS + 16u * k, HS);
   CM_STAGE64(ws, HS, w, 512u * l, 64u);
@@ -87,7 +102,6 @@ void forward_layer(uint l) {
     CM_ACC16 h;
     CM_TO_F16(h, z);
     CM_STORE_ROW(h, hs, row0 * HS + 16u * nt, HS);
-    if (l < 5u) CM_STORE_ROW(h, scr, scr_off(l + 1u) + 16u * nt, 64u);
   }
 }
 
@@ -110,6 +124,13 @@ void dw_hidden(inout CM_ACC cur[NJ]) {
 // barrier lets every warp finish its weight-gradient reads of gs and hs, the second makes
 // g_l and h_{l-1} whole.
 void back_step(uint l, uint kt) {
+  uvec4 hv[2];  // h_{l-1} from scratch: loaded here, so the loads run under the products
+  if (l > 1u) {
+    [[unroll]] for (uint i = 0u; i < 2u; i++) {
+      SCR_E(l - 1u, i, e, s);
+      hv[i] = scr[e];
+    }
+  }
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++)
     if (k < kt) CM_LOAD_ROW(a[k], gs, row0 * HS + 16u * k, HS);
@@ -136,12 +157,9 @@ void back_step(uint l, uint kt) {
     CM_STORE_ROW(g, gs, row0 * HS + 16u * nt, HS);
   }
   if (l > 1u) {
-    memoryBarrierBuffer();
-    CM_UNROLL for (uint i = 0u; i < 2u; i++) {
-      uint nt = 2u * half_ + i;
-      CM_A x;
-      CM_LOAD_ROW(x, scr, scr_off(l - 1u) + 16u * nt, 64u);
-      CM_STORE_ROW(x, hs, row0 * HS + 16u * nt, HS);
+    [[unroll]] for (uint i = 0u; i < 2u; i++) {
+      SCR_E(l - 1u, i, e, s);
+      CM_UNPACK8(hs, s, hv[i]);
     }
   } else {
     features();
@@ -167,7 +185,6 @@ void main() {
     barrier();  // the previous tile's dW_0 has read hs and gs
     features();
     for (uint l = 0u; l < 6u; l++) forward_layer(l);
-    memoryBarrierBuffer();  // scratch: written above, read back by the same warp below
     // g_7 = scaled dK into columns 0..15 of gs: rows 8 half_ .. 8 half_ + 7 of the block
     for (uint e = lane; e < 128u; e += CM_WARP) {
       uint r = 8u * half_ + e / 16u, o = e % 16u, p = p0 + r;
