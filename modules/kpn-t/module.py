@@ -509,9 +509,12 @@ def create_nodes(graph, module):
         else:
             mulw, chunks = _backward_coopmat(graph, module, n, i, adam, dap)
         conns = [ssbo("part", "read")] + ([ssbo("acc", "read")] if acc else [])
-        red = graph.add_node(module, "reduce", (8 * NW, 1), conns + [ssbo("dw", "write", NW)],
-                             shader="kpn-t", local=(256, 1, 1), push=[chunks],
-                             defines={} if acc else {"FIRST": 1})
+        serial = n["variant"] == "cpu"  # one invocation a weight (shaders/kpn-t/reduce.comp)
+        red = graph.add_node(module, "reduce", ((1 if serial else 8) * NW, 1),
+                             conns + [ssbo("dw", "write", NW)], shader="kpn-t",
+                             local=(64 if serial else 256, 1, 1), push=[chunks],
+                             defines={**({"SERIAL": 1} if serial else {}),
+                                      **({} if acc else {"FIRST": 1})})
         graph.node_connect(mulw, "part", red, "part")
         if acc:
             graph.node_connect(acc, "dw", red, "acc")
