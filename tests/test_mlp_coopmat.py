@@ -36,6 +36,13 @@ CASES = {
     "none-16-tanh-smape-array": dict(enc="none", width=8, depth=1, nout=4, act="tanh",
                                      outact="exp", loss="smape", tiles="2:1", batch=100,
                                      xform="flip", filter="bilinear"),
+    # table encodings: the backward goes on through layer 0 and scatters into the table
+    "hash-16-leaky-l2": dict(enc="hashgrid", levels=3, features=2, log2size=6, baseres=3,
+                             width=16, depth=2, act="leaky", outact="sigmoid", loss="l2",
+                             batch=160),
+    "permuto-3d-32-relu-l1-bias": dict(enc="permuto", dims=3, slices=2, levels=2, features=4,
+                                       log2size=7, baseres=4, width=32, depth=1, bias=1,
+                                       act="relu", outact="none", loss="l1", batch=128),
 }
 
 
@@ -97,8 +104,11 @@ def test_gradient_matches_portable(device, tmp_path, monkeypatch, mode, case):
     assert abs(E1 - E0) <= 2e-3 * abs(E0), (E0, E1)
     # per matrix too: no layer's gradient hides under another's
     a = m0.data["arch"]
-    W0, _ = split(a, dw0)
-    W1, _ = split(a, dw1)
+    W0, T0 = split(a, dw0)
+    W1, T1 = split(a, dw1)
+    if a.table is not None:  # the table's gradient, scattered through layer 0's data gradient
+        assert np.abs(T0).max() > 0
+        assert np.linalg.norm(T1 - T0) <= 2e-2 * np.linalg.norm(T0)
     for net in range(a.nets):
         for layer in range(a.layers):
             ref = np.linalg.norm(W0[net, layer])
@@ -182,7 +192,7 @@ def test_variant_selection(device, tmp_path, monkeypatch):
     g = mlp_graph(tmp_path, target_image(20, 24), params)
     Build(g, device)
     m = g.modules[MLP]
-    assert m.data["variant"] == "portable" and "table" in m.data["variant_why"]
+    assert m.data["variant"] == "coopmat"  # table encodings too
     monkeypatch.setenv("VKGRAPH_MLP", "fast")
     g = mlp_graph(tmp_path, target_image(20, 24), {"batch": 64})
     with pytest.raises(GraphError, match="VKGRAPH_MLP"):

@@ -366,7 +366,7 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
     wgrad). VKGRAPH_MLP = auto (default: coopmat where the device is cm_capable, see kpn-t),
     coopmat or portable; VKGRAPH_PORTABLE=1 and `precise` (the gradient check) are always
     portable; VKGRAPH_COOPMAT_EMULATE=1 runs the coopmat kernel in plain GLSL on any device.
-    Shapes the coopmat kernel does not cover (table encodings) run portable; `why` says so."""
+    A launch shape whose shared memory the device lacks runs portable; `why` says so."""
     want = os.environ.get("VKGRAPH_MLP", "") or "auto"
     if want not in ("auto", "coopmat", "portable"):
         raise GraphError(f"VKGRAPH_MLP={want}: expected auto, coopmat or portable")
@@ -376,8 +376,6 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
         return "portable", "asked for"
     if not (env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph)):
         return "portable", "no cooperative matrices on this device"
-    if a.table is not None:
-        return "portable", "table encodings are not on cooperative matrices yet"
     need, have = cm_shared_bytes(a.width, cm_tuning()["warps"]), graph.capabilities
     if have is not None and have.shared_memory < need:
         return "portable", (f"train_cm needs {need} bytes of shared memory, the device has "
@@ -491,10 +489,11 @@ def create_nodes(graph, module):
         graph.node_connect(train, "Epart", node, "Epart")
         return node
 
-    def gradient_sum(src, parts, tacc, loss_parts=0):
+    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False):
         """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
         per-net gradient norms gn; adam applies both next frame (feedback). loss_parts > 0:
-        it also sums src's loss partials (lsum's work, its outputs hist and cur)."""
+        it also sums src's loss partials (lsum's work, its outputs hist and cur). scaled:
+        the partials are dE/dW already (train_cm divided out its loss scale)."""
         rgroups = math.ceil(n_p / 64)  # 64 params a workgroup (4 threads each)
         loss = [ssbo("Epart", "read"), ssbo("hist", "write", hist_len),
                 ssbo("cur", "write", 4)] if loss_parts else []
@@ -503,7 +502,7 @@ def create_nodes(graph, module):
             ssbo("gn", "write", 2 * a.nets), ssbo("gpart", "write", 2 * rgroups),
             ssbo("cnt", "write", 1, fmt="ui32"), *loss], shader="mlp-t", local=(256, 1, 1),
             push=[parts, loss_parts * a.nets, hist_len], keep=bool(loss_parts),
-            defines={**defines, **({} if tacc else {"PART_SCALED": 1}),
+            defines={**defines, **({"PART_SCALED": 1} if scaled else {}),
                      **({"LOSS_SUM": 1} if loss_parts else {})})
         graph.node_connect(src, "part", node, "part")
         if loss_parts:
@@ -524,15 +523,22 @@ def create_nodes(graph, module):
         cmdefs = {**defines, "WARPS": f"{tune['warps']}u"}
         if env_on("VKGRAPH_COOPMAT_EMULATE"):
             cmdefs["CM_EMULATE"] = 1
+        # a table: the fp32 params (the table after the weights) and its gradient, as train's
+        table = [ssbo("w", "read"), ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")
+                 ] if a.table is not None else []
         train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [
             img("target", "read"), ("w16", "read", "ssbo", "f16", None), ssbo("stats", "read"),
-            ssbo("part", "write", groups_cm * nw), ssbo("Epart", "write", 2 * groups_cm * a.nets)],
-            shader="mlp-t", local=(32 * tune["warps"], 1, 1), push=[batch, cm_chunks],
+            ssbo("part", "write", groups_cm * nw), ssbo("Epart", "write", 2 * groups_cm * a.nets),
+            *table], shader="mlp-t", local=(32 * tune["warps"], 1, 1), push=[batch, cm_chunks],
             defines=cmdefs)
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w16", train, "w16")
         graph.node_connect(adam, "stats", train, "stats")
-        reduce = lsum = gradient_sum(train, groups_cm, tacc=None, loss_parts=groups_cm)
+        if table:
+            train.connector("tacc").flags |= CLEAR
+            graph.node_connect(adam, "w", train, "w")
+        reduce = lsum = gradient_sum(train, groups_cm, tacc=train if table else None,
+                                     loss_parts=groups_cm, scaled=True)
     else:
         train = graph.add_node(module, "train", (groups * a.width, a.nets), [
             img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),

@@ -6,6 +6,10 @@
 #define CM_EMU_WARPS WARPS
 #define LEAKY_SLOPE 0.01  // as config.glsl (mlp_coopmat.glsl would default to 0.001)
 #include "mlp_coopmat.glsl"
+#if ENC >= 3
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
+#endif
 #include "vkgraph.glsl"
 #include "rng.glsl"
 #include "params.gen"  // the params block, generated from modules/mlp-t/params
@@ -27,6 +31,11 @@
 // and halves s; nothing saturates silently (|y| > 65504 does the same). Out: part[x NW +
 // n NET_W + ...] = dW / (s B K) (reduce sums the G partials without dividing) and
 // Epart[n G + x] = the loss sum / (B K).
+// Table encodings (ENC 3, 4): h_0 interpolates the fp32 table (after the weights in adam's
+// w), and the backward goes on through layer 0: d_0 = g_1 W_0 (s dl/dh_0, f16, columns <
+// N_IN), scattered as train.comp does (dE/dT_e += w_k d_0 / (s B K), 64-bit fixed point
+// T_FIX, integer atomics into tacc; a non-finite d_0 counts in tacc[TABLE], so the step is
+// skipped and the scale halved). reduce turns tacc into the table's dw.
 //
 // Work split. Forward, loss and backward: each warp its own 16 rows (CM_SYNC orders a warp's
 // in-place shared-memory rewrites). Layer 0 only multiplies the K0 = ceil(N_IN / 16) column
@@ -59,6 +68,12 @@ SSBO_OUT(4, vec2, Epart)
 #define NET_HELPERS_ONLY
 #define MLP_W(i) 0.0
 #include "net.glsl"
+#if ENC >= 3
+SSBO_IN(5, float, wt)       // adam's fp32 params: the table from float NW
+SSBO_RW(6, int64_t, tacc)   // the table gradient (fixed point), then the non-finite count
+#define ENC_TABLE(i) wt[uint(NW) + (i)]
+#include "encoding.glsl"
+#endif
 #include "loss.glsl"
 
 #define NT (MLP_WIDTH / 16)
@@ -153,6 +168,51 @@ void fix_padding() {
 #endif
 }
 
+#if ENC >= 3
+// d_0 = g_1 W_0 for the warp's rows (gs: g_1 in kt column tiles, ws: W_0's 16 K0 columns),
+// then the lane's columns of row r scattered into tacc with weight 1 / sbk (= s B K): dE/dT
+void table_grad(POS uv, float sbk, int kt) {
+  CM_A a[NT];
+  CM_UNROLL for (int k = 0; k < NT; k++)
+    if (k < kt) CM_LOAD_ROW(a[k], sm, GS + row0 * HS + 16u * uint(k), HS);
+  CM_SYNC();
+  CM_UNROLL for (int nt = 0; nt < K0; nt++) {
+    CM_ACC z;
+    CM_ZERO(z);
+    CM_UNROLL for (int k = 0; k < NT; k++) {
+      if (k < kt) {
+        CM_B b;  // B(k, n) = W_0[k][n]
+        CM_LOAD_ROW(b, sm, WS + 16u * (uint(k) * HS + uint(nt)), HS);
+        CM_MMA(z, a[k], b);
+      }
+    }
+    CM_INF_OVERFLOW(z);
+    CM_ACC16 d;
+    CM_TO_F16(d, z);
+    CM_STORE_ROW(d, sm, GS + row0 * HS + 16u * uint(nt), HS);
+  }
+  CM_SYNC();
+  uint r = lane & 15u, hf = lane >> 4u;
+  uint idx[T_CORNERS];
+  float wk[T_CORNERS];
+  for (uint j = 0u; j < 8u * uint(K0); j++) {
+    uint c = 8u * uint(K0) * hf + j;
+    if (c >= uint(N_IN)) break;
+    if (j == 0u || c % uint(T_FEAT) == 0u) t_cell(int(c) / T_FEAT, uv, idx, wk);
+    float g = float(sm[GS + (row0 + r) * HS + c]) / sbk;
+    if (g == 0.0) continue;  // (rows past the batch: g_L = 0)
+    if (isnan(g) || isinf(g)) {
+      atomicAdd(tacc[TABLE], int64_t(1));
+      continue;
+    }
+    for (int k = 0; k < T_CORNERS; k++) {
+      float q = clamp(floor(wk[k] * g * T_FIX + 0.5), -4.0e18, 4.0e18);
+      if (q != 0.0) atomicAdd(tacc[idx[k] * uint(T_FEAT) + c % uint(T_FEAT)], int64_t(q));
+    }
+  }
+}
+#endif
+
 void main() {
   warp = cm_warp();
   lane = cm_lane();
@@ -178,11 +238,24 @@ void main() {
     vec4 tgt = hf == 0u ? fetch_target(n, uv) : vec4(0.0);
     // h_0: the lane encodes columns 8 K0 hf .. 8 K0 (hf + 1) - 1 of its row (layer 0 reads
     // the first 16 K0 columns only)
+#if ENC >= 3
+    uint idx[T_CORNERS];
+    float wk[T_CORNERS];
+#endif
     for (uint j = 0u; j < 8u * uint(K0); j++) {
       uint c = 8u * uint(K0) * hf + j;
+#if ENC >= 3  // the cell once per level: its T_FEAT features are consecutive columns
+      float v = 0.0;
+      if (c < uint(N_IN)) {
+        if (j == 0u || c % uint(T_FEAT) == 0u) t_cell(int(c) / T_FEAT, uv, idx, wk);
+        for (int k = 0; k < T_CORNERS; k++)
+          v += wk[k] * ENC_TABLE(idx[k] * uint(T_FEAT) + c % uint(T_FEAT));
+      }
+#else
       // (the index stays in range even where the value is not taken: with `enc none`, uv[c]
       // out of range let the H100's compiler corrupt h_0, measured: E off by 15%)
       float v = c < uint(N_IN) ? encode(uv, min(int(c), N_IN - 1)) : 0.0;
+#endif
 #ifdef MLP_BIAS
       if (c == uint(MLP_WIDTH - 1)) v = 1.0;
 #endif
@@ -263,8 +336,11 @@ void main() {
       CM_UNROLL for (int k = 0; k < NT; k++)
         if (k < kin(l)) CM_STORE_ROW(hk[l * NT + k], sm, row0 * HS + 16u * uint(k), HS);
       barrier();  // g_{l+1} and h_l of all rows; every warp is done with ws
-      // W_l's rows 0 .. 16 kt - 1 for the data gradient (layer 0 has none)
+      // W_l's rows 0 .. 16 kt - 1 for the data gradient (layer 0 has none, but for a table)
       if (l > 0) stage(woff8, l, 16u * uint(kt), uint(MLP_WIDTH / 8), WS, HS);
+#if ENC >= 3
+      if (l == 0) stage(woff8, 0, 16u * uint(kt), 2u * uint(K0), WS, HS);
+#endif
       // dW_l += g_{l+1}^T h_l: this warp's tiles of layer l, K over the chunk's row blocks
       CM_UNROLL for (int j = 0; j < NACC; j++) {
         int tl, o, c;
@@ -291,8 +367,15 @@ void main() {
         }
 #endif
       }
-      if (l == 0) break;
       barrier();  // every warp is done with gs and hs before they are rewritten; ws is staged
+#if ENC >= 3
+      if (l == 0) {
+        table_grad(uv, s * float(push.batch * N_OUT), kt);
+        break;
+      }
+#else
+      if (l == 0) break;
+#endif
       // g_l = act'(h_l) * (g_{l+1} W_l) for this warp's rows, in place in gs
       CM_A a[NT];
       CM_UNROLL for (int k = 0; k < NT; k++)
