@@ -117,7 +117,7 @@ def test_gradient_matches_portable(device, tmp_path, monkeypatch, mode, case):
 
 def train_losses(device, tmp_path, monkeypatch, variant, emulate, params, frames):
     use(monkeypatch, variant, emulate)
-    (tmp_path / variant).mkdir(exist_ok=True)
+    (tmp_path / variant).mkdir(parents=True, exist_ok=True)
     g = mlp_graph(tmp_path / variant, target_image(20, 24), params, frames=frames)
     b = Build(g, device)
     m = g.modules[MLP]
@@ -155,6 +155,25 @@ def test_loss_scale_backs_off_and_grows(device, tmp_path, monkeypatch, mode):
     scale = float(st[2])
     assert scale < 2.0 ** 30 and np.log2(scale) == int(np.log2(scale))
     assert 0 <= st[3] < 3
+
+
+def test_table_training(device, tmp_path, monkeypatch, mode):
+    """A hash grid trained on train_cm: the loss follows portable's, a second run repeats the
+    first bit for bit (the table's sums are integer atomics, the weights' a fixed order), and
+    from a loss scale that overflows f16 it backs off (skipping those steps) and trains on."""
+    emulate = mode == "emulated"
+    params = {**CASES["hash-16-leaky-l2"], "batch": 128, "alpha": 0.01, "talpha": 0.05}
+    h0, _ = train_losses(device, tmp_path / "p", monkeypatch, "portable", False, params, 20)
+    h1, st1 = train_losses(device, tmp_path / "a", monkeypatch, "coopmat", emulate, params, 20)
+    h2, st2 = train_losses(device, tmp_path / "b", monkeypatch, "coopmat", emulate, params, 20)
+    assert h0[-1] < 0.7 * h0[0]  # it trains at all
+    assert st1[0] == 0  # no skipped step
+    assert abs(h1[-1] - h0[-1]) <= 0.1 * h0[-1], (h0[-1], h1[-1])
+    assert np.array_equal(h1, h2) and np.array_equal(st1, st2)
+    over = {**params, "lscale": 2.0 ** 30, "lsgrow": 3}
+    hist, st = train_losses(device, tmp_path / "o", monkeypatch, "coopmat", emulate, over, 20)
+    assert st[0] >= 5 and np.isfinite(hist).all()
+    assert hist[-1] < hist[int(st[0]) + 1]
 
 
 def test_loss_scale_grows_to_the_cap(device, tmp_path, monkeypatch):
