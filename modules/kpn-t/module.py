@@ -549,8 +549,8 @@ def _backward_portable(graph, module, n, i, adam, dap):
     chunks, chunk = mulw_chunks(npx)
     conns = [ssbo("A", "read"), ssbo("G", "read"), ssbo("dK", "read"),
              ssbo("part", "write", NW * chunks)]
-    if n["variant"] == "cpu":  # one subgroup per (chunk, layer, 32-row block)
-        mulw = graph.add_node(module, "mulw_cpu", (8 * chunks, 7, 2), conns, shader="kpn-t",
+    if n["variant"] == "cpu":  # one subgroup per (chunk, layer)
+        mulw = graph.add_node(module, "mulw_cpu", (8 * chunks, 7), conns, shader="kpn-t",
                               local=(8, 1, 1), push=[npx, chunk])
     else:
         mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), conns, shader="kpn-t",
