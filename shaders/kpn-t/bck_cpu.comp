@@ -23,11 +23,13 @@ SSBO_OUT(3, vec4, G4)  // g_l[p][4q..4q+3] = G4[16 ((l-1) N + p) + q]
 float g[PX][64];  // dE/dz of the layer's output
 float d[PX][64];  // W^T g
 
-// d[k][c] += W_l[o][c] g[k][o] for c = c0 + 4 L + comp, the weight coming from lane L
-#define MAC(comp, L, c)                                                 \
-  {                                                                     \
-    float wv = FROM_LANE(comp, L);                              \
-    [[unroll]] for (int k = 0; k < PX; k++) d[k][c] += wv * go[k];      \
+// d[k][c] += W_l[o][c] g[k][o] + W_l[o+1][c] g[k][o+1] for c = c0 + 4 L + comp, the
+// weights coming from lane L: rows o and o + 1 at once, so each d goes to and from the stack
+// once for both (the sums in the same order as one row at a time, so the same bits)
+#define MAC2(ca, cb, L, c)                                                          \
+  {                                                                                 \
+    float wa = FROM_LANE(ca, L), wb = FROM_LANE(cb, L);                             \
+    [[unroll]] for (int k = 0; k < PX; k++) d[k][c] = d[k][c] + wa * ga[k] + wb * gb[k]; \
   }
 
 void main() {
@@ -47,13 +49,16 @@ void main() {
     [[unroll]] for (int k = 0; k < PX; k++)
       [[unroll]] for (int c = 0; c < 64; c++) d[k][c] = 0.0;
     int nin = l == 6 ? N_OUT : 64;  // g_7 = dK has N_OUT columns (bck adds the zero rest)
-    for (int o = 0; o < nin; o++) {
-      float go[PX];
-      [[unroll]] for (int k = 0; k < PX; k++) go[k] = g[k][o];
-      vec4 v0 = w4[1024 * l + 16 * o + lane];
-      vec4 v1 = w4[1024 * l + 16 * o + 8 + lane];
-      ROW(v0, 0)
-      ROW(v1, 32)
+    for (int o = 0; o < nin; o += 2) {  // (nin is even)
+      float ga[PX], gb[PX];
+      [[unroll]] for (int k = 0; k < PX; k++) {
+        ga[k] = g[k][o];
+        gb[k] = g[k][o + 1];
+      }
+      vec4 a0 = w4[1024 * l + 16 * o + lane], a1 = w4[1024 * l + 16 * o + 8 + lane];
+      vec4 b0 = w4[1024 * l + 16 * o + 16 + lane], b1 = w4[1024 * l + 16 * o + 24 + lane];
+      ROW2(a0, b0, 0)
+      ROW2(a1, b1, 32)
     }
     [[unroll]] for (int k = 0; k < PX; k++) {
       int p = base + SG * k;
