@@ -515,6 +515,8 @@ def create_nodes(graph, module):
         graph.node_feedback(node, "gn", adam, "gn")
         return node
 
+    # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
+    tacc_conn = ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")
     if cm:
         tune = cm_tuning()
         T = 16 * tune["warps"]
@@ -524,8 +526,7 @@ def create_nodes(graph, module):
         if env_on("VKGRAPH_COOPMAT_EMULATE"):
             cmdefs["CM_EMULATE"] = 1
         # a table: the fp32 params (the table after the weights) and its gradient, as train's
-        table = [ssbo("w", "read"), ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")
-                 ] if a.table is not None else []
+        table = [ssbo("w", "read"), tacc_conn] if a.table is not None else []
         train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [
             img("target", "read"), ("w16", "read", "ssbo", "f16", None), ssbo("stats", "read"),
             ssbo("part", "write", groups_cm * nw), ssbo("Epart", "write", 2 * groups_cm * a.nets),
@@ -543,9 +544,7 @@ def create_nodes(graph, module):
         train = graph.add_node(module, "train", (groups * a.width, a.nets), [
             img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
             ssbo("G", "write", a.layers * rows * a.width),
-            ssbo("Epart", "write", 2 * groups * a.nets),
-            # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
-            ssbo("tacc", "write", 2 * (a.table_floats + 1), fmt="ui32")], shader="mlp-t",
+            ssbo("Epart", "write", 2 * groups * a.nets), tacc_conn], shader="mlp-t",
             local=(a.width, 1, 1), push=[batch, bpad],
             defines={**defines, **({"PRECISE": 1} if precise else {})})
         train.connector("tacc").flags |= CLEAR
