@@ -142,4 +142,17 @@ T_ACC t_encode(POS x, int c) {
   return h;
 }
 
+// dE/dT_e += w_k g for the corners (idx, wt) of a cell, feature f: 64-bit fixed point (T_FIX)
+// integer atomics into the kernel's buffer acc, so the sum does not depend on the order; a
+// non-finite g counts in acc[TABLE] instead (the training kernels train and train_cm)
+#define T_SCATTER(acc, idx, wt, f, g)                                                   \
+  if (isnan(g) || isinf(g)) {                                                           \
+    atomicAdd(acc[TABLE], int64_t(1));                                                  \
+  } else {                                                                              \
+    for (int k_ = 0; k_ < T_CORNERS; k_++) {                                            \
+      float q_ = clamp(floor((wt)[k_] * (g) * T_FIX + 0.5), -4.0e18, 4.0e18);          \
+      if (q_ != 0.0) atomicAdd(acc[(idx)[k_] * uint(T_FEAT) + uint(f)], int64_t(q_));   \
+    }                                                                                   \
+  }
+
 #endif

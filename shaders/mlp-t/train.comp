@@ -118,17 +118,10 @@ void main() {
     for (int r = 0; r < MLP_BATCH && i0 + r < push.batch; r++) {
       float g = mlp_act[r][c] / params.lscale;
       if (g == 0.0) continue;
-      if (isnan(g) || isinf(g)) {
-        atomicAdd(tacc[TABLE], int64_t(1));
-        continue;
-      }
       uint idx[T_CORNERS];
       float wt[T_CORNERS];
       t_cell(c / T_FEAT, net_uv[r], idx, wt);
-      for (int k = 0; k < T_CORNERS; k++) {
-        float q = clamp(floor(wt[k] * g * T_FIX + 0.5), -4.0e18, 4.0e18);
-        if (q != 0.0) atomicAdd(tacc[idx[k] * uint(T_FEAT) + uint(f)], int64_t(q));
-      }
+      T_SCATTER(tacc, idx, wt, f, g)
     }
   }
 #endif

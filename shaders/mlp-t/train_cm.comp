@@ -200,14 +200,8 @@ void table_grad(POS uv, float sbk, int kt) {
     if (c >= uint(N_IN)) break;
     if (j == 0u || c % uint(T_FEAT) == 0u) t_cell(int(c) / T_FEAT, uv, idx, wk);
     float g = float(sm[GS + (row0 + r) * HS + c]) / sbk;
-    if (g == 0.0) continue;  // (rows past the batch: g_L = 0)
-    if (isnan(g) || isinf(g)) {
-      atomicAdd(tacc[TABLE], int64_t(1));
-      continue;
-    }
-    for (int k = 0; k < T_CORNERS; k++) {
-      float q = clamp(floor(wk[k] * g * T_FIX + 0.5), -4.0e18, 4.0e18);
-      if (q != 0.0) atomicAdd(tacc[idx[k] * uint(T_FEAT) + c % uint(T_FEAT)], int64_t(q));
+    if (g != 0.0) {  // (rows past the batch: g = 0)
+      T_SCATTER(tacc, idx, wk, c % uint(T_FEAT), g)
     }
   }
 }
