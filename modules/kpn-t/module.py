@@ -331,10 +331,14 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         npx = w * h
         sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
                              img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
-        diff = graph.add_node(module, "diff", (w, h), [img("fine", "read"), img("coarse", "read"),
-                              img("detail", "write", Roi(w, h))], shader="kpn-t",
-                              **({"push": [bands[i]], "defines": {"NOISE_FEATURES": 1}}
-                                 if nmap else {}))
+        # the cooperative-matrix kernels gather their features from an f16 plane
+        plane = variant in ("fused", "coopmat")
+        diff = graph.add_node(module, "diff", (w, h), [
+            img("fine", "read"), img("coarse", "read"), img("detail", "write", Roi(w, h))]
+            + ([("feat", "write", "ssbo", "f16", Roi(w, h))] if plane else []),
+            shader="kpn-t", push=[bands[i]] if nmap else [],
+            defines={**({"NOISE_FEATURES": 1} if nmap else {}),
+                     **({"FEATURE_PLANE": 1} if plane else {})})
         if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
             conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
             defines = {"PX": CPU_PX}
@@ -364,7 +368,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
         else:  # 128-pixel workgroups of 2 warps; buffers of whole 256-pixel tiles
             npad = _pad(npx)
-            conns = [img("detail", "read"), ssbo("w", "read", fmt="f16"),
+            conns = [ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"),
                      ssbo("K", "write", 16 * npad)]
             tune = cm_tuning()
             warps, rows = tune["fwd_warps"], tune["fwd_rows"]
@@ -393,7 +397,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.node_connect(n["sub"][-1], "coarse", sub, "fine")
             graph.node_connect(n["sub"][-1], "coarse", diff, "fine")
         graph.node_connect(sub, "coarse", diff, "coarse")
-        graph.node_connect(diff, "detail", fwd, "detail")
+        graph.node_connect(diff, *(("feat", fwd, "feat") if plane else ("detail", fwd, "detail")))
         if isinstance(weights, str):
             graph.bind(module, weights, fwd, "w")
         else:
@@ -581,12 +585,12 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         per = math.ceil(tiles / min(tiles, tune["fused_groups"]))
         groups = math.ceil(tiles / per)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
-            img("detail", "read"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
+            ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
             ssbo("scr", "write", groups * warps // 2 * 5 * 1024, "f16"),
             ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
             push=[npx, per, scale, 1.0 / scale],
             defines=_cm_defines(WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))
-        graph.node_connect(n["diff"][i], "detail", node, "detail")
+        graph.node_connect(n["diff"][i], "feat", node, "feat")
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups

@@ -40,7 +40,7 @@
 #define HS 72u
 
 layout(push_constant) uniform Push { uint N; uint tiles; float scale; float inv_scale; } push;
-IMG_IN(0, detail)
+SSBO_IN(0, float16_t, feat)  // diff's feature plane
 SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_IN(2, float, dK)
 layout(std430, set = 1, binding = 3) buffer scr_buf { uvec4 scr[]; };  // f16, 8 per uvec4
@@ -69,7 +69,7 @@ void scr_store(uint l) {
 }
 
 // h_0 of this warp's row block and columns into hs: lane -> pixel lane / 2, 16 features
-DEFINE_KPN_FEATURES(gather, detail, 0, 2)
+DEFINE_KPN_FEATURES(gather, feat, 0, 2)
 void features() {
   uint r = lane / 2u, p = p0 + r, q = 2u * half_ + lane % 2u;
   float f[16];

@@ -6,9 +6,19 @@
 // or with NOISE_FEATURES its signal-to-noise ratio log2(1 + Y(|D_i|) / sigma_i), where
 // sigma_i = band * sqrt(M_i.alpha): M_i's alpha holds the local noise variance of a level-0
 // pixel (nmap, blurred by sub) and `band` is the std of D_i for unit white noise at level 0.
+// FEATURE_PLANE: the feature source also goes to `feat` as f16, one a pixel, for the
+// cooperative-matrix kernels (which round it to f16 anyway): their gathers of 64 features a
+// pixel then read 2 bytes each instead of a 16-byte texel.
+#ifdef FEATURE_PLANE
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 IMG_IN(0, fine)
 IMG_IN(1, coarse)
 IMG_OUT(2, detail)
+#ifdef FEATURE_PLANE
+SSBO_OUT(3, float16_t, feat)
+#endif
 DEFINE_UPSAMPLE(upsample, coarse, 1)
 #ifdef NOISE_FEATURES
 layout(push_constant) uniform Push { float band; } push;
@@ -26,4 +36,7 @@ void main() {
   f = log2(1.0 + f / max(sigma, SIGMA_FLOOR));
 #endif
   detail[i] = vec4(d, f);
+#ifdef FEATURE_PLANE
+  feat[i] = float16_t(f);
+#endif
 }

@@ -27,7 +27,7 @@
 #define FWD_TILE (16u * FWD_ROWS * FWD_WARPS)
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
 
-IMG_IN(0, detail)
+SSBO_IN(0, float16_t, feat)  // diff's feature plane
 SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_OUT(2, float, K)
 #ifdef TRAIN  // f16 activations, written 8 at a time
@@ -42,7 +42,7 @@ SSBO_OUT(9, uvec4, A6)
 
 shared float16_t hs[FWD_TILE * HS];
 shared float16_t ws[64u * HS];  // W_l
-DEFINE_KPN_FEATURES(features, detail, 0, 4)
+DEFINE_KPN_FEATURES(features, feat, 0, 4)
 
 #ifdef TRAIN
 // h_s of this warp's rows (in hs) -> buffer As (plain per-invocation copies)

@@ -62,8 +62,9 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 
 // fname(p, h, f): features 8 NX h .. 8 NX (h + 1) - 1 of pixel p at once (f[j] = feature
 // 8 NX h + j: x offset NX h + j div 8 - 4, y offset j mod 8 - 4), with NX + 8 mirrored
-// coordinates instead of 2 per feature. The cooperative-matrix kernels split a pixel's 64
-// features over 8 / NX invocations.
+// coordinates instead of 2 per feature, read from connector conn's feature plane `buf` (one
+// f16 a pixel: diff's FEATURE_PLANE output). The cooperative-matrix kernels split a pixel's
+// 64 features over 8 / NX invocations.
 #define DEFINE_KPN_FEATURES(fname, buf, conn, NX)                                        \
   void fname(uint p, uint h, out float f[8 * NX]) {                                      \
     ivec2 n = node.roi[conn].xy;                                                          \
@@ -71,7 +72,7 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
     int row[8], col[NX];                                                                  \
     [[unroll]] for (int d = 0; d < 8; d++) row[d] = n.x * mirror(y + d - 4, n.y);         \
     [[unroll]] for (int d = 0; d < NX; d++) col[d] = mirror(x + NX * int(h) + d - 4, n.x); \
-    [[unroll]] for (int j = 0; j < 8 * NX; j++) f[j] = buf[row[j % 8] + col[j / 8]].a;    \
+    [[unroll]] for (int j = 0; j < 8 * NX; j++) f[j] = float(buf[row[j % 8] + col[j / 8]]); \
     KPN_BIAS_FIRST(h, f)                                                                  \
   }
 #ifdef KPN_BIAS
