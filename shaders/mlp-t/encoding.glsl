@@ -129,17 +129,21 @@ void t_cell(int l, POS x, out uint idx[T_CORNERS], out float wt[T_CORNERS]) {
 #define T_ACC float
 #endif
 
-// encoded input c = l F + f: feature f of level l, interpolated (ENC_TABLE(i) reads table
-// float i, entry e's features at e F .. e F + F - 1)
-T_ACC t_encode(POS x, int c) {
-  int l = c / T_FEAT, f = c % T_FEAT;
-  uint idx[T_CORNERS];
-  float wt[T_CORNERS];
-  t_cell(l, x, idx, wt);
+// feature f interpolated over a cell's corners (idx, wt) (ENC_TABLE(i) reads table float i,
+// entry e's features at e F .. e F + F - 1)
+T_ACC t_interp(uint idx[T_CORNERS], float wt[T_CORNERS], int f) {
   T_ACC h = T_ACC(0.0);
   for (int k = 0; k < T_CORNERS; k++)
     h += T_ACC(wt[k]) * T_ACC(ENC_TABLE(idx[k] * uint(T_FEAT) + uint(f)));
   return h;
+}
+
+// encoded input c = l F + f: feature f of level l, interpolated
+T_ACC t_encode(POS x, int c) {
+  uint idx[T_CORNERS];
+  float wt[T_CORNERS];
+  t_cell(c / T_FEAT, x, idx, wt);
+  return t_interp(idx, wt, c % T_FEAT);
 }
 
 // dE/dT_e += w_k g for the corners (idx, wt) of a cell, feature f: 64-bit fixed point (T_FIX)

@@ -69,9 +69,9 @@ SSBO_OUT(4, vec2, Epart)
 #define MLP_W(i) 0.0
 #include "net.glsl"
 #if ENC >= 3
-SSBO_IN(5, float, wt)       // adam's fp32 params: the table from float NW
+SSBO_IN(5, float, w32)      // adam's fp32 params: the table from float NW
 SSBO_RW(6, int64_t, tacc)   // the table gradient (fixed point), then the non-finite count
-#define ENC_TABLE(i) wt[uint(NW) + (i)]
+#define ENC_TABLE(i) w32[uint(NW) + (i)]  // (a name encoding.glsl does not use)
 #include "encoding.glsl"
 #endif
 #include "loss.glsl"
@@ -242,8 +242,7 @@ void main() {
       float v = 0.0;
       if (c < uint(N_IN)) {
         if (j == 0u || c % uint(T_FEAT) == 0u) t_cell(int(c) / T_FEAT, uv, idx, wk);
-        for (int k = 0; k < T_CORNERS; k++)
-          v += wk[k] * ENC_TABLE(idx[k] * uint(T_FEAT) + c % uint(T_FEAT));
+        v = t_interp(idx, wk, int(c) % T_FEAT);
       }
 #else
       // (the index stays in range even where the value is not taken: with `enc none`, uv[c]
