@@ -27,8 +27,9 @@
 // holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_1..h_5 wait in a
 // scratch buffer per workgroup and row block (read back once, so it stays in L2), copied in
 // 16-byte pieces per invocation; the backward step issues the loads of h_{l-1} before its
-// products, which hide their latency. h_0 is gathered again from the image. The weights of the layer at hand are staged in shared
-// memory by the whole workgroup (ws), so the weight fragments load from there.
+// products, which hide their latency. h_0 is gathered again from diff's feature plane. The
+// weights of the layer at hand are staged in shared memory by the whole workgroup (ws), so
+// the weight fragments load from there.
 // Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
 // Barriers: two per layer and direction; the operands of a product are loaded before the
