@@ -225,19 +225,24 @@ def test_variant_selection(device, tmp_path, monkeypatch):
     assert mlp_t_module.cm_shared_bytes(64, 8) == 47104
 
 
-def test_resume_is_bit_exact_with_the_loss_scale(tmp_path, monkeypatch):
-    """fit-image.cfg on the coopmat kernel (emulated), with a scale that overflows at first
-    and grows every 2 clean steps, so the scale and its count change during the run: 8 frames
-    in one run equal 4 + resume to 8 (stats, holding the scale, is in the checkpoint)."""
+@pytest.mark.parametrize("graph", ["fit-image", "fit-image-hash"])
+def test_resume_is_bit_exact_with_the_loss_scale(tmp_path, monkeypatch, graph):
+    """fit-image.cfg (and with a hash grid, whose table trains too) on the coopmat kernel
+    (emulated), with a scale that overflows at first and grows every 2 clean steps, so the
+    scale and its count change during the run: 8 frames in one run equal 4 + resume to 8
+    (stats, holding the scale, is in the checkpoint)."""
     from conftest import vkgraph
     from test_reliability import ROOT, arrays, assert_same_state, ok
 
     use(monkeypatch, "coopmat", True)
     write_pfm(tmp_path / "t.pfm", np.random.default_rng(3).random((16, 16, 3), np.float32))
-    cfg = str(ROOT / "graphs" / "fit-image.cfg")
+    cfg = str(ROOT / "graphs" / f"{graph}.cfg")
+    small = (["param:mlp-t:01:levels:3", "param:mlp-t:01:log2size:8"]
+             if graph == "fit-image-hash" else [])
     args = ("--last-frame-only", "--format", "o-pfm", "--config", "param:mlp-t:01:batch:64",
             f"param:i-img:main:filename:{tmp_path / 't.pfm'}", "param:mlp-t:01:width:16",
-            "param:mlp-t:01:depth:1", "param:mlp-t:01:lscale:1e6", "param:mlp-t:01:lsgrow:2")
+            "param:mlp-t:01:depth:1", "param:mlp-t:01:lscale:1e6", "param:mlp-t:01:lsgrow:2",
+            *small)
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
@@ -247,4 +252,4 @@ def test_resume_is_bit_exact_with_the_loss_scale(tmp_path, monkeypatch):
     ok(vkgraph(two, "-g", cfg, "--frames", "8", "--resume", "half.npz", "--checkpoint",
                "end.npz", *args))
     assert_same_state(arrays(one / "end.npz"), arrays(two / "end.npz"))
-    assert (one / "fit-image-w.lut").read_bytes() == (two / "fit-image-w.lut").read_bytes()
+    assert (one / f"{graph}-w.lut").read_bytes() == (two / f"{graph}-w.lut").read_bytes()
