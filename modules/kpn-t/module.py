@@ -191,7 +191,9 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 # (`VKGRAPH_CM_TUNE=... python bench/kpn_train.py --variants fused --sizes 1024 --profile`):
 # fwd_cm 1.43 ms at 2 warps x 4 rows, 0.77 at 4 x 4, 0.89 at 4 x 2, 0.91 at 2 x 2, 1.31 at
 # 2 x 8; bck_fused 2.64 / 2.68 / 2.69 ms at 264 / 512 / 1056 groups, 5.01 with 4 warps.
-CM_TUNING = {"fwd_warps": 4, "fwd_rows": 4, "fused_warps": 16, "fused_groups": 264}
+# Session 7 (feature plane in): fwd_cm 0.732 ms at 4 x 4, 0.547 at 8 x 2, 0.680 at 8 x 1,
+# 0.514 at 16 x 1, 0.861 at 2 x 2.
+CM_TUNING = {"fwd_warps": 16, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 264}
 
 
 def env_on(name: str) -> bool:
@@ -366,7 +368,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             batch = MLP_BATCH // 2 if precise else MLP_BATCH
             fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
-        else:  # 128-pixel workgroups of 2 warps; buffers of whole 256-pixel tiles
+        else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
             npad = _pad(npx)
             conns = [ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"),
                      ssbo("K", "write", 16 * npad)]
