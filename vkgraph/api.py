@@ -185,10 +185,9 @@ class Session:
                 f, end - 1, {str(m): hook(b.context, m) for m, hook in stats}))
         if on_frame is not None:
             callbacks.append(on_frame)
-        if progress is not None or (on_frame is not None and sync is None):
-            sync = lambda f: True  # noqa: E731 (the callbacks see each frame's own state)
+        # sync None: run_frames gives every frame its own state where there are callbacks
         build.run_frames(self.frame, end, not every_frame_sinks, callbacks, stop,
-                         sync=sync or (lambda f: False))
+                         sync=None if progress is not None else sync)
         return self
 
     def _reached(self, build: Build, frame: int) -> None:

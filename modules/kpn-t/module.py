@@ -399,7 +399,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.node_connect(n["sub"][-1], "coarse", sub, "fine")
             graph.node_connect(n["sub"][-1], "coarse", diff, "fine")
         graph.node_connect(sub, "coarse", diff, "coarse")
-        graph.node_connect(diff, *(("feat", fwd, "feat") if plane else ("detail", fwd, "detail")))
+        src = "feat" if plane else "detail"  # the features' source
+        graph.node_connect(diff, src, fwd, src)
         if isinstance(weights, str):
             graph.bind(module, weights, fwd, "w")
         else:
