@@ -254,3 +254,31 @@ def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emul
         out[variant] = (E, dW, O)
     check_fused_vs_portable(*out["portable"], *out["fused"])
     assert np.abs(out["portable"][1][6, 15]).max() > 0  # K_15 gets a gradient (apply 2)
+
+
+def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):
+    """16-byte shared-memory copies (CM_SHARED_BLOCKS) are asked for only where the device
+    has explicit-layout shared memory, never for the plain-GLSL emulation; the kernels that
+    opt in compile both ways, and only the block form needs the extension."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from vkgraph.modules.kpn_t import module as kpn_t
+    from vkgraph.pipeline.kernels import SHADERS
+    from vkgraph.pipeline.vk import compile_glsl
+
+    monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
+    on = SimpleNamespace(capabilities=replace(device.info, shared_blocks=True))
+    off = SimpleNamespace(capabilities=replace(device.info, shared_blocks=False))
+    assert kpn_t._cm_defines(on, WARPS="16u") == {"WARPS": "16u", "CM_SHARED_BLOCKS": 1}
+    assert kpn_t._cm_defines(off, WARPS="16u") == {"WARPS": "16u"}
+    monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
+    assert "CM_SHARED_BLOCKS" not in kpn_t._cm_defines(on)
+    ext = b"SPV_KHR_workgroup_memory_explicit_layout"
+    incs = [SHADERS / "include", SHADERS / "kpn-t"]
+    for kernel, defs in (("bck_fused", {"WARPS": "16u"}),
+                         ("fwd_cm", {"FWD_WARPS": "16u", "FWD_ROWS": "1u", "TRAIN": 1})):
+        plain = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs, defs)
+        blocks = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs,
+                              {**defs, "CM_SHARED_BLOCKS": 1})
+        assert ext not in plain and ext in blocks, kernel

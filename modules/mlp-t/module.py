@@ -525,6 +525,8 @@ def create_nodes(graph, module):
         cmdefs = {**defines, "WARPS": f"{tune['warps']}u"}
         if env_on("VKGRAPH_COOPMAT_EMULATE"):
             cmdefs["CM_EMULATE"] = 1
+        elif graph.capabilities is not None and graph.capabilities.shared_blocks:
+            cmdefs["CM_SHARED_BLOCKS"] = 1  # 16-byte shared-memory copies (mlp_coopmat.glsl)
         # a table: the fp32 params (the table after the weights) and its gradient, as train's
         table = [ssbo("w", "read"), tacc_conn] if a.table is not None else []
         train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [

@@ -59,6 +59,9 @@ class DeviceInfo:
     coopvec: bool = False
     # compute shaders may use subgroupShuffle (VK_SUBGROUP_FEATURE_SHUFFLE_BIT)
     subgroup_shuffle: bool = False
+    # VK_KHR_workgroup_memory_explicit_layout with 16-bit access: shared memory declared as
+    # blocks that alias (GL_EXT_shared_memory_block), so f16 tiles move 16 bytes at a time
+    shared_blocks: bool = False
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -175,6 +178,7 @@ def _features(pd):
 COOPVEC_FEATURES = 1000491000  # VkPhysicalDeviceCooperativeVectorFeaturesNV (2 flags)
 REPLICATED_COMPOSITES_FEATURES = 1000564000  # VkPhysicalDeviceShaderReplicatedComposites..EXT
 COOPVEC_EXT = "VK_NV_cooperative_vector"
+WMEL_EXT = "VK_KHR_workgroup_memory_explicit_layout"
 REPLICATED_EXT = "VK_EXT_shader_replicated_composites"
 
 
@@ -228,7 +232,17 @@ def _describe(index: int, pd) -> DeviceInfo:
         uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))),
         coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0],
         subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
-                              and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT))
+                              and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
+        shared_blocks=_shared_blocks(pd, exts))
+
+
+def _shared_blocks(pd, exts) -> bool:
+    """Whether the device has explicit-layout shared memory with 16-bit access."""
+    if WMEL_EXT not in exts:
+        return False
+    f = vk.VkPhysicalDeviceWorkgroupMemoryExplicitLayoutFeaturesKHR()
+    vk.vkGetPhysicalDeviceFeatures2(pd, vk.VkPhysicalDeviceFeatures2(pNext=f))
+    return bool(f.workgroupMemoryExplicitLayout and f.workgroupMemoryExplicitLayout16BitAccess)
 
 
 def format_uuid(raw: bytes) -> str:
@@ -343,10 +357,17 @@ class Device:
             chain = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(
                 pNext=chain, cooperativeMatrix=1)
             exts.append("VK_KHR_cooperative_matrix")
+        if info.shared_blocks:
+            chain = vk.VkPhysicalDeviceWorkgroupMemoryExplicitLayoutFeaturesKHR(
+                pNext=chain, workgroupMemoryExplicitLayout=1,
+                workgroupMemoryExplicitLayout16BitAccess=1)
+            exts.append(WMEL_EXT)
         self._raw = []  # feature structs in raw memory: alive until vkCreateDevice returns
         if info.coopvec:
             self._raw.append(chain)  # only its address is in the raw struct below
-            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, 0))
+            # cooperativeVectorTraining: transposed products and outer-product accumulation
+            training = _raw_feature(pd, COOPVEC_FEATURES, 2)[1]
+            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, training))
             self._raw.append(chain)
             exts.append(COOPVEC_EXT)
             # Slang may express a splat of a cooperative vector as a replicated composite

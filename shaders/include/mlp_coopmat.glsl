@@ -45,6 +45,15 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #endif
+// Wide shared-memory copies: a kernel that defines CM_WANT_BLOCKS before this include, run
+// where the host defines CM_SHARED_BLOCKS (VK_KHR_workgroup_memory_explicit_layout with
+// 16-bit access), gets CM_BLOCKS and then declares every shared array twice, in two blocks
+// that alias: f16 arrays (name) for the fragments, and uvec4 arrays (name8) over the same
+// bytes for CM_PUT8 / CM_GET8, one 16-byte access instead of eight 2-byte ones.
+#if defined(CM_WANT_BLOCKS) && defined(CM_SHARED_BLOCKS) && !defined(CM_EMULATE)
+#define CM_BLOCKS
+#extension GL_EXT_shared_memory_block : require
+#endif
 
 #ifndef LEAKY_SLOPE
 #define LEAKY_SLOPE 0.001  // as mlp.glsl
@@ -149,14 +158,30 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
     sh[(i) + 4u] = c_.x; sh[(i) + 5u] = c_.y; sh[(i) + 6u] = d_.x; sh[(i) + 7u] = d_.y; \
   }
 
+// 8 floats of array f from index j, rounded to f16, as one uvec4
+#define CM_PACK8F(f, j)                                                                   \
+  uvec4(packFloat2x16(f16vec2((f)[(j)], (f)[(j) + 1u])),                                  \
+        packFloat2x16(f16vec2((f)[(j) + 2u], (f)[(j) + 3u])),                             \
+        packFloat2x16(f16vec2((f)[(j) + 4u], (f)[(j) + 5u])),                             \
+        packFloat2x16(f16vec2((f)[(j) + 6u], (f)[(j) + 7u])))
+
+// halves 8 i8 .. 8 i8 + 7 of shared f16 array sh <-> one uvec4 (i8 counts groups of 8)
+#ifdef CM_BLOCKS
+#define CM_PUT8(sh, i8, v) sh##8[i8] = (v)
+#define CM_GET8(sh, i8) sh##8[i8]
+#else
+#define CM_PUT8(sh, i8, v) CM_UNPACK8(sh, 8u * (i8), v)
+#define CM_GET8(sh, i8) CM_PACK8(sh, 8u * (i8))
+#endif
+
 // rows 0 .. nrows-1, columns 0 .. 8 cols8 - 1 of a row-major f16 matrix with rows of rs8
 // uvec4, at uvec4 offset off8 of buffer buf -> shared array sh from index dst (row stride ss
-// halves), by all invocations of the workgroup (wide loads; fragments then load from shared
-// memory). The caller puts barriers around it.
+// halves; both multiples of 8), by all invocations of the workgroup (wide loads; fragments
+// then load from shared memory). The caller puts barriers around it.
 #define CM_STAGE(sh, dst, ss, buf, off8, nrows, cols8, rs8)                                \
   for (uint e_ = gl_LocalInvocationIndex; e_ < (nrows) * (cols8); e_ += gl_WorkGroupSize.x) \
-    CM_UNPACK8(sh, (dst) + (e_ / (cols8)) * (ss) + 8u * (e_ % (cols8)),                     \
-               buf[(off8) + (e_ / (cols8)) * (rs8) + e_ % (cols8)])
+    CM_PUT8(sh, (dst) / 8u + (e_ / (cols8)) * ((ss) / 8u) + e_ % (cols8),                   \
+            buf[(off8) + (e_ / (cols8)) * (rs8) + e_ % (cols8)])
 // all 64 columns of a 64-wide matrix
 #define CM_STAGE64(sh, ss, buf, off8, nrows) CM_STAGE(sh, 0u, ss, buf, off8, nrows, 8u, 8u)
 

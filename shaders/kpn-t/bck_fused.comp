@@ -4,6 +4,7 @@
 #define WARPS 16u  // T = 128 pixels: 2 x 128 x 72 + 64 x 72 halves = 45 KiB of shared memory
 #endif
 #define CM_EMU_WARPS WARPS
+#define CM_WANT_BLOCKS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
 #include "kpn.glsl"
@@ -47,9 +48,14 @@ SSBO_IN(2, float, dK)
 layout(std430, set = 1, binding = 3) buffer scr_buf { uvec4 scr[]; };  // f16, 8 per uvec4
 SSBO_OUT(4, float, part)
 
+#ifdef CM_BLOCKS
+shared F16 { float16_t hs[T * HS]; float16_t gs[T * HS]; float16_t ws[64u * HS]; };
+shared U128 { uvec4 hs8[T * HS / 8u]; uvec4 gs8[T * HS / 8u]; uvec4 ws8[64u * HS / 8u]; };
+#else
 shared float16_t hs[T * HS];
 shared float16_t gs[T * HS];
 shared float16_t ws[64u * HS];  // W_l, staged by the workgroup per layer
+#endif
 
 uint warp, lane, half_, row0, p0;
 
@@ -58,14 +64,14 @@ uint warp, lane, half_, row0, p0;
 uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 5u + l - 1u) * 128u; }
 #define SCR_E(l, i, e, s)                                                  \
   uint e = lane + CM_WARP * (i);                                            \
-  uint s = (row0 + e / 4u) * HS + 32u * half_ + 8u * (e % 4u);              \
+  uint s = (row0 + e / 4u) * (HS / 8u) + 4u * half_ + e % 4u;               \
   e = scr_off(l) + 8u * (e / 4u) + 4u * half_ + e % 4u
 // h_l (l = 1..5) of this warp's rows and columns: hs -> scratch. Each lane reads back
 // (back_step) exactly what it wrote, so no other invocation's write is involved.
 void scr_store(uint l) {
   [[unroll]] for (uint i = 0u; i < 2u; i++) {
     SCR_E(l, i, e, s);
-    scr[e] = CM_PACK8(hs, s);
+    scr[e] = CM_GET8(hs, s);
   }
 }
 
@@ -79,7 +85,7 @@ void features() {
   } else {
     [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
-  [[unroll]] for (uint j = 0u; j < 16u; j++) hs[(row0 + r) * HS + 16u * q + j] = float16_t(f[j]);
+  [[unroll]] for (uint j = 0u; j < 2u; j++) CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8F(f, 8u * j));
 }
 
 // hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns; h_l (l > 0) to scratch first
@@ -160,7 +166,7 @@ void back_step(uint l, uint kt) {
   if (l > 1u) {
     [[unroll]] for (uint i = 0u; i < 2u; i++) {
       SCR_E(l - 1u, i, e, s);
-      CM_UNPACK8(hs, s, hv[i]);
+      CM_PUT8(hs, s, hv[i]);
     }
   } else {
     features();

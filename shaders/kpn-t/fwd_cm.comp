@@ -4,6 +4,7 @@
 #define FWD_WARPS 2u
 #endif
 #define CM_EMU_WARPS FWD_WARPS
+#define CM_WANT_BLOCKS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
 #include "kpn.glsl"
@@ -40,8 +41,13 @@ SSBO_OUT(8, uvec4, A5)
 SSBO_OUT(9, uvec4, A6)
 #endif
 
+#ifdef CM_BLOCKS
+shared F16 { float16_t hs[FWD_TILE * HS]; float16_t ws[64u * HS]; };
+shared U128 { uvec4 hs8[FWD_TILE * HS / 8u]; uvec4 ws8[64u * HS / 8u]; };
+#else
 shared float16_t hs[FWD_TILE * HS];
 shared float16_t ws[64u * HS];  // W_l
+#endif
 DEFINE_KPN_FEATURES(features, feat, 0, 4)
 
 #ifdef TRAIN
@@ -49,7 +55,7 @@ DEFINE_KPN_FEATURES(features, feat, 0, 4)
 void store_slot(uint s, uint row0, uint p0) {
   for (uint e = cm_lane(); e < FWD_ROWS * 16u * 8u; e += CM_WARP) {
     uint r = e / 8u, q = e % 8u, i = (p0 + r) * 8u + q;
-    uvec4 v = CM_PACK8(hs, (row0 + r) * HS + 8u * q);
+    uvec4 v = CM_GET8(hs, (row0 + r) * (HS / 8u) + q);
     switch (s) {
       case 1u: A1[i] = v; break;
       case 2u: A2[i] = v; break;
@@ -77,12 +83,10 @@ void main() {
     } else {
       [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
     }
-    [[unroll]] for (uint j = 0u; j < 32u; j++) {
-      hs[(row0 + r) * HS + c0 + j] = float16_t(f[j]);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) CM_PUT8(hs, (row0 + r) * (HS / 8u) + c0 / 8u + j, CM_PACK8F(f, 8u * j));
 #ifdef TRAIN
-      A0[p * 64u + c0 + j] = float16_t(f[j]);
+    [[unroll]] for (uint j = 0u; j < 32u; j++) A0[p * 64u + c0 + j] = float16_t(f[j]);
 #endif
-    }
   }
   CM_SYNC();
 

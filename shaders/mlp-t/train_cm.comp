@@ -5,6 +5,7 @@
 #endif
 #define CM_EMU_WARPS WARPS
 #define LEAKY_SLOPE 0.01  // as config.glsl (mlp_coopmat.glsl would default to 0.001)
+#define CM_WANT_BLOCKS
 #include "mlp_coopmat.glsl"
 #if ENC >= 3
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -104,8 +105,14 @@ float to_f16_range(float x) { return abs(x) > CM_F16_MAX ? x * uintBitsToFloat(0
 #define CM_INF_OVERFLOW(c) \
   CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = to_f16_range(CM_AT(c, i_))
 
-shared float16_t sm[2u * T * HS + uint(MLP_WIDTH) * HS];
+#define SM_HALVES (2u * T * HS + uint(MLP_WIDTH) * HS)
+#ifdef CM_BLOCKS
+shared F16 { float16_t sm[SM_HALVES]; float esh[32u * WARPS]; };
+shared U128 { uvec4 sm8[SM_HALVES / 8u]; };
+#else
+shared float16_t sm[SM_HALVES];
 shared float esh[32u * WARPS];  // the invocations' loss sums
+#endif
 
 uint warp, lane, row0;
 
