@@ -282,3 +282,33 @@ def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):
         blocks = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs,
                               {**defs, "CM_SHARED_BLOCKS": 1})
         assert ext not in plain and ext in blocks, kernel
+
+
+@pytest.mark.coopmat
+def test_fused_backward_fits_the_registers(cm_device, tmp_path, monkeypatch):
+    """bck_fused's 512 threads get all of an SM's registers (128 a thread on NVIDIA): where
+    the driver reports pipeline statistics, the kernel must not spill to local memory (a
+    spill of 48 bytes a thread cost 4% on the H100)."""
+    import importlib.util
+    from pathlib import Path
+
+    from vkgraph.pipeline.vk import Device
+
+    monkeypatch.setenv("VKGRAPH_PIPELINE_STATS", "1")
+    dev = Device.open(cm_device.info.name)
+    try:
+        if not dev.pipeline_stats:
+            pytest.skip(f"{dev.info.name} reports no pipeline statistics")
+        use_variant(monkeypatch, "fused")
+        X, R = pair(64, 48, seed=3)
+        g = kpn_graph(tmp_path, X, R, 2)
+        path = Path(__file__).resolve().parent.parent / "bench" / "kernel_stats.py"
+        spec = importlib.util.spec_from_file_location("kernel_stats", path)
+        stats = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(stats)
+        table = {name: st for name, _, st in stats.rows(Build(g, dev))}
+        st = table["kpn-t/bck_fused"]
+        assert 0 < st["Register Count"] <= 65536 / 512
+        assert int(st.get("Local Memory Size", 0)) % stats.LOCAL_OFFSET == 0, st
+    finally:
+        dev.close()

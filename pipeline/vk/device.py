@@ -179,6 +179,7 @@ COOPVEC_FEATURES = 1000491000  # VkPhysicalDeviceCooperativeVectorFeaturesNV (2 
 REPLICATED_COMPOSITES_FEATURES = 1000564000  # VkPhysicalDeviceShaderReplicatedComposites..EXT
 COOPVEC_EXT = "VK_NV_cooperative_vector"
 WMEL_EXT = "VK_KHR_workgroup_memory_explicit_layout"
+STATS_EXT = "VK_KHR_pipeline_executable_properties"
 REPLICATED_EXT = "VK_EXT_shader_replicated_composites"
 
 
@@ -376,6 +377,13 @@ class Device:
                 chain = raw_struct(REPLICATED_COMPOSITES_FEATURES, 1, chain, (1,))
                 self._raw.append(chain)
                 exts.append(REPLICATED_EXT)
+        # the driver's statistics of each compiled kernel (Kernel.statistics), on request
+        self.pipeline_stats = (os.environ.get("VKGRAPH_PIPELINE_STATS", "") not in ("", "0")
+                               and STATS_EXT in info.extensions)
+        if self.pipeline_stats:
+            chain = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
+                pNext=chain, pipelineExecutableInfo=1)
+            exts.append(STATS_EXT)
         if surface is not None:
             exts.append(SWAPCHAIN)
         base = f2.features

@@ -52,9 +52,34 @@ class Kernel:
                                        pData=vk.ffi.from_buffer(struct.pack("<3I", *self.local)))
         stage = vk.VkPipelineShaderStageCreateInfo(stage=STAGE, module=self.module,
                                                    pName="main", pSpecializationInfo=spec)
+        flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if device.pipeline_stats else 0
         self.pipeline = call("vkCreateComputePipelines", vk.vkCreateComputePipelines, dev, None,
-                             1, [vk.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)],
+                             1, [vk.VkComputePipelineCreateInfo(flags=flags, stage=stage,
+                                                                layout=self.layout)],
                              None)[0]
+
+    def statistics(self) -> dict[str, float]:
+        """What the driver reports about the compiled kernel (VK_KHR_pipeline_executable_
+        properties: register count, shared memory, ... as the driver names them); empty
+        unless the device was opened with VKGRAPH_PIPELINE_STATS=1 and has the extension."""
+        if not self.device.pipeline_stats:
+            return {}
+        dev = self.device.handle
+        get = vk.vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR")
+        info = vk.VkPipelineExecutableInfoKHR(pipeline=self.pipeline, executableIndex=0)
+        out = {}
+        for st in get(dev, info):
+            kind = st.format
+            if kind == vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+                v = float(st.value.b32)
+            elif kind == vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+                v = float(st.value.i64)
+            elif kind == vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+                v = float(st.value.u64)
+            else:
+                v = float(st.value.f64)
+            out[vk.ffi.string(st.name).decode() if not isinstance(st.name, str) else st.name] = v
+        return out
 
     def groups(self, dispatch) -> tuple[int, int, int]:
         """Workgroups for a dispatch counted in threads."""
