@@ -27,12 +27,17 @@
 // (o = 0) go to warps 0..3. Its K loop runs over all T pixels of the tile, so shared memory
 // holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_1..h_5 wait in a
 // scratch buffer per workgroup and row block (read back once, so it stays in L2), copied in
-// 16-byte pieces per invocation; the backward step issues the loads of h_{l-1} before its
-// products, which hide their latency. h_0 is gathered again from diff's feature plane. The
+// 16-byte pieces per invocation. h_0 is gathered again from diff's feature plane. The
 // weights of the layer at hand are staged in shared memory by the whole workgroup (ws), so
 // the weight fragments load from there.
 // Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
+// Registers are what limits this kernel (the H100's driver gives it 128 a thread, all an SM
+// has for 512 threads: VKGRAPH_PIPELINE_STATS): loading h_{l-1} from scratch ahead of a
+// backward step's products, to hide the loads' latency, spilled 48 bytes a thread to local
+// memory and measured 4% slower than loading it after them. (Spreading W_6's four tiles over
+// all warps by row blocks, the partial sums folded at the end, measured the same as warps
+// 0..3 alone: not kept.)
 // Barriers: two per layer and direction; the operands of a product are loaded before the
 // barrier that precedes any overwrite of them (the other warp of the row block reads the
 // same rows).
@@ -129,15 +134,8 @@ void dw_hidden(inout CM_ACC cur[NJ]) {
 // one backward step through W_l for this warp's rows and columns: gs = g_{l+1} (kt column
 // tiles: 1 for dK, else 4), hs = h_l on entry; gs = g_l and hs = h_{l-1} on exit. The first
 // barrier lets every warp finish its weight-gradient reads of gs and hs, the second makes
-// g_l and h_{l-1} whole.
+// g_l and h_{l-1} whole. h_{l-1} is read from scratch after the products (see Registers).
 void back_step(uint l, uint kt) {
-  uvec4 hv[2];  // h_{l-1} from scratch: loaded here, so the loads run under the products
-  if (l > 1u) {
-    [[unroll]] for (uint i = 0u; i < 2u; i++) {
-      SCR_E(l - 1u, i, e, s);
-      hv[i] = scr[e];
-    }
-  }
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++)
     if (k < kt) CM_LOAD_ROW(a[k], gs, row0 * HS + 16u * k, HS);
@@ -166,7 +164,7 @@ void back_step(uint l, uint kt) {
   if (l > 1u) {
     [[unroll]] for (uint i = 0u; i < 2u; i++) {
       SCR_E(l - 1u, i, e, s);
-      CM_PUT8(hs, s, hv[i]);
+      CM_PUT8(hs, s, scr[e]);
     }
   } else {
     features();
