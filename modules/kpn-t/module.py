@@ -593,7 +593,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         groups = math.ceil(tiles / per)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
             ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
-            ssbo("scr", "write", groups * warps // 2 * 5 * 1024, "f16"),
+            ssbo("scr", "write", groups * warps // 2 * 6 * 1024, "f16"),
             ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
             push=[npx, per, scale, 1.0 / scale],
             defines=_cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))

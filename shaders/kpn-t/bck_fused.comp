@@ -25,9 +25,10 @@
 // Weight gradient: the 16 output tiles (o, c) of W_l are dealt round-robin over the warps,
 // tile t = w + WARPS j (j < 16 / WARPS) at (o, c) = (t mod 4, t div 4); W_6's four tiles
 // (o = 0) go to warps 0..3. Its K loop runs over all T pixels of the tile, so shared memory
-// holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_1..h_5 wait in a
+// holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_0..h_5 wait in a
 // scratch buffer per workgroup and row block (read back once, so it stays in L2), copied in
-// 16-byte pieces per invocation. h_0 is gathered again from diff's feature plane. The
+// 16-byte pieces per invocation (h_0 too: read back instead of gathered again from diff's
+// feature plane, bck_fused 2.015 -> 1.914 ms at 1024² on the H100). The
 // weights of the layer at hand are staged in shared memory by the whole workgroup (ws), so
 // the weight fragments load from there.
 // Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
@@ -35,9 +36,10 @@
 // Registers are what limits this kernel (the H100's driver gives it 128 a thread, all an SM
 // has for 512 threads: VKGRAPH_PIPELINE_STATS): loading h_{l-1} from scratch ahead of a
 // backward step's products, to hide the loads' latency, spilled 48 bytes a thread to local
-// memory and measured 4% slower than loading it after them. (Spreading W_6's four tiles over
-// all warps by row blocks, the partial sums folded at the end, measured the same as warps
-// 0..3 alone: not kept.)
+// memory and measured 4% slower than loading it after them; h_0's scratch slot (in place of
+// the second gather) spills 16 bytes a thread and is faster all the same. (Spreading W_6's
+// four tiles over all warps by row blocks, the partial sums folded at the end, measured the
+// same as warps 0..3 alone: not kept.)
 // Barriers: two per layer and direction; the operands of a product are loaded before the
 // barrier that precedes any overwrite of them (the other warp of the row block reads the
 // same rows).
@@ -64,14 +66,14 @@ shared float16_t ws[64u * HS];  // W_l, staged by the workgroup per layer
 
 uint warp, lane, half_, row0, p0;
 
-// scratch slot of h_l (l = 1..5) for this warp's row block: 16 x 64 halves, row-major, as
+// scratch slot of h_l (l = 0..5) for this warp's row block: 16 x 64 halves, row-major, as
 // uvec4 (8 halves): the warp's 16 rows x 32 columns are 64 uvec4, two per lane (SCR_E)
-uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 5u + l - 1u) * 128u; }
+uint scr_off(uint l) { return ((gl_WorkGroupID.x * RB + warp / 2u) * 6u + l) * 128u; }
 #define SCR_E(l, i, e, s)                                                  \
   uint e = lane + CM_WARP * (i);                                            \
   uint s = (row0 + e / 4u) * (HS / 8u) + 4u * half_ + e % 4u;               \
   e = scr_off(l) + 8u * (e / 4u) + 4u * half_ + e % 4u
-// h_l (l = 1..5) of this warp's rows and columns: hs -> scratch. Each lane reads back
+// h_l (l = 0..5) of this warp's rows and columns: hs -> scratch. Each lane reads back
 // (back_step) exactly what it wrote, so no other invocation's write is involved.
 void scr_store(uint l) {
   [[unroll]] for (uint i = 0u; i < 2u; i++) {
@@ -90,13 +92,14 @@ void features() {
   } else {
     [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
-  [[unroll]] for (uint j = 0u; j < 2u; j++) CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8F(f, 8u * j));
+  [[unroll]] for (uint j = 0u; j < 2u; j++)
+    CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8F(f, 8u * j));
 }
 
-// hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns; h_l (l > 0) to scratch first
+// hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns; h_l to scratch first
 void forward_layer(uint l) {
   barrier();  // h_l complete; every warp is done with the previous W
-  if (l > 0u) scr_store(l);
+  scr_store(l);
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_LOAD_ROW(a[k], hs, row0 * HS + 16u * k, HS);
   CM_STAGE64(ws, HS, w, 512u * l, 64u);
@@ -161,13 +164,9 @@ void back_step(uint l, uint kt) {
     CM_LEAKY_GRAD(g, m[i], LEAKY_SLOPE);
     CM_STORE_ROW(g, gs, row0 * HS + 16u * nt, HS);
   }
-  if (l > 1u) {
-    [[unroll]] for (uint i = 0u; i < 2u; i++) {
-      SCR_E(l - 1u, i, e, s);
-      CM_PUT8(hs, s, scr[e]);
-    }
-  } else {
-    features();
+  [[unroll]] for (uint i = 0u; i < 2u; i++) {
+    SCR_E(l - 1u, i, e, s);
+    CM_PUT8(hs, s, scr[e]);
   }
   barrier();
 }
