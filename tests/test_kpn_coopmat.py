@@ -313,3 +313,22 @@ def test_fused_backward_fits_the_registers(cm_device, tmp_path, monkeypatch):
         assert int(st.get("Local Memory Size", 0)) % stats.LOCAL_OFFSET <= 16, st
     finally:
         dev.close()
+
+
+def test_fused_groups_one_per_sm(device, monkeypatch):
+    """bck_fused's workgroups: one per SM where the device reports its SM count (a group
+    fills an SM's registers; a partial second wave measured slower), else the fixed default;
+    VKGRAPH_CM_TUNE=fused_groups=N still overrides it."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from vkgraph.modules.kpn_t import module as kpn_t
+
+    monkeypatch.delenv("VKGRAPH_CM_TUNE", raising=False)
+    assert kpn_t.cm_tuning()["fused_groups"] == 0  # the default: ask the device
+    for sm, want in ((132, 132), (108, 108), (0, kpn_t.FUSED_GROUPS)):
+        g = SimpleNamespace(capabilities=replace(device.info, sm_count=sm))
+        assert kpn_t.fused_groups(g) == want
+    assert kpn_t.fused_groups(SimpleNamespace(capabilities=None)) == kpn_t.FUSED_GROUPS
+    monkeypatch.setenv("VKGRAPH_CM_TUNE", "fused_groups=77")
+    assert kpn_t.cm_tuning()["fused_groups"] == 77

@@ -192,8 +192,12 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 # fwd_cm 1.43 ms at 2 warps x 4 rows, 0.77 at 4 x 4, 0.89 at 4 x 2, 0.91 at 2 x 2, 1.31 at
 # 2 x 8; bck_fused 2.64 / 2.68 / 2.69 ms at 264 / 512 / 1056 groups, 5.01 with 4 warps.
 # Session 7 (feature plane in): fwd_cm 0.732 ms at 4 x 4, 0.547 at 8 x 2, 0.680 at 8 x 1,
-# 0.514 at 16 x 1, 0.861 at 2 x 2.
-CM_TUNING = {"fwd_warps": 16, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 264}
+# 0.514 at 16 x 1, 0.861 at 2 x 2. Session 8: one 512-thread bck_fused group fills an SM's
+# registers, so fused_groups 0 (the default) means one group per SM where the device says
+# how many it has (VK_NV_shader_sm_builtins), else 264; on the H100 (132 SMs) bck_fused took
+# 1.892 / 1.886 ms at 132 groups, 1.918 at 264 and 2.510 at 198 (a second, partial wave).
+CM_TUNING = {"fwd_warps": 16, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 0}
+FUSED_GROUPS = 264  # where the SM count is unknown
 
 
 def env_on(name: str) -> bool:
@@ -268,6 +272,13 @@ def cm_tuning() -> dict:
     if env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
         t["fwd_warps"], t["fused_warps"] = 2, 4
     return t
+
+
+def fused_groups(graph) -> int:
+    """bck_fused's workgroups at most: one per SM (each fills an SM's registers), or
+    FUSED_GROUPS where the device does not say how many SMs it has."""
+    info = graph.capabilities
+    return info.sm_count if info is not None and info.sm_count > 0 else FUSED_GROUPS
 
 
 def _cm_defines(graph, **extra) -> dict:
@@ -589,7 +600,8 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         tune = cm_tuning()
         warps = tune["fused_warps"]
         tiles = math.ceil(npx / (8 * warps))  # warps pair up on 16-pixel row blocks
-        per = math.ceil(tiles / min(tiles, tune["fused_groups"]))
+        cap = tune["fused_groups"] or fused_groups(graph)
+        per = math.ceil(tiles / min(tiles, cap))
         groups = math.ceil(tiles / per)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
             ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),

@@ -62,6 +62,8 @@ class DeviceInfo:
     # VK_KHR_workgroup_memory_explicit_layout with 16-bit access: shared memory declared as
     # blocks that alias (GL_EXT_shared_memory_block), so f16 tiles move 16 bytes at a time
     shared_blocks: bool = False
+    # streaming multiprocessors (VK_NV_shader_sm_builtins' shaderSMCount; 0: not reported)
+    sm_count: int = 0
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -180,6 +182,7 @@ REPLICATED_COMPOSITES_FEATURES = 1000564000  # VkPhysicalDeviceShaderReplicatedC
 COOPVEC_EXT = "VK_NV_cooperative_vector"
 WMEL_EXT = "VK_KHR_workgroup_memory_explicit_layout"
 STATS_EXT = "VK_KHR_pipeline_executable_properties"
+SM_BUILTINS_EXT = "VK_NV_shader_sm_builtins"
 REPLICATED_EXT = "VK_EXT_shader_replicated_composites"
 
 
@@ -234,7 +237,15 @@ def _describe(index: int, pd) -> DeviceInfo:
         coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0],
         subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
                               and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
-        shared_blocks=_shared_blocks(pd, exts))
+        shared_blocks=_shared_blocks(pd, exts), sm_count=_sm_count(pd, exts))
+
+
+def _sm_count(pd, exts) -> int:
+    if SM_BUILTINS_EXT not in exts:
+        return 0
+    sm = vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV()
+    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=sm))
+    return int(sm.shaderSMCount)
 
 
 def _shared_blocks(pd, exts) -> bool:
