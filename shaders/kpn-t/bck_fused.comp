@@ -37,9 +37,11 @@
 // has for 512 threads: VKGRAPH_PIPELINE_STATS): loading h_{l-1} from scratch ahead of a
 // backward step's products, to hide the loads' latency, spilled 48 bytes a thread to local
 // memory and measured 4% slower than loading it after them; h_0's scratch slot (in place of
-// the second gather) spills 16 bytes a thread and is faster all the same. (Spreading W_6's
-// four tiles over all warps by row blocks, the partial sums folded at the end, measured the
-// same as warps 0..3 alone: not kept.)
+// the second gather) took it to 128 registers and a 16-byte spill, which loading the
+// leaky-ReLU mask h_l right where it is used (not ahead of the barrier) took away again
+// (126 registers; 1.907 -> 1.896 ms). (Spreading W_6's four tiles over all warps by row
+// blocks, the partial sums folded at the end, measured the same as warps 0..3 alone: not
+// kept.)
 // Barriers: two per layer and direction; the operands of a product are loaded before the
 // barrier that precedes any overwrite of them (the other warp of the row block reads the
 // same rows).
@@ -137,14 +139,13 @@ void dw_hidden(inout CM_ACC cur[NJ]) {
 // one backward step through W_l for this warp's rows and columns: gs = g_{l+1} (kt column
 // tiles: 1 for dK, else 4), hs = h_l on entry; gs = g_l and hs = h_{l-1} on exit. The first
 // barrier lets every warp finish its weight-gradient reads of gs and hs, the second makes
-// g_l and h_{l-1} whole. h_{l-1} is read from scratch after the products (see Registers).
+// g_l and h_{l-1} whole. The mask h_l is loaded after the first: only this warp writes its
+// columns of hs before the second (h_{l-1}, after a warp sync). h_{l-1} is read from
+// scratch after the products (see Registers).
 void back_step(uint l, uint kt) {
   CM_A a[4];
   CM_UNROLL for (uint k = 0u; k < 4u; k++)
     if (k < kt) CM_LOAD_ROW(a[k], gs, row0 * HS + 16u * k, HS);
-  CM_ACC16 m[2];
-  CM_UNROLL for (uint i = 0u; i < 2u; i++)
-    CM_LOAD_ROW(m[i], hs, row0 * HS + 16u * (2u * half_ + i), HS);
   CM_STAGE64(ws, HS, w, 512u * l, 16u * kt);  // the last reads of ws were before a barrier
   barrier();
   CM_UNROLL for (uint i = 0u; i < 2u; i++) {
@@ -161,9 +162,12 @@ void back_step(uint l, uint kt) {
     CM_ACC16 g;
     CM_CLAMP(z, CM_F16_MAX);
     CM_TO_F16(g, z);
-    CM_LEAKY_GRAD(g, m[i], LEAKY_SLOPE);
+    CM_ACC16 m;
+    CM_LOAD_ROW(m, hs, row0 * HS + 16u * nt, HS);
+    CM_LEAKY_GRAD(g, m, LEAKY_SLOPE);
     CM_STORE_ROW(g, gs, row0 * HS + 16u * nt, HS);
   }
+  CM_SYNC();  // this warp's mask loads are done before its restore overwrites them
   [[unroll]] for (uint i = 0u; i < 2u; i++) {
     SCR_E(l - 1u, i, e, s);
     CM_PUT8(hs, s, scr[e]);
