@@ -270,10 +270,10 @@ def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):
     monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
     on = SimpleNamespace(capabilities=replace(device.info, shared_blocks=True))
     off = SimpleNamespace(capabilities=replace(device.info, shared_blocks=False))
-    assert kpn_t._cm_defines(on, WARPS="16u") == {"WARPS": "16u", "CM_SHARED_BLOCKS": 1}
-    assert kpn_t._cm_defines(off, WARPS="16u") == {"WARPS": "16u"}
+    assert kpn_t.cm_defines(on, WARPS="16u") == {"WARPS": "16u", "CM_SHARED_BLOCKS": 1}
+    assert kpn_t.cm_defines(off, WARPS="16u") == {"WARPS": "16u"}
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
-    assert "CM_SHARED_BLOCKS" not in kpn_t._cm_defines(on)
+    assert "CM_SHARED_BLOCKS" not in kpn_t.cm_defines(on)
     ext = b"SPV_KHR_workgroup_memory_explicit_layout"
     incs = [SHADERS / "include", SHADERS / "kpn-t"]
     for kernel, defs in (("bck_fused", {"WARPS": "16u"}),

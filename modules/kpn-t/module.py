@@ -281,7 +281,10 @@ def fused_groups(graph) -> int:
     return info.sm_count if info is not None and info.sm_count > 0 else FUSED_GROUPS
 
 
-def _cm_defines(graph, **extra) -> dict:
+def cm_defines(graph, **extra) -> dict:
+    """The defines of a cooperative-matrix kernel (kpn-t's and mlp-t's): `extra`, plus
+    CM_EMULATE under VKGRAPH_COOPMAT_EMULATE, else CM_SHARED_BLOCKS where the device has
+    explicit-layout shared memory."""
     if env_on("VKGRAPH_COOPMAT_EMULATE"):
         return {"CM_EMULATE": 1, **extra}
     if graph.capabilities is not None and graph.capabilities.shared_blocks:
@@ -389,7 +392,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                      ssbo("K", "write", 16 * npad)]
             tune = cm_tuning()
             warps, rows = tune["fwd_warps"], tune["fwd_rows"]
-            defines = _cm_defines(graph, FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u")
+            defines = cm_defines(graph, FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u")
             if nmap is not None:
                 defines["KPN_BIAS"] = 1
             if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
@@ -608,7 +611,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
             ssbo("scr", "write", groups * warps // 2 * 6 * 1024, "f16"),
             ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
             push=[npx, per, scale, 1.0 / scale],
-            defines=_cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))
+            defines=cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))
         graph.node_connect(n["diff"][i], "feat", node, "feat")
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")
@@ -620,7 +623,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         + [ssbo(f"A{s}", "read", fmt="f16") for s in range(1, 7)]
         + [ssbo(f"G{s}", "write", 64 * npad, "f16") for s in range(1, 7)]
         + [ssbo("dK16", "write", 16 * npad, "f16")], shader="kpn-t", local=(64, 1, 1),
-        push=[npx, scale], defines=_cm_defines(graph, BCK_ROWS=f"{rows}u"))
+        push=[npx, scale], defines=cm_defines(graph, BCK_ROWS=f"{rows}u"))
     graph.node_connect(adam, "w16", bck, "w")
     graph.node_connect(dap, "dK", bck, "dK")
     chunks = max(1, min(256, npad // 4096))
@@ -631,7 +634,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         + [ssbo(f"G{s}", "read", fmt="f16") for s in range(1, 7)]
         + [ssbo("dK16", "read", fmt="f16"), ssbo("part", "write", NW * chunks)],
         shader="kpn-t", local=(128, 1, 1), push=[npad, chunk, 1.0 / scale],
-        defines=_cm_defines(graph))
+        defines=cm_defines(graph))
     for s in range(7):
         graph.node_connect(fwd, f"A{s}", mulw, f"A{s}")
         if s:

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vkgraph.modules.kpn_t.module import cm_capable, env_on, tuning
+from vkgraph.modules.kpn_t.module import cm_capable, cm_defines, env_on, tuning
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
 from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
@@ -522,11 +522,7 @@ def create_nodes(graph, module):
         T = 16 * tune["warps"]
         cm_chunks = math.ceil(batch / T)
         groups_cm = min(tune["groups"], cm_chunks)
-        cmdefs = {**defines, "WARPS": f"{tune['warps']}u"}
-        if env_on("VKGRAPH_COOPMAT_EMULATE"):
-            cmdefs["CM_EMULATE"] = 1
-        elif graph.capabilities is not None and graph.capabilities.shared_blocks:
-            cmdefs["CM_SHARED_BLOCKS"] = 1  # 16-byte shared-memory copies (mlp_coopmat.glsl)
+        cmdefs = cm_defines(graph, **defines, WARPS=f"{tune['warps']}u")
         # a table: the fp32 params (the table after the weights) and its gradient, as train's
         table = [ssbo("w", "read"), tacc_conn] if a.table is not None else []
         train = graph.add_node(module, "train_cm", (groups_cm * 32 * tune["warps"], a.nets), [
