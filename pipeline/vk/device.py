@@ -78,8 +78,12 @@ _instance_extensions: set[str] = set()
 _validation_messages: list[str] = []
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
 def validation_requested() -> bool:
-    return os.environ.get("VKGRAPH_VALIDATION", "") not in ("", "0")
+    return _env_flag("VKGRAPH_VALIDATION")
 
 
 def validation_messages() -> list[str]:
@@ -389,8 +393,7 @@ class Device:
                 self._raw.append(chain)
                 exts.append(REPLICATED_EXT)
         # the driver's statistics of each compiled kernel (Kernel.statistics), on request
-        self.pipeline_stats = (os.environ.get("VKGRAPH_PIPELINE_STATS", "") not in ("", "0")
-                               and STATS_EXT in info.extensions)
+        self.pipeline_stats = _env_flag("VKGRAPH_PIPELINE_STATS") and STATS_EXT in info.extensions
         if self.pipeline_stats:
             chain = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
                 pNext=chain, pipelineExecutableInfo=1)
