@@ -28,9 +28,9 @@
 // holds two T x 64 f16 tiles: gs = g_{l+1} and hs = h_l. The activations h_0..h_5 wait in a
 // scratch buffer per workgroup and row block (read back once, so it stays in L2), copied in
 // 16-byte pieces per invocation (h_0 too: read back instead of gathered again from diff's
-// feature plane, bck_fused 2.015 -> 1.914 ms at 1024² on the H100). The
-// weights of the layer at hand are staged in shared memory by the whole workgroup (ws), so
-// the weight fragments load from there.
+// feature plane, bck_fused 2.015 -> 1.914 ms at 1024² on the H100). The weights of the
+// layer at hand are staged in shared memory by the whole workgroup (ws), so the weight
+// fragments load from there.
 // Accumulators: 6 (16 / WARPS) + 1 fragments per warp (7 at WARPS = 16), indexed by
 // constants only (a layer's are swapped into `cur` by a switch) so they stay in registers.
 // Registers are what limits this kernel (the H100's driver gives it 128 a thread, all an SM
