@@ -22,6 +22,21 @@ os.environ.setdefault("VKGRAPH_KPN_MLP", "portable")
 # likewise mlp-t's fp32 kernels (tests/test_mlp_coopmat.py picks the coopmat one itself)
 os.environ.setdefault("VKGRAPH_MLP", "portable")
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(rel: str, name: str):
+    """A script of the repository that is not in a package (bench/*.py, a module's
+    module.py or reference.py, graphs/images/make_scene.py), as module `name` (registered in
+    sys.modules, so that its dataclasses and pickles resolve)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
 
 # a small training graph: x.pfm -> cnngenin -> kpn-t (2 levels) -> o-lut "w" and display
 TINY_KPN_LINES = """module:i-pfm:main

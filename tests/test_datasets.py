@@ -3,11 +3,11 @@ packing, and cnngenin's batches of tiles from an image or a set."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from vkgraph.pipeline.datasets import image_set, package_file
 from vkgraph.pipeline.errors import GraphError
@@ -22,10 +22,7 @@ FIXTURES = CAPTURE  # the `capture` sink
 
 
 def _iset():
-    spec = importlib.util.spec_from_file_location("i_set_test", ROOT / "modules/i-set/module.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("modules/i-set/module.py", "i_set_test")
 
 
 def test_package_file_and_errors():

@@ -3,22 +3,12 @@ plot, in the layout and colours of the shipped pictures; no device needed."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_script
 
 
 def load():
-    path = ROOT / "bench" / "fit_curve.py"
-    spec = importlib.util.spec_from_file_location("bench_fit_curve", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fit_curve"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/fit_curve.py", "bench_fit_curve")
 
 
 def test_picture_layout_and_loss_plot(tmp_path):

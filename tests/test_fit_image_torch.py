@@ -5,27 +5,15 @@ without torch."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
 
 
-def load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = load("bench_fit_image", ROOT / "bench" / "fit_image.py")
-ref = load("mlp_reference_fit", ROOT / "modules" / "mlp-t" / "reference.py")
+bench = load_script("bench/fit_image.py", "bench_fit_image")
+ref = load_script("modules/mlp-t/reference.py", "mlp_reference_fit")
 
 # fit-image-hash.cfg's table (levels 0-6 dense, 7 hashed), one with most levels hashed, 3-D
 CASES = [dict(levels=8, features=2, log2size=16, baseres=16, perlevel=1.5, dims=2),
@@ -84,7 +72,7 @@ def test_encoding_and_gradient_match_reference(case):
 def test_peer_fit_reads_the_table_after_the_weights():
     """peer_fit splits mlp-t's param vector as the engine stores it: matrices, then the
     table's entries (F floats each), rows of padding after."""
-    mlp = load("mlp_t_module_fit", ROOT / "modules" / "mlp-t" / "module.py")
+    mlp = load_script("modules/mlp-t/module.py", "mlp_t_module_fit")
     table = mlp.table_of(3, 2, 8, 2, 16, 16, 1.5)
 
     class A:

@@ -586,13 +586,12 @@ def test_fit_channels():
 
 
 def test_reference_scenes_regenerate_bit_identically():
-    import importlib.util
     from pathlib import Path
 
+    from conftest import load_script
+
     folder = Path(__file__).resolve().parent.parent / "graphs" / "images"
-    spec = importlib.util.spec_from_file_location("make_scene", folder / "make_scene.py")
-    make_scene = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_scene)
+    make_scene = load_script("graphs/images/make_scene.py", "make_scene")
     for name, seed in make_scene.SCENES:
         shipped = F.read_pfm(folder / f"{name}.pfm", finite=True)
         assert shipped.shape == (256, 256, 3)

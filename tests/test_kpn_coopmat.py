@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import load_script
 from test_kpn_gpu import (
     conditioned_weights,
     kpn_graph,
@@ -289,8 +290,6 @@ def test_fused_backward_fits_the_registers(cm_device, tmp_path, monkeypatch):
     """bck_fused's 512 threads get all of an SM's registers (128 a thread on NVIDIA): where
     the driver reports pipeline statistics, the kernel must not spill to local memory (a
     spill of 48 bytes a thread, from a prefetch of the scratch loads, cost 4% on the H100)."""
-    import importlib.util
-    from pathlib import Path
 
     from vkgraph.pipeline.vk import Device
 
@@ -302,10 +301,7 @@ def test_fused_backward_fits_the_registers(cm_device, tmp_path, monkeypatch):
         use_variant(monkeypatch, "fused")
         X, R = pair(64, 48, seed=3)
         g = kpn_graph(tmp_path, X, R, 2)
-        path = Path(__file__).resolve().parent.parent / "bench" / "kernel_stats.py"
-        spec = importlib.util.spec_from_file_location("kernel_stats", path)
-        stats = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(stats)
+        stats = load_script("bench/kernel_stats.py", "kernel_stats")
         table = {name: st for name, _, st in stats.rows(Build(g, dev))}
         st = table["kpn-t/bck_fused"]
         assert 0 < st["Register Count"] <= 65536 / 512

@@ -4,11 +4,11 @@ photographs."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from vkgraph.pipeline.datasets import image_set
 from vkgraph.pipeline.formats import read_image, read_pfm
@@ -20,11 +20,7 @@ TOLERANCE = 0.2  # relative error of the std at x = 0.1 and x = 0.5
 
 
 def add_noise(img, a, b, seed):
-    spec = importlib.util.spec_from_file_location("make_scene",
-                                                  ROOT / "graphs" / "images" / "make_scene.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.add_noise(img, a, b, seed)
+    return load_script("graphs/images/make_scene.py", "make_scene").add_noise(img, a, b, seed)
 
 
 def std(a: float, b: float, x: float) -> float:
