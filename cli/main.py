@@ -377,6 +377,10 @@ def cmd_devices(args) -> int:
               f"device memory: {d.memory_mib} MiB, largest storage buffer: "
               f"{d.max_storage_range >> 20} MiB")
         print(f"    cooperative matrix: {', '.join(d.coopmat) if d.coopmat else 'no'}")
+        if d.coopmat2:
+            print(f"    cooperative matrix 2: {', '.join(d.coopmat2)}")
+        if d.coopvec:
+            print("    cooperative vector: yes")
     if chosen is not None:
         print(f"* = used by default ({chosen.name})")
     return 0

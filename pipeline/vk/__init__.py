@@ -7,6 +7,7 @@ commands.py command lists recorded once and submitted many times, GPU timestamps
 compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
 errors.py   VkResult failures as one-line errors
 coopvec.py  VK_NV_cooperative_vector: a matrix converted to the layout a kernel reads
+coopmat2.py VK_NV_cooperative_matrix2: the workgroup-scope shapes a device runs, its limits
 display.py  window surface (glfw) and swapchain: present a buffer of texels, read it back
             (imported on its own by the gui: `from vkgraph.pipeline.vk.display import ...`)
 """

@@ -64,6 +64,10 @@ class DeviceInfo:
     shared_blocks: bool = False
     # streaming multiprocessors (VK_NV_shader_sm_builtins' shaderSMCount; 0: not reported)
     sm_count: int = 0
+    # VK_NV_cooperative_matrix2: the features of it the device has, by their Vulkan names
+    # less the "cooperativeMatrix" prefix ("WorkgroupScope", "Conversions", ...); empty
+    # without the extension (kernels compiled by Slang, pipeline/slang.py)
+    coopmat2: tuple[str, ...] = ()
 
     @property
     def has_coopmat_f16(self) -> bool:
@@ -183,7 +187,11 @@ def _features(pd):
 # VkBool32 members: built as raw memory (sType, pNext, then the flags, 4 bytes each)
 COOPVEC_FEATURES = 1000491000  # VkPhysicalDeviceCooperativeVectorFeaturesNV (2 flags)
 REPLICATED_COMPOSITES_FEATURES = 1000564000  # VkPhysicalDeviceShaderReplicatedComposites..EXT
+COOPMAT2_FEATURES = 1000593000  # VkPhysicalDeviceCooperativeMatrix2FeaturesNV (7 flags)
+COOPMAT2_FLAGS = ("WorkgroupScope", "FlexibleDimensions", "Reductions", "Conversions",
+                  "PerElementOperations", "TensorAddressing", "BlockLoads")
 COOPVEC_EXT = "VK_NV_cooperative_vector"
+COOPMAT2_EXT = "VK_NV_cooperative_matrix2"
 WMEL_EXT = "VK_KHR_workgroup_memory_explicit_layout"
 STATS_EXT = "VK_KHR_pipeline_executable_properties"
 SM_BUILTINS_EXT = "VK_NV_shader_sm_builtins"
@@ -241,7 +249,15 @@ def _describe(index: int, pd) -> DeviceInfo:
         coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0],
         subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
                               and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
-        shared_blocks=_shared_blocks(pd, exts), sm_count=_sm_count(pd, exts))
+        shared_blocks=_shared_blocks(pd, exts), sm_count=_sm_count(pd, exts),
+        coopmat2=_coopmat2(pd, exts))
+
+
+def _coopmat2(pd, exts) -> tuple[str, ...]:
+    if COOPMAT2_EXT not in exts or "VK_KHR_cooperative_matrix" not in exts:
+        return ()
+    flags = _raw_feature(pd, COOPMAT2_FEATURES, len(COOPMAT2_FLAGS))
+    return tuple(n for n, on in zip(COOPMAT2_FLAGS, flags, strict=True) if on)
 
 
 def _sm_count(pd, exts) -> int:
@@ -379,6 +395,12 @@ class Device:
                 workgroupMemoryExplicitLayout16BitAccess=1)
             exts.append(WMEL_EXT)
         self._raw = []  # feature structs in raw memory: alive until vkCreateDevice returns
+        if info.coopmat and info.coopmat2:
+            self._raw.append(chain)  # only its address is in the raw struct below
+            chain = raw_struct(COOPMAT2_FEATURES, len(COOPMAT2_FLAGS), chain,
+                               [n in info.coopmat2 for n in COOPMAT2_FLAGS])
+            self._raw.append(chain)
+            exts.append(COOPMAT2_EXT)
         if info.coopvec:
             self._raw.append(chain)  # only its address is in the raw struct below
             # cooperativeVectorTraining: transposed products and outer-product accumulation
