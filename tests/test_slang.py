@@ -7,6 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from vkgraph.pipeline import slang
 from vkgraph.pipeline.vk.compile import glslang
@@ -33,6 +34,10 @@ def spirv_val(spirv: bytes, tmp_path) -> subprocess.CompletedProcess:
     spv.write_bytes(spirv)
     return subprocess.run([exe.replace("glslangValidator", "spirv-val"), "--target-env",
                            "vulkan1.3", str(spv)], capture_output=True, text=True, env=env)
+
+
+def load_bench(name: str):
+    return load_script(f"bench/{name}.py", name)
 
 
 @pytest.fixture
@@ -121,15 +126,9 @@ def test_runs_through_vkgraphs_vulkan_layer(device, include_dir):
 def test_coopvec_probe_on_a_device_without_the_extension(device, capsys):
     """bench/coopvec_probe.py: without VK_NV_cooperative_vector it says so and exits 0;
     --emulate checks its cooperative-matrix kernel's maths in plain GLSL against numpy."""
-    import importlib.util
-    from pathlib import Path
-
     if device.info.coopvec:
         pytest.skip("the device has cooperative vectors: the probe measures instead")
-    path = Path(__file__).resolve().parent.parent / "bench" / "coopvec_probe.py"
-    spec = importlib.util.spec_from_file_location("coopvec_probe", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_bench("coopvec_probe")
     assert probe.main([]) == 0
     assert "lacks VK_NV_cooperative_vector" in capsys.readouterr().out
     assert probe.main(["--emulate", "--samples", "256"]) == 0
@@ -188,3 +187,58 @@ def test_tensor_extensions_compile(tmp_path, case, extension):
         assert b"SPV_NV_cooperative_matrix2" not in spirv
     res = spirv_val(spirv, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_coopmat2_probe_on_a_device_without_the_extension(device, capsys):
+    """bench/coopmat2_probe.py: without VK_NV_cooperative_matrix2 it says so and exits 0;
+    the device reports no features and the shape query finds nothing."""
+    from vkgraph.pipeline.vk.coopmat2 import flexible_shapes
+
+    if {"WorkgroupScope", "Conversions"} <= set(device.info.coopmat2):
+        pytest.skip("the device has cooperative matrix 2: the probe measures instead")
+    probe = load_bench("coopmat2_probe")
+    assert probe.main([]) == 0
+    assert "lacks VK_NV_cooperative_matrix2" in capsys.readouterr().out
+    if not device.info.coopmat2:
+        assert "VK_NV_cooperative_matrix2" not in device.enabled_extensions
+        assert flexible_shapes(device.pd) == []
+
+
+def test_coopmat2_shapes_where_the_device_has_them(device):
+    """Where the device has the extension it is enabled, and the driver lists workgroup-scope
+    f16 shapes whose workgroup sizes fit its limit."""
+    from vkgraph.pipeline.vk.coopmat2 import flexible_shapes, limits
+
+    if "WorkgroupScope" not in device.info.coopmat2:
+        pytest.skip("no workgroup-scope cooperative matrices on this device")
+    assert "VK_NV_cooperative_matrix2" in device.enabled_extensions
+    lim = limits(device.pd)
+    wg = [s for s in flexible_shapes(device.pd) if s.scope == "workgroup"]
+    assert any((s.a, s.b, s.c) == ("f16", "f16", "f32") for s in wg)
+    assert all(0 < s.invocations <= lim["max_workgroup_size"] for s in wg)
+
+
+@needs_slang
+def test_coopmat2_probe_kernels_compile(tmp_path):
+    """Every kernel configuration bench/coopmat2_probe.py times (shapes as the H100 lists
+    them) compiles to valid SPIR-V; the MLP's use conversions need SPV_NV_cooperative_matrix2."""
+    from vkgraph.pipeline.vk.coopmat2 import FlexShape
+
+    probe = load_bench("coopmat2_probe")
+    shapes = [FlexShape(16, 16, 16, "f16", "f16", "f32", "f32", "workgroup", n)
+              for n in (128, 256)]
+    cfgs = probe.peak_configs(shapes, 132) + probe.mlp_configs(shapes)
+    assert {c["SCOPE"] for c in cfgs} == {"Subgroup", "Workgroup"}
+    for cfg in cfgs:
+        defines = {k: v for k, v in cfg.items() if k.isupper()}
+        if cfg["kind"] == "peak":
+            defines["ITERS"] = probe.ITERS
+            src = probe.HERE / "mma_peak.slang"
+        else:
+            defines.update(NHIDDEN=6, SLOPE=0.001)
+            src = probe.HERE / "mlp_coopmat2.slang"
+        spirv = slang.compile_slang(src, defines=defines)
+        if cfg["kind"] == "mlp":
+            assert b"SPV_NV_cooperative_matrix2" in spirv, cfg["name"]
+        res = spirv_val(spirv, tmp_path)
+        assert res.returncode == 0, (cfg["name"], res.stdout + res.stderr)
