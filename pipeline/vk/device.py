@@ -57,6 +57,8 @@ class DeviceInfo:
     # VK_NV_cooperative_vector with its cooperativeVector feature (per-invocation vectors times
     # a matrix in memory on the tensor cores; kernels compiled by Slang, pipeline/slang.py)
     coopvec: bool = False
+    # and its cooperativeVectorTraining feature (transposed products, outer-product sums)
+    coopvec_training: bool = False
     # compute shaders may use subgroupShuffle (VK_SUBGROUP_FEATURE_SHUFFLE_BIT)
     subgroup_shuffle: bool = False
     # VK_KHR_workgroup_memory_explicit_layout with 16-bit access: shared memory declared as
@@ -235,6 +237,7 @@ def _describe(index: int, pd) -> DeviceInfo:
     heap = max((mem.memoryHeaps[i].size for i in range(mem.memoryHeapCount)
                 if mem.memoryHeaps[i].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT), default=0)
     v = props.apiVersion
+    coopvec = _raw_feature(pd, COOPVEC_FEATURES, 2) if COOPVEC_EXT in exts else [False] * 2
     return DeviceInfo(
         index=index, name=props.deviceName, type=TYPE_NAMES.get(props.deviceType, "other"),
         api=f"{vk.VK_VERSION_MAJOR(v)}.{vk.VK_VERSION_MINOR(v)}.{vk.VK_VERSION_PATCH(v)}",
@@ -246,7 +249,7 @@ def _describe(index: int, pd) -> DeviceInfo:
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
         extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange),
         uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))),
-        coopvec=COOPVEC_EXT in exts and _raw_feature(pd, COOPVEC_FEATURES, 2)[0],
+        coopvec=coopvec[0], coopvec_training=coopvec[1],
         subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
                               and sg.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT),
         shared_blocks=_shared_blocks(pd, exts), sm_count=_sm_count(pd, exts),
@@ -403,9 +406,7 @@ class Device:
             exts.append(COOPMAT2_EXT)
         if info.coopvec:
             self._raw.append(chain)  # only its address is in the raw struct below
-            # cooperativeVectorTraining: transposed products and outer-product accumulation
-            training = _raw_feature(pd, COOPVEC_FEATURES, 2)[1]
-            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, training))
+            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, info.coopvec_training))
             self._raw.append(chain)
             exts.append(COOPVEC_EXT)
             # Slang may express a splat of a cooperative vector as a replicated composite
