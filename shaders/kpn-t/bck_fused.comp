@@ -84,18 +84,32 @@ void scr_store(uint l) {
   }
 }
 
-// h_0 of this warp's row block and columns into hs: lane -> pixel lane / 2, 16 features
+// h_0 of this warp's row block and columns: lane -> pixel lane / 2, 16 features; and g_7,
+// the scaled dK of rows 8 half_ .. 8 half_ + 7 of the block, 4 values a lane. Loaded ahead
+// of the tile's first barrier (so the loads overlap the wait), stored to hs and gs after it
+// (bck_fused 1.818 -> 1.772 ms at 1024² on the H100, 127 registers, no spill).
 DEFINE_KPN_FEATURES(gather, feat, 0, 2)
-void features() {
+void tile_loads(out float f[16], out float g[4]) {
   uint r = lane / 2u, p = p0 + r, q = 2u * half_ + lane % 2u;
-  float f[16];
   if (p < push.N) {
     gather(p, q, f);
   } else {
     [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
+  [[unroll]] for (uint i = 0u; i < 4u; i++) {
+    uint e = lane + CM_WARP * i, o = e % 16u;
+    p = p0 + 8u * half_ + e / 16u;
+    g[i] = cm_clamp(p < push.N ? dK[p * 16u + o] * push.scale : 0.0, CM_F16_MAX);
+  }
+}
+void tile_stores(float f[16], float g[4]) {
+  uint r = lane / 2u, q = 2u * half_ + lane % 2u;
   [[unroll]] for (uint j = 0u; j < 2u; j++)
     CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8F(f, 8u * j));
+  [[unroll]] for (uint i = 0u; i < 4u; i++) {  // g_7 into columns 0..15 of gs
+    uint e = lane + CM_WARP * i;
+    gs[(row0 + 8u * half_ + e / 16u) * HS + e % 16u] = float16_t(g[i]);
+  }
 }
 
 // hs: h_l -> h_{l+1} (l = 0..5) in this warp's rows and columns; h_l to scratch first. The
@@ -194,15 +208,11 @@ void main() {
   uint t0 = gl_WorkGroupID.x * push.tiles, t1 = min(ntiles, t0 + push.tiles);
   for (uint t = t0; t < t1; t++) {
     p0 = t * T + row0;
+    float f[16], g7[4];
+    tile_loads(f, g7);
     barrier();  // the previous tile's dW_0 has read hs and gs
-    features();
+    tile_stores(f, g7);  // h_0, and g_7 (the forward does not touch gs)
     for (uint l = 0u; l < 6u; l++) forward_layer(l);
-    // g_7 = scaled dK into columns 0..15 of gs: rows 8 half_ .. 8 half_ + 7 of the block
-    for (uint e = lane; e < 128u; e += CM_WARP) {
-      uint r = 8u * half_ + e / 16u, o = e % 16u, p = p0 + r;
-      float v = p < push.N ? dK[p * 16u + o] * push.scale : 0.0;
-      gs[(row0 + r) * HS + o] = float16_t(cm_clamp(v, CM_F16_MAX));
-    }
     barrier();  // h_6 (the last forward layer's stores) and g_7 complete
     for (uint l = 6u; ; l--) {  // gs = g_{l+1}, hs = h_l
       if (l == 6u) {
