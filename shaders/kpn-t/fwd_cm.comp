@@ -27,7 +27,6 @@
 #endif
 #define FWD_TILE (16u * FWD_ROWS * FWD_WARPS)
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
-#define WPT ((512u + 32u * FWD_WARPS - 1u) / (32u * FWD_WARPS))  // uvec4 of W a thread
 
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
 SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
@@ -96,21 +95,15 @@ void main() {
     // W_l's global loads and this warp's operands (its own rows) are issued ahead of the
     // barrier that frees ws, so that they overlap the wait (fwd_cm 0.501 -> 0.438 ms at
     // 1024² on the H100, still 46 registers; at 8 warps x 2 row blocks 0.533 -> 0.485)
-    uint nw = 8u * (l < 6u ? 64u : 16u);  // uvec4 of W_l
-    uvec4 wv[WPT];
-    [[unroll]] for (uint i = 0u; i < WPT; i++) {
-      uint e = gl_LocalInvocationIndex + 32u * FWD_WARPS * i;
-      wv[i] = e < nw ? w[512u * l + e] : uvec4(0u);
-    }
+    uint nrows = l < 6u ? 64u : 16u;  // the last layer has 16 outputs
+    uvec4 wv[CM_STAGE_PER(32u * FWD_WARPS)];
+    CM_STAGE64_LOAD(wv, w, 512u * l, nrows);
     CM_A a[FWD_ROWS][4];
     CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++)
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
         CM_LOAD_ROW(a[r][k], hs, (row0 + 16u * r) * HS + 16u * k, HS);
     barrier();  // every warp is done with W_{l-1}
-    [[unroll]] for (uint i = 0u; i < WPT; i++) {
-      uint e = gl_LocalInvocationIndex + 32u * FWD_WARPS * i;
-      if (e < nw) CM_PUT8(ws, (e / 8u) * (HS / 8u) + e % 8u, wv[i]);
-    }
+    CM_STAGE64_STORE(ws, HS, wv, nrows);
     barrier();  // W_l staged; every invocation has its operands before the rows are overwritten
     uint nts = l < 6u ? 4u : 1u;  // the last layer has 16 outputs
     for (uint nt = 0u; nt < nts; nt++) {
