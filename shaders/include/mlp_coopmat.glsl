@@ -141,9 +141,10 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 #endif
 
 // 8 halves of a shared float16_t array from index i <-> one uvec4, for wide per-invocation
-// copies between shared memory and f16 buffers declared as uvec4 arrays. (Global data whose
-// buffer depends on a run-time layer index moves this way, in plain code: the H100 driver's
-// compiler crashes on cooperative-matrix loads and stores inside such a switch.)
+// copies between shared memory and f16 buffers declared as uvec4 arrays (CM_PACK8 packs 8
+// elements of a float array too, rounded to f16). (Global data whose buffer depends on a
+// run-time layer index moves this way, in plain code: the H100 driver's compiler crashes on
+// cooperative-matrix loads and stores inside such a switch.)
 #define CM_PACK8(sh, i)                                                                \
   uvec4(packFloat2x16(f16vec2(sh[(i)], sh[(i) + 1u])),                                 \
         packFloat2x16(f16vec2(sh[(i) + 2u], sh[(i) + 3u])),                            \
@@ -157,13 +158,6 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
     sh[(i)] = a_.x; sh[(i) + 1u] = a_.y; sh[(i) + 2u] = b_.x; sh[(i) + 3u] = b_.y;     \
     sh[(i) + 4u] = c_.x; sh[(i) + 5u] = c_.y; sh[(i) + 6u] = d_.x; sh[(i) + 7u] = d_.y; \
   }
-
-// 8 floats of array f from index j, rounded to f16, as one uvec4
-#define CM_PACK8F(f, j)                                                                   \
-  uvec4(packFloat2x16(f16vec2((f)[(j)], (f)[(j) + 1u])),                                  \
-        packFloat2x16(f16vec2((f)[(j) + 2u], (f)[(j) + 3u])),                             \
-        packFloat2x16(f16vec2((f)[(j) + 4u], (f)[(j) + 5u])),                             \
-        packFloat2x16(f16vec2((f)[(j) + 6u], (f)[(j) + 7u])))
 
 // halves 8 i8 .. 8 i8 + 7 of shared f16 array sh <-> one uvec4 (i8 counts groups of 8)
 #ifdef CM_BLOCKS

@@ -105,7 +105,7 @@ void tile_loads(out float f[16], out float g[4]) {
 void tile_stores(float f[16], float g[4]) {
   uint r = lane / 2u, q = 2u * half_ + lane % 2u;
   [[unroll]] for (uint j = 0u; j < 2u; j++)
-    CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8F(f, 8u * j));
+    CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8(f, 8u * j));
   [[unroll]] for (uint i = 0u; i < 4u; i++) {  // g_7 into columns 0..15 of gs
     uint e = lane + CM_WARP * i;
     gs[(row0 + 8u * half_ + e / 16u) * HS + e % 16u] = float16_t(g[i]);

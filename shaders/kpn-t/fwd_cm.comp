@@ -84,7 +84,7 @@ void main() {
       [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
     }
     [[unroll]] for (uint j = 0u; j < 4u; j++)
-      CM_PUT8(hs, (row0 + r) * (HS / 8u) + c0 / 8u + j, CM_PACK8F(f, 8u * j));
+      CM_PUT8(hs, (row0 + r) * (HS / 8u) + c0 / 8u + j, CM_PACK8(f, 8u * j));
 #ifdef TRAIN
     [[unroll]] for (uint j = 0u; j < 32u; j++) A0[p * 64u + c0 + j] = float16_t(f[j]);
 #endif
