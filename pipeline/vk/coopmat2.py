@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import vulkan as vk
 
-from .device import COMPONENT, instance
+from .device import COMPONENT, instance, raw_properties
 
 FLEX_PROPERTIES = 1000593001  # VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_...
 PROPERTIES = 1000593002  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV
@@ -48,12 +48,8 @@ class FlexShape:
 
 def limits(pd) -> dict[str, int]:
     """The extension's three limits on this physical device."""
-    raw = vk.ffi.new("uint64_t[4]")
-    raw[0] = PROPERTIES
-    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=raw))
-    words = vk.ffi.cast("uint32_t *", raw)
-    return {"max_workgroup_size": int(words[4]), "max_dimension": int(words[5]),
-            "reserved_shared_memory": int(words[6])}
+    size, dim, reserved = raw_properties(pd, PROPERTIES, 3)
+    return {"max_workgroup_size": size, "max_dimension": dim, "reserved_shared_memory": reserved}
 
 
 def flexible_shapes(pd) -> list[FlexShape]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import vulkan as vk
 
+from .device import raw_properties
 from .errors import VulkanError, result_name
 
 CONVERT_INFO = 1000491004  # VK_STRUCTURE_TYPE_CONVERT_COOPERATIVE_VECTOR_MATRIX_INFO_NV
@@ -27,11 +28,9 @@ ALIGN = 64  # a matrix's offset in its buffer, for the optimal layouts
 def training_accumulation(pd) -> dict[str, bool]:
     """Which matrix types coopVecOuterProductAccumulate may add into on this physical
     device (VkPhysicalDeviceCooperativeVectorPropertiesNV): {"float16": .., "float32": ..}."""
-    raw = vk.ffi.new("uint64_t[4]")
-    raw[0] = PROPERTIES
-    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=raw))
-    words = vk.ffi.cast("uint32_t *", raw)  # 16 stages, 20 f16 accumulation, 24 f32
-    return {"float16": bool(words[5]), "float32": bool(words[6])}
+    # stages, f16 accumulation, f32 accumulation, max components
+    words = raw_properties(pd, PROPERTIES, 4)
+    return {"float16": bool(words[1]), "float32": bool(words[2])}
 
 
 def _stride(layout: str, rows: int, cols: int, itemsize: int) -> int:

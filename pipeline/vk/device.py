@@ -226,6 +226,15 @@ def _raw_feature(pd, stype: int, nflags: int) -> list[bool]:
     return raw_flags(raw, nflags)
 
 
+def raw_properties(pd, stype: int, nwords: int) -> list[int]:
+    """The first `nwords` 32-bit members (after sType and pNext) of a properties struct the
+    bindings lack, from the driver."""
+    raw = raw_struct(stype, nwords)
+    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=raw))
+    words = vk.ffi.cast("uint32_t *", raw)
+    return [int(words[4 + i]) for i in range(nwords)]
+
+
 def _describe(index: int, pd) -> DeviceInfo:
     props = vk.vkGetPhysicalDeviceProperties(pd)
     exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
