@@ -51,13 +51,17 @@ def network(rng) -> list[np.ndarray]:
     return [(rng.standard_normal(s) * np.sqrt(2.0 / s[1])).astype(np.float16) for s in shapes]
 
 
+def leaky(z):
+    return np.maximum(z, SLOPE * z)
+
+
 def reference(x: np.ndarray, mats: list[np.ndarray], chunk: int = 1 << 16) -> np.ndarray:
     out = np.empty((len(x), NOUT), np.float32)
     for i in range(0, len(x), chunk):
         h = x[i:i + chunk].astype(np.float32)
         for w in mats[:-1]:
             z = h @ w.astype(np.float32).T
-            h = np.maximum(z, SLOPE * z).astype(np.float16).astype(np.float32)
+            h = leaky(z).astype(np.float16).astype(np.float32)
         out[i:i + chunk] = h @ mats[-1].astype(np.float32).T
     return out
 
@@ -99,10 +103,6 @@ def coopvec_weights(dev, mats, layout: str) -> tuple[bytes, list[int], int]:
         data = w.tobytes() if layout == "row" else convert_matrix(dev, w, layout)
         blob += data + b"\0" * (-len(data) % ALIGN)
     return bytes(blob), offsets, (2 * WIDTH if layout == "row" else 0)
-
-
-def leaky(z):
-    return np.maximum(z, SLOPE * z)
 
 
 def train_reference(x, go, mats, chunk: int = 1 << 16):
