@@ -182,10 +182,11 @@ def mulw_chunks(n: int) -> tuple[int, int]:
 # any device: fwd, bck, mulw), "coopmat" (cooperative matrices, f16 activations stored:
 # fwd_cm, bck_cm, mulw_cm), "fused" (cooperative matrices, the backward recomputes the forward
 # and sums the weight gradient in registers: fwd_cm, bck_fused).
+WPACK_FRAGS = 112  # wpack.comp: 7 x 16 packed B fragments of 2 x 32 uvec4 (512 halves)
 CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the image)
 # launch shapes of the cooperative-matrix kernels (VKGRAPH_CM_TUNE=key=value,... overrides
 # them, for benchmarking): fwd_cm's warps per workgroup and 16-pixel row blocks per warp (the
-# tile, 16 rows warps pixels, must divide CM_PAD; shared memory 144 B a pixel + 9 KiB),
+# tile, 16 rows warps pixels, must divide CM_PAD; shared memory 144 B a pixel),
 # bck_fused's warps per workgroup (8 pixels each; 16: 45 KiB of shared memory) and its
 # largest number of workgroups (and weight-gradient partials). Measured on the H100 at 1024^2
 # (`VKGRAPH_CM_TUNE=... python bench/kpn_train.py --variants fused --sizes 1024 --profile`):
@@ -196,7 +197,10 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 # registers, so fused_groups 0 (the default) means one group per SM where the device says
 # how many it has (VK_NV_shader_sm_builtins), else 264; on the H100 (132 SMs) bck_fused took
 # 1.892 / 1.886 ms at 132 groups, 1.918 at 264 and 2.510 at 198 (a second, partial wave).
-CM_TUNING = {"fwd_warps": 16, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 0}
+# Session 10: fwd_cm reads packed weights (wpack.comp) and has no workgroup barrier left, so
+# small groups do best: 0.370 ms at 4 x 1, 2 x 1 or 1 x 1, 0.405 at 8 x 1, 0.422 at 16 x 1,
+# 0.42 at 2 x 2 and 1 x 2, 0.47-0.49 at 4 x 2 and 8 x 2, 0.58-0.68 at 1 x 4 and 4 x 4.
+CM_TUNING = {"fwd_warps": 4, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 0}
 FUSED_GROUPS = 264  # where the SM count is unknown
 
 
@@ -334,6 +338,15 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             weights, w16 = weights16, True
     log.info("%s: %s MLP kernels", module, variant)
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
+    n["wpack"] = None
+    if variant in ("fused", "coopmat"):  # the weights as packed fragments, once a frame
+        n["wpack"] = graph.add_node(module, "wpack", (WPACK_FRAGS * 32, 1), [
+            ssbo("w", "read", fmt="f16"), ssbo("wp", "write", WPACK_FRAGS * 512, "f16")],
+            shader="kpn-t", local=(32, 1, 1), defines=cm_defines(graph, CM_EMU_WARPS="1u"))
+        if isinstance(weights, str):
+            graph.bind(module, weights, n["wpack"], "w")
+        else:
+            graph.node_connect(weights[0], weights[1], n["wpack"], "w")
     nmap = None
     if noise is not None:  # level 0 with the noise variance in alpha
         w0, h0 = sizes[0]
@@ -388,7 +401,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
         else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
             npad = _pad(npx)
-            conns = [ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"),
+            conns = [ssbo("feat", "read", fmt="f16"), ssbo("wp", "read", fmt="f16"),
                      ssbo("K", "write", 16 * npad)]
             tune = cm_tuning()
             warps, rows = tune["fwd_warps"], tune["fwd_rows"]
@@ -419,7 +432,9 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         graph.node_connect(sub, "coarse", diff, "coarse")
         src = "feat" if plane else "detail"  # the features' source
         graph.node_connect(diff, src, fwd, src)
-        if isinstance(weights, str):
+        if n["wpack"] is not None:
+            graph.node_connect(n["wpack"], "wp", fwd, "wp")
+        elif isinstance(weights, str):
             graph.bind(module, weights, fwd, "w")
         else:
             graph.node_connect(weights[0], weights[1], fwd, "w")

@@ -168,6 +168,35 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 #define CM_GET8(sh, i8) CM_PACK8(sh, 8u * (i8))
 #endif
 
+// Packed operands: a B fragment kept in memory as each invocation's own elements (which
+// element an invocation holds is the implementation's business, so only a fragment of the
+// same type packs them: CM_PACK_B in one kernel, CM_UNPACK_B in another, on one device).
+// Fragment f takes CM_PACKED uvec4 slots per invocation, slot j of lane l at
+// (CM_PACKED f + j) 32 + l: a warp reads a fragment with one coalesced 16-byte load per
+// invocation per 8 elements, from any buffer (the weights straight from global memory, no
+// staging in shared memory and no workgroup barrier for it). Up to 16 elements an
+// invocation (8 where a warp's 32 invocations share a 16 x 16 tile without copies).
+#define CM_PACKED 2u
+#define CM_PACK_B(m, buf, f)                                                              \
+  CM_UNROLL for (int j_ = 0; j_ < CM_LENGTH(m) / 8; j_++) {                               \
+    int i_ = 8 * j_;                                                                      \
+    buf[(CM_PACKED * uint(f) + uint(j_)) * CM_WARP + cm_lane()] = uvec4(                  \
+        packFloat2x16(f16vec2(CM_AT(m, i_), CM_AT(m, i_ + 1))),                           \
+        packFloat2x16(f16vec2(CM_AT(m, i_ + 2), CM_AT(m, i_ + 3))),                       \
+        packFloat2x16(f16vec2(CM_AT(m, i_ + 4), CM_AT(m, i_ + 5))),                       \
+        packFloat2x16(f16vec2(CM_AT(m, i_ + 6), CM_AT(m, i_ + 7))));                      \
+  }
+#define CM_UNPACK_B(m, buf, f)                                                            \
+  CM_UNROLL for (int j_ = 0; j_ < CM_LENGTH(m) / 8; j_++) {                               \
+    uvec4 u_ = buf[(CM_PACKED * uint(f) + uint(j_)) * CM_WARP + cm_lane()];               \
+    int i_ = 8 * j_;                                                                      \
+    f16vec2 a_ = unpackFloat2x16(u_.x), b_ = unpackFloat2x16(u_.y);                       \
+    f16vec2 c_ = unpackFloat2x16(u_.z), d_ = unpackFloat2x16(u_.w);                       \
+    CM_AT(m, i_) = a_.x; CM_AT(m, i_ + 1) = a_.y; CM_AT(m, i_ + 2) = b_.x;               \
+    CM_AT(m, i_ + 3) = b_.y; CM_AT(m, i_ + 4) = c_.x; CM_AT(m, i_ + 5) = c_.y;           \
+    CM_AT(m, i_ + 6) = d_.x; CM_AT(m, i_ + 7) = d_.y;                                     \
+  }
+
 // rows 0 .. nrows-1, columns 0 .. 8 cols8 - 1 of a row-major f16 matrix with rows of rs8
 // uvec4, at uvec4 offset off8 of buffer buf -> shared array sh from index dst (row stride ss
 // halves; both multiples of 8), by all invocations of the workgroup (wide loads; fragments

@@ -13,10 +13,10 @@
 // A workgroup of FWD_WARPS warps takes FWD_TILE pixels, 16 FWD_ROWS per warp. A warp keeps
 // its pixels' activations in its own rows of shared memory (row = pixel, 64 columns + pad)
 // and never waits for the others. Per layer and 16 pixels: Z (16 x 64) = H (16 x 64) W_l^T
-// with H the A operand (from shared memory) and B[k][n] = W_l[n][k], a column-major load of
-// the row-major f16 weights (adam's w16, or a lut's). Every output tile of 16 neurons reuses
-// its four weight fragments for all of the warp's row blocks. The workgroup stages each
-// layer's weights in shared memory first (wide loads; fragments load from there).
+// with H the A operand (from shared memory) and B[k][n] = W_l[n][k], read as packed
+// fragments (wpack.comp) straight from global memory (where every warp of an SM reads the
+// same 56 KiB, so they stay in cache). Every output tile of 16 neurons reuses its four
+// weight fragments for all of the warp's row blocks.
 // Buffers hold npad pixels (a multiple of FWD_TILE, module.py): rows p >= N get zero
 // features, hence zero activations and K, and are never read as pixels.
 // TRAIN stores h_0..h_6 (f16) for bck_cm/mulw_cm, slot s in its own buffer As at 64p + c
@@ -29,7 +29,7 @@
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
 
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
-SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
+SSBO_IN(1, uvec4, wp)  // packed B fragments (wpack.comp)
 SSBO_OUT(2, float, K)
 #ifdef TRAIN  // f16 activations, written 8 at a time
 SSBO_OUT(3, float16_t, A0)
@@ -42,11 +42,10 @@ SSBO_OUT(9, uvec4, A6)
 #endif
 
 #ifdef CM_BLOCKS
-shared F16 { float16_t hs[FWD_TILE * HS]; float16_t ws[64u * HS]; };
-shared U128 { uvec4 hs8[FWD_TILE * HS / 8u]; uvec4 ws8[64u * HS / 8u]; };
+shared F16 { float16_t hs[FWD_TILE * HS]; };
+shared U128 { uvec4 hs8[FWD_TILE * HS / 8u]; };
 #else
 shared float16_t hs[FWD_TILE * HS];
-shared float16_t ws[64u * HS];  // W_l
 #endif
 DEFINE_KPN_FEATURES(features, feat, 0, 4)
 
@@ -92,24 +91,16 @@ void main() {
   CM_SYNC();
 
   for (uint l = 0u; l < 7u; l++) {
-    // W_l's global loads and this warp's operands (its own rows) are issued ahead of the
-    // barrier that frees ws, so that they overlap the wait (fwd_cm 0.501 -> 0.438 ms at
-    // 1024² on the H100, still 46 registers; at 8 warps x 2 row blocks 0.533 -> 0.485)
-    uint nrows = l < 6u ? 64u : 16u;  // the last layer has 16 outputs
-    uvec4 wv[CM_STAGE_PER(32u * FWD_WARPS)];
-    CM_STAGE64_LOAD(wv, w, 512u * l, nrows);
     CM_A a[FWD_ROWS][4];
     CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++)
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
         CM_LOAD_ROW(a[r][k], hs, (row0 + 16u * r) * HS + 16u * k, HS);
-    barrier();  // every warp is done with W_{l-1}
-    CM_STAGE64_STORE(ws, HS, wv, nrows);
-    barrier();  // W_l staged; every invocation has its operands before the rows are overwritten
+    CM_SYNC();  // every lane holds its operands before the rows are overwritten
     uint nts = l < 6u ? 4u : 1u;  // the last layer has 16 outputs
     for (uint nt = 0u; nt < nts; nt++) {
       CM_B b[4];
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
-        CM_LOAD_COL(b[k], ws, 16u * (HS * nt + k), HS);
+        CM_UNPACK_B(b[k], wp, 16u * l + 4u * nt + k);
       CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
         CM_ACC z;
         CM_ZERO(z);
