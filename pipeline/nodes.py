@@ -90,6 +90,21 @@ def topo_modules(graph) -> list[ModuleInstance]:
     return order
 
 
+def wavefronts(order: list[Node]) -> list[Node]:
+    """A dependency order (writers before readers) regrouped by depth: the nodes that read
+    only from earlier depths come together, in their order within `order` otherwise. The
+    recording puts barriers only where a node reads or writes what one since the last
+    barrier wrote (recording.Hazards), so nodes of one depth run side by side: kpn-t's four
+    pyramid levels in one barrier interval per kernel instead of one each. Feedback inputs
+    read the previous frame's copy and do not order nodes within a frame."""
+    depth: dict[int, int] = {}
+    for n in order:
+        depth[id(n)] = max((depth[id(c.source[0])] + 1 for c in n.connectors
+                            if c.is_input and c.source is not None and not c.feedback),
+                           default=0)
+    return sorted(order, key=lambda n: depth[id(n)])
+
+
 class NodeGraph:
     """The nodes of one build. Hooks receive its `context` (a HookContext) as `graph`."""
 
@@ -344,7 +359,7 @@ class NodeGraph:
             visit(n)
         while later:
             visit(later.pop(0))
-        self.schedule = order
+        self.schedule = wavefronts(order)
 
     def build_nodes(self) -> None:
         self.nodes = []

@@ -233,3 +233,60 @@ def test_batched_frames_give_the_bits_of_frames_one_at_a_time(device, tmp_path, 
     assert all(f % 2 == 0 for f in used) and BATCH == 8
     for x, y in zip(runs[0], runs[1], strict=True):
         assert np.array_equal(x, y)
+
+
+def _kpn_build(tmp_path, device, name, frames=1):
+    from test_kpn_gpu import kpn_graph
+
+    rng = np.random.default_rng(5)
+    R = rng.random((24, 20, 3), dtype=np.float32)
+    X = R + 0.1 * rng.standard_normal(R.shape, dtype=np.float32)
+    folder = tmp_path / name
+    folder.mkdir()
+    g = kpn_graph(folder, X, R, 3)
+    g.frames = frames
+    return Build(g, device, profile=True), g
+
+
+def test_kpn_t_levels_run_side_by_side(device, tmp_path, monkeypatch):
+    """The schedule goes by dependency depth (pipeline/nodes.py wavefronts): each node after
+    everything it reads, and one pyramid level's filter beside the next level's MLP, the one
+    after that's features and the next's downsampling, without a barrier between them (the
+    depth-first order put a barrier after nearly every node: 33 in the 4-level frame of
+    bench/kpn_train.py, 19 now)."""
+    monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    monkeypatch.setenv("VKGRAPH_KPN_MLP", "fused")
+    monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
+    b, g = _kpn_build(tmp_path, device, "fused")
+    seen = set()
+    for node in b.schedule:
+        for c in node.connectors:
+            if c.is_input and c.source is not None and not c.feedback:
+                assert id(c.source[0]) in seen, (node.label, c.name)
+        seen.add(id(node))
+    ops = " ".join(_frame_ops(b))
+    assert "| apply fwd_cm diff |" in ops, ops
+    assert "| dup dapply bck_fused |" in ops, ops
+    nodes = sum(1 for n in b.schedule if n.kernel is not None)
+    assert ops.count("|") < 0.6 * nodes, ops  # 16 for 31 nodes here
+
+
+def test_kpn_t_side_by_side_gives_the_bits_of_a_barrier_after_every_node(device, tmp_path,
+                                                                         monkeypatch):
+    """Three kpn-t frames (portable kernels, 3 levels): the weights and the loss history
+    with the levels side by side are those with a barrier after every node, bit for bit."""
+    monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
+    monkeypatch.delenv("VKGRAPH_COOPMAT_EMULATE", raising=False)
+    monkeypatch.setenv("VKGRAPH_KPN_MLP", "portable")
+    runs = []
+    for mode in ("", "all"):
+        monkeypatch.setenv("VKGRAPH_BARRIERS", mode)
+        b, g = _kpn_build(tmp_path, device, f"run{mode}", frames=3)
+        b.set_profile(False)
+        b.run_frames(0, 3, last_frame_only=True)
+        m = g.modules[("kpn-t", "01")]
+        adam = next(n for n in m.nodes if n.kernel == "adam")
+        runs.append(b.read(adam, "w"))
+    assert np.abs(runs[0]).max() > 0
+    assert np.array_equal(runs[0], runs[1])
