@@ -1,7 +1,8 @@
 """kpn-t: trains the kernel-predicting MLP denoiser frame by frame (README.md here has the maths).
 
 Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
-  forward   sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
+  forward   (cooperative-matrix variants: wpack, w -> packed fragments, once)
+            sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
             apply_i (D_i, K_i -> I_i), up_i (I_i, O_{i+1} or M_L -> O_i)
   loss      loss (O_0, ref -> dO_0, partials), lsum (-> loss history, current loss)
   backward  dup_i (dO_i -> dO_{i+1}), dapply_i (-> dK_i), bck_i (-> G_i),
