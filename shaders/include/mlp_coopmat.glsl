@@ -10,6 +10,7 @@
 //   CM_STORE_ROW(m, buf, off, stride)  the inverse of CM_LOAD_ROW
 //   CM_ZERO(m)  CM_MMA(c, a, b): c += a b  CM_TO_F16(d, c): d = f16(c) (CM_ACC -> CM_ACC16)
 //   CM_LENGTH(m), CM_AT(m, i): this invocation's elements of m, for element-wise maths
+//   (CM_ELEMS(m): the same elements as an array expression, for CM_PACK8 / CM_UNPACK8)
 //   CM_UNROLL: before loops that index arrays of fragments (they must stay in registers)
 // Offsets and strides are in buffer elements; keep them multiples of 8 halves (16 bytes).
 //
@@ -86,6 +87,7 @@ uint cm_lane() { return gl_LocalInvocationIndex % CM_WARP; }
 #define CM_MMA(c, a, b) c = coopMatMulAdd(a, b, c)
 #define CM_TO_F16(d, c) d = CM_ACC16(c)
 #define CM_LENGTH(m) (m).length()
+#define CM_ELEMS(m) (m)
 #define CM_AT(m, i) (m)[i]
 #define CM_SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
 #define CM_UNROLL [[unroll]]
@@ -115,6 +117,7 @@ shared float16_t cm_emu[CM_EMU_WARPS * 512u];  // per warp: the A and B tiles of
 #define CM_ZERO(m) [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (m).v[i_] = 0.0
 #define CM_TO_F16(d, c) [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) (d).v[i_] = float16_t((c).v[i_])
 #define CM_LENGTH(m) 8
+#define CM_ELEMS(m) (m).v
 #define CM_AT(m, i) (m).v[i]
 #define CM_SYNC() barrier()
 #define CM_UNROLL [[dont_unroll]]  // kernel loops stay loops: the CPU driver compiles fast
@@ -177,25 +180,12 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 // staging in shared memory and no workgroup barrier for it). Up to 16 elements an
 // invocation (8 where a warp's 32 invocations share a 16 x 16 tile without copies).
 #define CM_PACKED 2u
-#define CM_PACK_B(m, buf, f)                                                              \
-  CM_UNROLL for (int j_ = 0; j_ < CM_LENGTH(m) / 8; j_++) {                               \
-    int i_ = 8 * j_;                                                                      \
-    buf[(CM_PACKED * uint(f) + uint(j_)) * CM_WARP + cm_lane()] = uvec4(                  \
-        packFloat2x16(f16vec2(CM_AT(m, i_), CM_AT(m, i_ + 1))),                           \
-        packFloat2x16(f16vec2(CM_AT(m, i_ + 2), CM_AT(m, i_ + 3))),                       \
-        packFloat2x16(f16vec2(CM_AT(m, i_ + 4), CM_AT(m, i_ + 5))),                       \
-        packFloat2x16(f16vec2(CM_AT(m, i_ + 6), CM_AT(m, i_ + 7))));                      \
-  }
-#define CM_UNPACK_B(m, buf, f)                                                            \
-  CM_UNROLL for (int j_ = 0; j_ < CM_LENGTH(m) / 8; j_++) {                               \
-    uvec4 u_ = buf[(CM_PACKED * uint(f) + uint(j_)) * CM_WARP + cm_lane()];               \
-    int i_ = 8 * j_;                                                                      \
-    f16vec2 a_ = unpackFloat2x16(u_.x), b_ = unpackFloat2x16(u_.y);                       \
-    f16vec2 c_ = unpackFloat2x16(u_.z), d_ = unpackFloat2x16(u_.w);                       \
-    CM_AT(m, i_) = a_.x; CM_AT(m, i_ + 1) = a_.y; CM_AT(m, i_ + 2) = b_.x;               \
-    CM_AT(m, i_ + 3) = b_.y; CM_AT(m, i_ + 4) = c_.x; CM_AT(m, i_ + 5) = c_.y;           \
-    CM_AT(m, i_ + 6) = d_.x; CM_AT(m, i_ + 7) = d_.y;                                     \
-  }
+#define CM_PACK_B(m, buf, f)                                                             \
+  CM_UNROLL for (uint j_ = 0u; j_ < uint(CM_LENGTH(m)) / 8u; j_++)                       \
+    buf[(CM_PACKED * uint(f) + j_) * CM_WARP + cm_lane()] = CM_PACK8(CM_ELEMS(m), 8u * j_)
+#define CM_UNPACK_B(m, buf, f)                                                           \
+  CM_UNROLL for (uint j_ = 0u; j_ < uint(CM_LENGTH(m)) / 8u; j_++)                       \
+    CM_UNPACK8(CM_ELEMS(m), 8u * j_, buf[(CM_PACKED * uint(f) + j_) * CM_WARP + cm_lane()])
 
 // rows 0 .. nrows-1, columns 0 .. 8 cols8 - 1 of a row-major f16 matrix with rows of rs8
 // uvec4, at uvec4 offset off8 of buffer buf -> shared array sh from index dst (row stride ss
