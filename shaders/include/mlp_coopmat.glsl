@@ -198,21 +198,6 @@ void cm_mma_emulated(inout CmF c, CmH a, CmH b) {
 // all 64 columns of a 64-wide matrix
 #define CM_STAGE64(sh, ss, buf, off8, nrows) CM_STAGE(sh, 0u, ss, buf, off8, nrows, 8u, 8u)
 
-// CM_STAGE64 in two halves, so that the global loads can be issued early (ahead of the
-// barrier that frees sh, to overlap its wait) and the shared stores made after it: v is a
-// uvec4 array of CM_STAGE_PER(workgroup size) entries, held in registers in between.
-#define CM_STAGE_PER(nthreads) ((512u + (nthreads) - 1u) / (nthreads))
-#define CM_STAGE64_LOAD(v, buf, off8, nrows)                                   \
-  [[unroll]] for (uint i_ = 0u; i_ < uint((v).length()); i_++) {               \
-    uint e_ = gl_LocalInvocationIndex + gl_WorkGroupSize.x * i_;               \
-    (v)[i_] = e_ < 8u * (nrows) ? buf[(off8) + e_] : uvec4(0u);                \
-  }
-#define CM_STAGE64_STORE(sh, ss, v, nrows)                                     \
-  [[unroll]] for (uint i_ = 0u; i_ < uint((v).length()); i_++) {               \
-    uint e_ = gl_LocalInvocationIndex + gl_WorkGroupSize.x * i_;               \
-    if (e_ < 8u * (nrows)) CM_PUT8(sh, (e_ / 8u) * ((ss) / 8u) + e_ % 8u, (v)[i_]); \
-  }
-
 // leaky ReLU on an accumulator, element by element (position-free)
 #define CM_LEAKY(c, slope) \
   CM_UNROLL for (int i_ = 0; i_ < CM_LENGTH(c); i_++) CM_AT(c, i_) = CM_AT(c, i_) > 0.0 ? CM_AT(c, i_) : (slope) * CM_AT(c, i_)
