@@ -200,7 +200,8 @@ CM_PAD = 256  # coopmat buffers hold whole 256-pixel tiles (zero rows past the i
 # 1.892 / 1.886 ms at 132 groups, 1.918 at 264 and 2.510 at 198 (a second, partial wave).
 # Session 10: fwd_cm reads packed weights (wpack.comp) and has no workgroup barrier left, so
 # small groups do best: 0.370 ms at 4 x 1, 2 x 1 or 1 x 1, 0.405 at 8 x 1, 0.422 at 16 x 1,
-# 0.42 at 2 x 2 and 1 x 2, 0.47-0.49 at 4 x 2 and 8 x 2, 0.58-0.68 at 1 x 4 and 4 x 4.
+# 0.42 at 2 x 2 and 1 x 2, 0.47-0.49 at 4 x 2 and 8 x 2, 0.58-0.68 at 1 x 4 and 4 x 4; with
+# the output tiles' products interleaved: 0.299 at 4 x 1, 0.296 at 2 x 1, 0.317 at 8 x 1.
 CM_TUNING = {"fwd_warps": 4, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 0}
 FUSED_GROUPS = 264  # where the SM count is unknown
 

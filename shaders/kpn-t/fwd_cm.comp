@@ -15,8 +15,8 @@
 // and never waits for the others. Per layer and 16 pixels: Z (16 x 64) = H (16 x 64) W_l^T
 // with H the A operand (from shared memory) and B[k][n] = W_l[n][k], read as packed
 // fragments (wpack.comp) straight from global memory (where every warp of an SM reads the
-// same 56 KiB, so they stay in cache). Every output tile of 16 neurons reuses its four
-// weight fragments for all of the warp's row blocks.
+// same 56 KiB, so they stay in cache), four at a time (one per output tile) for each of
+// the warp's row blocks.
 // Buffers hold npad pixels (a multiple of FWD_TILE, module.py): rows p >= N get zero
 // features, hence zero activations and K, and are never read as pixels.
 // TRAIN stores h_0..h_6 (f16) for bck_cm/mulw_cm, slot s in its own buffer As at 64p + c
@@ -96,24 +96,33 @@ void main() {
       CM_UNROLL for (uint k = 0u; k < 4u; k++)
         CM_LOAD_ROW(a[r][k], hs, (row0 + 16u * r) * HS + 16u * k, HS);
     CM_SYNC();  // every lane holds its operands before the rows are overwritten
-    uint nts = l < 6u ? 4u : 1u;  // the last layer has 16 outputs
-    for (uint nt = 0u; nt < nts; nt++) {
+    // the four output tiles' products interleaved, k outermost: four independent chains of
+    // four products each instead of one chain at a time (fwd_cm 0.371 -> 0.299 ms at 1024² on
+    // the H100, 43 -> 93 registers)
+    if (l < 6u) {
+      CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
+        CM_ACC z[4];
+        CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_ZERO(z[nt]);
+        CM_UNROLL for (uint k = 0u; k < 4u; k++) {
+          CM_B b[4];
+          CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_UNPACK_B(b[nt], wp, 16u * l + 4u * nt + k);
+          CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_MMA(z[nt], a[r][k], b[nt]);
+        }
+        CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) {
+          CM_LEAKY(z[nt], LEAKY_SLOPE);
+          CM_ACC16 h;
+          CM_TO_F16(h, z[nt]);
+          CM_STORE_ROW(h, hs, (row0 + 16u * r) * HS + 16u * nt, HS);
+        }
+      }
+    } else {  // K = W_6[0:16] h_6
       CM_B b[4];
-      CM_UNROLL for (uint k = 0u; k < 4u; k++)
-        CM_UNPACK_B(b[k], wp, 16u * l + 4u * nt + k);
+      CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_UNPACK_B(b[k], wp, 96u + k);
       CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
         CM_ACC z;
         CM_ZERO(z);
         CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
-        uint p = p0 + 16u * r;
-        if (l == 6u) {
-          CM_STORE_ROW(z, K, p * 16u, 16u);
-        } else {
-        CM_LEAKY(z, LEAKY_SLOPE);
-        CM_ACC16 h;
-        CM_TO_F16(h, z);
-        CM_STORE_ROW(h, hs, (row0 + 16u * r) * HS + 16u * nt, HS);
-        }
+        CM_STORE_ROW(z, K, (p0 + 16u * r) * 16u, 16u);
       }
     }
     CM_SYNC();
