@@ -235,19 +235,6 @@ def test_batched_frames_give_the_bits_of_frames_one_at_a_time(device, tmp_path, 
         assert np.array_equal(x, y)
 
 
-def _kpn_build(tmp_path, device, name, frames=1):
-    from test_kpn_gpu import kpn_graph
-
-    rng = np.random.default_rng(5)
-    R = rng.random((24, 20, 3), dtype=np.float32)
-    X = R + 0.1 * rng.standard_normal(R.shape, dtype=np.float32)
-    folder = tmp_path / name
-    folder.mkdir()
-    g = kpn_graph(folder, X, R, 3)
-    g.frames = frames
-    return Build(g, device, profile=True), g
-
-
 def test_kpn_t_levels_run_side_by_side(device, tmp_path, monkeypatch):
     """The schedule goes by dependency depth (pipeline/nodes.py wavefronts): each node after
     everything it reads, and one pyramid level's filter beside the next level's MLP, the one
@@ -258,7 +245,7 @@ def test_kpn_t_levels_run_side_by_side(device, tmp_path, monkeypatch):
     monkeypatch.delenv("VKGRAPH_PORTABLE", raising=False)
     monkeypatch.setenv("VKGRAPH_KPN_MLP", "fused")
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
-    b, g = _kpn_build(tmp_path, device, "fused")
+    b, _ = small_trainer(device, tmp_path / "fused", "kpn-t", 1, kpn_levels=3, profile=True)
     seen = set()
     for node in b.schedule:
         for c in node.connectors:
@@ -282,11 +269,9 @@ def test_kpn_t_side_by_side_gives_the_bits_of_a_barrier_after_every_node(device,
     runs = []
     for mode in ("", "all"):
         monkeypatch.setenv("VKGRAPH_BARRIERS", mode)
-        b, g = _kpn_build(tmp_path, device, f"run{mode}", frames=3)
-        b.set_profile(False)
+        b, m = small_trainer(device, tmp_path / f"run{mode}", "kpn-t", 3, kpn_levels=3)
         b.run_frames(0, 3, last_frame_only=True)
-        m = g.modules[("kpn-t", "01")]
-        adam = next(n for n in m.nodes if n.kernel == "adam")
-        runs.append(b.read(adam, "w"))
-    assert np.abs(runs[0]).max() > 0
-    assert np.array_equal(runs[0], runs[1])
+        runs.append([b.read(m.trainable.adam, "w"), b.read(m.trainable.lsum, "hist")])
+    assert np.abs(runs[0][0]).max() > 0
+    for x, y in zip(runs[0], runs[1], strict=True):
+        assert np.array_equal(x, y)

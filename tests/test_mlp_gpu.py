@@ -463,9 +463,11 @@ def test_reference_table_gradient_is_the_derivative():
             assert abs(num - dT[e]) <= 1e-7 + 1e-5 * abs(num), (enc, e, num, dT[e])
 
 
-def small_trainer(device, folder: Path, kind: str, frames: int, **params):
-    """(build, module) of a small mlp-t (resample 1, `params` added) or kpn-t (2 levels)
-    training graph of `frames` frames in a new `folder`."""
+def small_trainer(device, folder: Path, kind: str, frames: int, kpn_levels: int = 2,
+                  profile: bool = False, **params):
+    """(build, module) of a small mlp-t (resample 1, `params` added) or kpn-t (`kpn_levels`
+    levels) training graph of `frames` frames in a new `folder`; `profile`: GPU timestamps
+    (and node labels) in the frame lists."""
     folder.mkdir()
     if kind == "mlp-t":
         g = mlp_graph(folder, target_image(20, 24), {"width": 16, "depth": 1, "batch": 64,
@@ -474,9 +476,9 @@ def small_trainer(device, folder: Path, kind: str, frames: int, **params):
         from test_kpn_gpu import kpn_graph
         rng = np.random.default_rng(5)
         X = rng.random((16, 16, 4), np.float32)
-        g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), 2)
+        g = kpn_graph(folder, X, np.clip(X + 0.1, 0, 1), kpn_levels)
         g.frames = frames
-    return Build(g, device), g.modules[(kind, "01")]
+    return Build(g, device, profile=profile), g.modules[(kind, "01")]
 
 
 @pytest.mark.parametrize("kind", ["mlp-t", "kpn-t"])
