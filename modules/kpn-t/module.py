@@ -317,10 +317,10 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     noise profile comes from: "noiseab" (kpn-t: the module input carrying cnngenin's per-tile
     records) or "params" (kpn: its params `noise a`, `noise b`).
     `weights`: the (node, connector) that writes the weights (kpn-t: adam's f32 master
-    weights), or the name of a module input (kpn: `w`, f16 from a lut), which is bound to
-    every fwd node. f16 weights select fwd's W16 variant. `weights16`: an f16 copy for the
-    cooperative-matrix kernels (kpn-t: adam's w16). Returns the per-level nodes as a dict of
-    lists."""
+    weights), or the name of a module input (kpn: `w`, f16 from a lut), which feeds every
+    fwd node (the cooperative-matrix variants: through wpack's packed copy). f16 weights
+    select fwd's W16 variant. `weights16`: an f16 copy for the cooperative-matrix kernels
+    (kpn-t: adam's w16). Returns the per-level nodes as a dict of lists."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels)
     apply_mode = int(module.param("apply"))
@@ -339,16 +339,19 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         else:
             weights, w16 = weights16, True
     log.info("%s: %s MLP kernels", module, variant)
+    def feed_weights(node, conn: str) -> None:
+        if isinstance(weights, str):
+            graph.bind(module, weights, node, conn)
+        else:
+            graph.node_connect(weights[0], weights[1], node, conn)
+
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
     n["wpack"] = None
     if variant in ("fused", "coopmat"):  # the weights as packed fragments, once a frame
         n["wpack"] = graph.add_node(module, "wpack", (WPACK_FRAGS * 32, 1), [
             ssbo("w", "read", fmt="f16"), ssbo("wp", "write", WPACK_FRAGS * 512, "f16")],
             shader="kpn-t", local=(32, 1, 1), defines=cm_defines(graph, CM_EMU_WARPS="1u"))
-        if isinstance(weights, str):
-            graph.bind(module, weights, n["wpack"], "w")
-        else:
-            graph.node_connect(weights[0], weights[1], n["wpack"], "w")
+        feed_weights(n["wpack"], "w")
     nmap = None
     if noise is not None:  # level 0 with the noise variance in alpha
         w0, h0 = sizes[0]
@@ -436,10 +439,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         graph.node_connect(diff, src, fwd, src)
         if n["wpack"] is not None:
             graph.node_connect(n["wpack"], "wp", fwd, "wp")
-        elif isinstance(weights, str):
-            graph.bind(module, weights, fwd, "w")
         else:
-            graph.node_connect(weights[0], weights[1], fwd, "w")
+            feed_weights(fwd, "w")
         graph.node_connect(diff, "detail", app, "detail")
         graph.node_connect(fwd, "K", app, "K")
         for k, v in zip(("sub", "diff", "fwd", "apply"), (sub, diff, fwd, app), strict=True):
