@@ -350,7 +350,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     if variant in ("fused", "coopmat"):  # the weights as packed fragments, once a frame
         n["wpack"] = graph.add_node(module, "wpack", (WPACK_FRAGS * 32, 1), [
             ssbo("w", "read", fmt="f16"), ssbo("wp", "write", WPACK_FRAGS * 512, "f16")],
-            shader="kpn-t", local=(32, 1, 1), defines=cm_defines(graph, CM_EMU_WARPS="1u"))
+            shader="kpn-t", local=(32, 1, 1), defines=cm_defines(graph))
         feed_weights(n["wpack"], "w")
     nmap = None
     if noise is not None:  # level 0 with the noise variance in alpha
