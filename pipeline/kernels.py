@@ -13,7 +13,13 @@ from .errors import GraphError, RuntimeFailure
 from .nodes import Node
 from .paramblock import GENERATED, glsl_name, params_glsl
 from .paramblock import check_params as check_param_scalars
-from .vk import compile_glsl, spirv_bindings, spirv_block_scalars, spirv_writable
+from .vk import (
+    compile_glsl,
+    spirv_bindings,
+    spirv_block_scalars,
+    spirv_image_bindings,
+    spirv_writable,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHADERS = ROOT / "shaders"
@@ -81,6 +87,12 @@ def check_bindings(node: Node, spirv: bytes) -> None:
     one per node connector. A binding past them would read as zeros and write nowhere (no
     error from the driver), so it is a GraphError naming the kernel and the binding."""
     n = len(node.connectors)
+    for (dset, binding), kind in spirv_image_bindings(spirv).items():
+        if kind != "texel" or dset != 1:
+            what = "an image or sampler" if kind != "texel" else "a texel buffer"
+            raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares {what} at set "
+                             f"{dset} binding {binding}; the engine binds storage buffers and, "
+                             f"in set 1, uniform texel buffers (samplerBuffer, TEX_IN)")
     for dset, binding in spirv_bindings(spirv):
         limit = SET0_BINDINGS if dset == 0 else n if dset == 1 else 0
         if binding >= limit:

@@ -9,7 +9,13 @@ from conftest import vkgraph
 from test_wheel import USER_GRAPH, USER_MODULE, image, write_user_module
 
 from vkgraph.pipeline.formats import read_pfm, write_pfm
-from vkgraph.pipeline.vk import compile_glsl, spirv_bindings, spirv_block_scalars, spirv_writable
+from vkgraph.pipeline.vk import (
+    compile_glsl,
+    spirv_bindings,
+    spirv_block_scalars,
+    spirv_texel_bindings,
+    spirv_writable,
+)
 
 
 def setup(tmp_path, kernel: str | None = None):
@@ -67,6 +73,51 @@ layout(std430, set = 1, binding = 3) readonly buffer d_ { float d0; float d[]; }
 void main() { b[0] = a[0] + d[0] + d0; c[0] += 1.0; }
 """)
     assert spirv_writable(compile_glsl(path, [])) == {(1, 1), (1, 2)}
+
+
+def test_an_input_read_through_a_texel_view_gives_the_same_image(tmp_path, monkeypatch):
+    # TEX_IN: the engine binds a uniform texel buffer (vec4 texels) where the kernel declares
+    # a samplerBuffer; texelFetch reads the same floats as the storage-buffer load
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        "IMG_IN(0, img_in)", "TEX_IN(0, img_in)").replace(
+        "img_in[texel(0, p)]", "texelFetch(img_in, texel(0, p))")
+    assert "texelFetch" in kernel
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, _, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 0, err
+    np.testing.assert_array_equal(read_pfm(tmp_path / "out.pfm")[..., :3],
+                                  (3 * image()[..., :3]).astype(np.float32))
+
+
+def test_a_storage_image_is_an_error(tmp_path, monkeypatch):
+    # the engine binds storage buffers and uniform texel buffers: an imageBuffer would be
+    # bound as a storage buffer, which the driver need not catch
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        "IMG_OUT(1, img_out)", "layout(set = 1, binding = 1, rgba32f) uniform writeonly "
+        "imageBuffer img_out;").replace("img_out[p.x + p.y * node.roi[1].x] = ",
+                                        "imageStore(img_out, p.x + p.y * node.roi[1].x, ")
+    kernel = kernel.replace("c.a);", "c.a));")
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    assert "kernel bright/main.comp declares an image or sampler at set 1 binding 1" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.pfm").exists()
+
+
+def test_spirv_texel_bindings_finds_sampled_buffers_only(tmp_path):
+    path = tmp_path / "k.comp"
+    path.write_text("""#version 460
+layout(local_size_x = 1) in;
+layout(std430, set = 1, binding = 0) readonly buffer a_ { vec4 a[]; };
+layout(set = 1, binding = 1) uniform samplerBuffer t;
+layout(set = 1, binding = 2, rgba32f) uniform writeonly imageBuffer s;
+layout(std430, set = 1, binding = 3) writeonly buffer b_ { vec4 b[]; };
+void main() { b[0] = a[0] + texelFetch(t, 0); imageStore(s, 0, b[1]); }
+""")
+    spirv = compile_glsl(path, [])
+    assert spirv_texel_bindings(spirv) == {(1, 1)}
+    assert (1, 1) not in spirv_writable(spirv) and (1, 3) in spirv_writable(spirv)
 
 
 def test_spirv_bindings_reads_the_declarations(tmp_path):

@@ -40,8 +40,14 @@ def check_identical(a, b):
         assert np.abs(Kp).max() > 0
 
 
-@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (16, 9, 2)])
-def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels):
+@pytest.mark.parametrize("w,h,levels,texel", [(37, 23, 3, True), (16, 9, 2, True),
+                                              (37, 23, 3, False)])
+def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels, texel):
+    """texel=False: the storage-buffer loads the cpu kernels fall back to where a buffer
+    exceeds the device's texel-view limit (the same bits as through texel views)."""
+    if not texel:
+        from vkgraph.modules.kpn_t import module as kpn_t
+        monkeypatch.setattr(kpn_t, "cpu_texel", lambda graph, npx: {})
     X, R = pair(w, h)
     W = conditioned_weights()
     out = {}

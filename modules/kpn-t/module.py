@@ -242,6 +242,15 @@ def cpu_capable(graph) -> bool:
             and info.subgroup_shuffle)
 
 
+def cpu_texel(graph, npx: int) -> dict:
+    """The cpu kernels' define for a level of npx pixels: TEXEL (read the weights,
+    activations and gradients through texel views, shaders/kpn-t/cpu.glsl) where the largest
+    of them, the 7 x 64 activations a pixel, fits a texel view on the device; else nothing
+    (storage-buffer loads)."""
+    limit = graph.capabilities.max_texel_elements if graph.capabilities else 0
+    return {"TEXEL": 1} if 0 < 7 * 64 * npx // 4 <= limit else {}
+
+
 def mlp_variant(graph, precise: bool = False) -> str:
     """The MLP kernels for this build. VKGRAPH_KPN_MLP = auto (default: "fused" where the
     device is cm_capable, "cpu" where it is cpu_capable, else "portable"), fused, coopmat,
@@ -379,7 +388,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                      **({"FEATURE_PLANE": 1} if plane else {})})
         if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
             conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
-            defines = {"PX": CPU_PX}
+            defines = {"PX": CPU_PX, **cpu_texel(graph, npx)}
             if nmap is not None:
                 defines["KPN_BIAS"] = 1
             if train:
@@ -582,7 +591,7 @@ def _backward_portable(graph, module, n, i, adam, dap):
     if n["variant"] == "cpu":  # one pixel per SIMD lane, as fwd_cpu
         bck = graph.add_node(module, "bck_cpu", (math.ceil(npx / (8 * CPU_PX)) * 8, 1), conns,
                              shader="kpn-t", local=(8, 1, 1), push=[npx],
-                             defines={"PX": CPU_PX})
+                             defines={"PX": CPU_PX, **cpu_texel(graph, npx)})
     else:
         bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), conns,
                              shader="kpn-t", local=(64, 1, 1), push=[npx])
@@ -594,7 +603,7 @@ def _backward_portable(graph, module, n, i, adam, dap):
              ssbo("part", "write", NW * chunks)]
     if n["variant"] == "cpu":  # one subgroup per (chunk, layer)
         mulw = graph.add_node(module, "mulw_cpu", (8 * chunks, 7), conns, shader="kpn-t",
-                              local=(8, 1, 1), push=[npx, chunk])
+                              local=(8, 1, 1), push=[npx, chunk], defines=cpu_texel(graph, npx))
     else:
         mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), conns, shader="kpn-t",
                               local=(16, 16, 1), push=[npx, chunk])

@@ -1,8 +1,9 @@
 """The Vulkan layer: the only package that imports `vulkan`.
 
 device.py   instance, device choice, capability report, logical device (owns children)
-memory.py   storage buffers: upload(array) / download() -> array
-kernel.py   compute pipelines with descriptor layouts by connector index
+memory.py   storage buffers: upload(array) / download() -> array; texel views of them
+kernel.py   compute pipelines with descriptor layouts by connector index (storage or
+            uniform texel buffers, as the SPIR-V declares each)
 commands.py command lists recorded once and submitted many times, GPU timestamps
 compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
 errors.py   VkResult failures as one-line errors
@@ -17,6 +18,8 @@ from .compile import (
                       compile_glsl,
                       spirv_bindings,
                       spirv_block_scalars,
+                      spirv_image_bindings,
+                      spirv_texel_bindings,
                       spirv_writable,
 )
 from .device import Device, DeviceInfo, choose, list_devices, validation_messages
@@ -24,4 +27,4 @@ from .errors import VulkanError
 
 __all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
            "compile_glsl", "list_devices", "spirv_bindings", "spirv_block_scalars",
-           "spirv_writable", "validation_messages"]
+           "spirv_image_bindings", "spirv_texel_bindings", "spirv_writable", "validation_messages"]

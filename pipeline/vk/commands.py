@@ -72,13 +72,14 @@ class CommandList:
         self._free_pools()
         n = sum(1 for op in self.ops if op[0] == "dispatch")
         nbuf = sum(3 + len(op[3]) for op in self.ops if op[0] == "dispatch")
-        if n:
-            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER,
-                                             descriptorCount=n),
-                     vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                             descriptorCount=nbuf)]
+        if n:  # (pool sizes per type may exceed what the sets take: they are upper bounds)
+            sizes = [vk.VkDescriptorPoolSize(type=t, descriptorCount=c) for t, c in (
+                (vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, n),
+                (vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, nbuf),
+                (vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, nbuf))]
             self.desc_pool = call("vkCreateDescriptorPool", vk.vkCreateDescriptorPool, dev,
-                                  vk.VkDescriptorPoolCreateInfo(maxSets=2 * n, poolSizeCount=2,
+                                  vk.VkDescriptorPoolCreateInfo(maxSets=2 * n,
+                                                                poolSizeCount=len(sizes),
                                                                 pPoolSizes=sizes), None)
         nlabels = sum(1 for op in self.ops if op[0] == "dispatch" and op[6])
         if self.max_timestamps and nlabels:
@@ -106,13 +107,16 @@ class CommandList:
             descriptorPool=self.desc_pool, descriptorSetCount=2,
             pSetLayouts=kernel.set_layouts))
         writes = []
-        for s, bufs, types in ((0, set0, kernel.SET0),
-                               (1, set1, [vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER] * len(set1))):
+        for s, bufs, types in ((0, set0, kernel.SET0), (1, set1, kernel.set1)):
             for i, (buf, t) in enumerate(zip(bufs, types, strict=True)):
-                writes.append(vk.VkWriteDescriptorSet(
-                    dstSet=sets[s], dstBinding=i, descriptorCount=1, descriptorType=t,
-                    pBufferInfo=[vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=0,
-                                                           range=buf.nbytes)]))
+                if t == vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER:
+                    where = dict(pTexelBufferView=[buf.texels()])
+                else:
+                    where = dict(pBufferInfo=[vk.VkDescriptorBufferInfo(
+                        buffer=buf.handle, offset=0, range=buf.nbytes)])
+                writes.append(vk.VkWriteDescriptorSet(dstSet=sets[s], dstBinding=i,
+                                                      descriptorCount=1, descriptorType=t,
+                                                      **where))
         vk.vkUpdateDescriptorSets(dev, len(writes), writes, 0, None)
         cmd = self.cmd
         vk.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, kernel.pipeline)

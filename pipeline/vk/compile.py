@@ -183,16 +183,56 @@ def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
 # SPIR-V opcodes and decorations that spirv_block_scalars and spirv_writable read
 OP_MEMBER_NAME = 6
 OP_TYPE_INT, OP_TYPE_FLOAT, OP_TYPE_VECTOR, OP_TYPE_MATRIX = 21, 22, 23, 24
+OP_TYPE_IMAGE, OP_TYPE_SAMPLER, OP_TYPE_SAMPLED_IMAGE = 25, 26, 27
 OP_TYPE_ARRAY, OP_TYPE_RUNTIME_ARRAY, OP_TYPE_STRUCT, OP_TYPE_POINTER = 28, 29, 30, 32
+DIM_BUFFER = 5
 OP_CONSTANT, OP_VARIABLE, OP_MEMBER_DECORATE = 43, 59, 72
 DECORATION_ARRAY_STRIDE, DECORATION_MATRIX_STRIDE, DECORATION_OFFSET = 6, 7, 35
 DECORATION_NON_WRITABLE = 24
 
 
+def spirv_image_bindings(spirv: bytes) -> dict[tuple[int, int], str]:
+    """The (descriptor set, binding) pairs a SPIR-V module declares as images: "texel" for
+    a uniform texel buffer (GLSL `uniform samplerBuffer`: an image of dimension Buffer that
+    is sampled, Sampled = 1), which is read-only; "image" for any other image or sampler
+    (storage texel buffers, 2D images, ...)."""
+    sets: dict[int, int] = {}
+    bindings: dict[int, int] = {}
+    images: dict[int, str] = {}
+    pointee: dict[int, int] = {}
+    var_type: dict[int, int] = {}
+    for op, w in _instructions(spirv):
+        if op == OP_DECORATE and len(w) >= 3:
+            if w[1] == DECORATION_DESCRIPTOR_SET:
+                sets[w[0]] = w[2]
+            elif w[1] == DECORATION_BINDING:
+                bindings[w[0]] = w[2]
+        elif op == OP_TYPE_IMAGE and len(w) >= 7:
+            images[w[0]] = "texel" if w[2] == DIM_BUFFER and w[6] == 1 else "image"
+        elif op in (OP_TYPE_SAMPLER, OP_TYPE_SAMPLED_IMAGE) and w:
+            images[w[0]] = "image"
+        elif op == OP_TYPE_POINTER and len(w) >= 3:
+            pointee[w[0]] = w[2]
+        elif op == OP_VARIABLE and len(w) >= 2:
+            var_type[w[1]] = w[0]
+    out = {}
+    for v, b in bindings.items():
+        kind = images.get(pointee.get(var_type.get(v, -1), -1))
+        if kind:
+            out[(sets.get(v, 0), b)] = kind
+    return out
+
+
+def spirv_texel_bindings(spirv: bytes) -> set[tuple[int, int]]:
+    """The (descriptor set, binding) pairs a SPIR-V module declares as uniform texel buffers
+    (spirv_image_bindings' "texel"); every other binding of set 1 is a storage buffer."""
+    return {k for k, kind in spirv_image_bindings(spirv).items() if kind == "texel"}
+
+
 def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
     """The (descriptor set, binding) pairs whose buffer a SPIR-V module may write: the
     variable is not NonWritable and its block has a member that is not (GLSL `readonly`
-    decorates the members)."""
+    decorates the members); uniform texel buffers are never written."""
     sets: dict[int, int] = {}
     bindings: dict[int, int] = {}
     nonwritable: set[int] = set()
@@ -217,8 +257,9 @@ def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
         elif op == OP_VARIABLE and len(w) >= 2:
             var_type[w[1]] = w[0]
     out = set()
+    texel = spirv_texel_bindings(spirv)
     for var, binding in bindings.items():
-        if var in nonwritable:
+        if var in nonwritable or (sets.get(var, 0), binding) in texel:
             continue
         block = pointee.get(var_type.get(var, -1), -1)
         if block in members and len(ro_members.get(block, ())) >= members[block]:

@@ -51,6 +51,7 @@ class DeviceInfo:
     coopmat: list[str] = field(default_factory=list)  # "16x16x16 f16*f16+f16->f16"
     extensions: set[str] = field(default_factory=set, repr=False)
     max_storage_range: int = 0  # bytes one storage-buffer binding may span (0: unknown)
+    max_texel_elements: int = 0  # texels one texel-buffer view may span (0: unknown)
     # VkPhysicalDeviceIDProperties.deviceUUID as 8-4-4-4-12 hex digits; on NVIDIA it is the
     # GPU's UUID that nvidia-smi and NVML print (after their "GPU-" prefix)
     uuid: str = ""
@@ -257,6 +258,7 @@ def _describe(index: int, pd) -> DeviceInfo:
         shared_memory=props.limits.maxComputeSharedMemorySize, memory_mib=heap >> 20,
         timestamp_period=props.limits.timestampPeriod, coopmat=_coopmat_shapes(pd, exts),
         extensions=exts, max_storage_range=int(props.limits.maxStorageBufferRange),
+        max_texel_elements=int(props.limits.maxTexelBufferElements),
         uuid=format_uuid(bytes(vk.ffi.buffer(ids.deviceUUID))),
         coopvec=coopvec[0], coopvec_training=coopvec[1],
         subgroup_shuffle=bool(sg.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT

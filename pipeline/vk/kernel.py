@@ -1,8 +1,10 @@
 """A compute kernel: shader module, descriptor layouts by connector index, pipeline.
 
 set 0: binding 0 global uniform, binding 1 module params, binding 2 node info (storage).
-set 1: binding i = node connector i (storage buffers). Local size = specialization
-constants 0, 1, 2.
+set 1: binding i = node connector i: a storage buffer, or a uniform texel buffer of vec4
+texels where the SPIR-V declares a `samplerBuffer` there (read through texelFetch; CPU
+drivers fetch those as vector gathers, storage buffers lane by lane). Local size =
+specialization constants 0, 1, 2.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import struct
 
 import vulkan as vk
 
+from .compile import spirv_texel_bindings
 from .errors import call
 
 STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
@@ -36,8 +39,10 @@ class Kernel:
         dev = device.handle
         self.module = call("vkCreateShaderModule", vk.vkCreateShaderModule, dev,
                            vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv), None)
-        self.set_layouts = [_set_layout(dev, self.SET0),
-                            _set_layout(dev, [vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER] * nconn)]
+        texel = spirv_texel_bindings(spirv)
+        self.set1 = [vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER if (1, i) in texel
+                     else vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER for i in range(nconn)]
+        self.set_layouts = [_set_layout(dev, self.SET0), _set_layout(dev, self.set1)]
         ranges = []
         if self.push_size:
             ranges = [vk.VkPushConstantRange(stageFlags=STAGE, offset=0, size=self.push_size)]

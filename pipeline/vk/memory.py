@@ -1,4 +1,4 @@
-"""Storage buffers with numpy in, numpy out.
+"""Storage buffers with numpy in, numpy out, and texel views of them (vec4 texels).
 
 Device-local buffers are filled and read through a host-visible staging buffer and a one-off
 copy; host-visible buffers (uniforms, staging of sources and sinks) stay mapped. Transfers up to
@@ -14,7 +14,9 @@ import vulkan as vk
 from .errors import VulkanError, call
 
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
+         | vk.VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+TEXEL_FORMAT = vk.VK_FORMAT_R32G32B32A32_SFLOAT  # a texel view's texel: one vec4
 HOST = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
 SMALL = 1 << 16
 
@@ -57,6 +59,7 @@ class Buffer:
             raise VulkanError(f"cannot allocate {self.nbytes / 2**20:.1f} MiB of device "
                               f"memory ({type(e).__name__})") from None
         vk.vkBindBufferMemory(dev, self.handle, self.memory, 0)
+        self._texels = None
         self.mapped = None
         if self.host:
             self.mapped = vk.vkMapMemory(dev, self.memory, 0, self.nbytes, 0)
@@ -93,6 +96,22 @@ class Buffer:
             staging.destroy()
         return out
 
+    def texels(self):
+        """A uniform-texel-buffer view of the whole buffer as vec4 texels (made on first use,
+        destroyed with the buffer). A buffer of more texels than the device's
+        maxTexelBufferElements is a VulkanError (kernels that read through texel views choose
+        storage-buffer loads for such sizes)."""
+        if self._texels is None:
+            n = self.nbytes // 16
+            limit = self.device.info.max_texel_elements
+            if limit and n > limit:
+                raise VulkanError(f"a {self.nbytes / 2**20:.0f} MiB buffer has {n} vec4 texels; "
+                                  f"a texel view on {self.device.info.name} spans at most {limit}")
+            self._texels = call("vkCreateBufferView", vk.vkCreateBufferView, self.device.handle,
+                                vk.VkBufferViewCreateInfo(buffer=self.handle, format=TEXEL_FORMAT,
+                                                          offset=0, range=16 * n), None)
+        return self._texels
+
     def fill_zero(self) -> None:
         self.device.oneshot().fill_now(self)
 
@@ -100,6 +119,9 @@ class Buffer:
         if self.handle is None:
             return
         dev = self.device.handle
+        if self._texels is not None:
+            vk.vkDestroyBufferView(dev, self._texels, None)
+            self._texels = None
         if self.mapped is not None:
             vk.vkUnmapMemory(dev, self.memory)
             self.mapped = None

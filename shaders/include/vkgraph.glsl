@@ -1,6 +1,8 @@
 // Binding conventions shared by every kernel (see pipeline/README.md).
 // set 0: 0 global uniform, 1 module params (declared by the kernel), 2 node info.
-// set 1: binding i = node connector i, all storage buffers; images are f32, row-major.
+// set 1: binding i = node connector i: storage buffers (images are f32, row-major), or, for a
+// connector the kernel only reads, a uniform texel buffer of vec4 texels (TEX_IN: the engine
+// binds a texel view where the kernel declares a samplerBuffer; texelFetch reads it).
 // Kernels start with: #version 460, #extension GL_GOOGLE_include_directive : enable,
 // #include "vkgraph.glsl".
 #ifndef VKGRAPH_GLSL
@@ -26,6 +28,7 @@ layout(std430, set = 0, binding = 2) readonly buffer NodeInfo { ivec4 roi[]; } n
 #define SSBO_IN(b, T, name)  layout(std430, set = 1, binding = b) readonly buffer name##_buf { T name[]; };
 #define SSBO_OUT(b, T, name) layout(std430, set = 1, binding = b) writeonly buffer name##_buf { T name[]; };
 #define SSBO_RW(b, T, name)  layout(std430, set = 1, binding = b) buffer name##_buf { T name[]; };
+#define TEX_IN(b, name) layout(set = 1, binding = b) uniform samplerBuffer name;
 
 // mirrored-repeat index for any reach: -1 -> 0, -2 -> 1, n -> n-1 (numpy pad "symmetric")
 // (GLSL leaves % of a negative operand undefined -- NVIDIA's differs from C's -- so negative

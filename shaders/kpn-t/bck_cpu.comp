@@ -12,13 +12,13 @@
 //   g_6 = leaky'(h_6) * (W_6^T dK),  g_l = leaky'(h_l) * (W_l^T g_{l+1})  (l = 5..1)
 // g_l = dE/dz_l goes to G slot l-1 (at (l-1)*N*64 + 64p + c), as bck writes it.
 layout(push_constant) uniform Push { int N; } push;
-SSBO_IN(0, vec4, w4)   // W_l[o][4q..4q+3] = w4[1024 l + 16 o + q]
-SSBO_IN(1, vec4, A4)   // h_s[p][4q..4q+3] = A4[16 (s N + p) + q]
-SSBO_IN(2, vec4, dK4)  // dK[p][4q..4q+3] = dK4[4 p + q]
+#include "cpu.glsl"  // PX, SG, ROW2, VEC4_IN
+VEC4_IN(0, w4)   // W_l[o][4q..4q+3] = V4(w4, 1024 l + 16 o + q)
+VEC4_IN(1, A4)   // h_s[p][4q..4q+3] = V4(A4, 16 (s N + p) + q)
+VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, 4 p + q)
 SSBO_OUT(3, vec4, G4)  // g_l[p][4q..4q+3] = G4[16 ((l-1) N + p) + q]
 #define MLP_WIDTH 64
 #include "mlp.glsl"
-#include "cpu.glsl"  // PX, SG, ROW
 
 float g[PX][64];  // dE/dz of the layer's output
 float d[PX][64];  // W^T g
@@ -41,7 +41,7 @@ void main() {
   [[unroll]] for (int k = 0; k < PX; k++) {
     int p = min(base + SG * k, N - 1);
     [[unroll]] for (int q = 0; q < 4; q++) {
-      vec4 v = dK4[4 * p + q];
+      vec4 v = V4(dK4, 4 * p + q);
       g[k][4 * q] = v.x; g[k][4 * q + 1] = v.y; g[k][4 * q + 2] = v.z; g[k][4 * q + 3] = v.w;
     }
   }
@@ -55,8 +55,8 @@ void main() {
         ga[k] = g[k][o];
         gb[k] = g[k][o + 1];
       }
-      vec4 a0 = w4[1024 * l + 16 * o + lane], a1 = w4[1024 * l + 16 * o + 8 + lane];
-      vec4 b0 = w4[1024 * l + 16 * o + 16 + lane], b1 = w4[1024 * l + 16 * o + 24 + lane];
+      vec4 a0 = V4(w4, 1024 * l + 16 * o + lane), a1 = V4(w4, 1024 * l + 16 * o + 8 + lane);
+      vec4 b0 = V4(w4, 1024 * l + 16 * o + 16 + lane), b1 = V4(w4, 1024 * l + 16 * o + 24 + lane);
       ROW2(a0, b0, 0)
       ROW2(a1, b1, 32)
     }
@@ -64,7 +64,7 @@ void main() {
       int p = base + SG * k;
       int pc = min(p, N - 1);
       [[unroll]] for (int q = 0; q < 16; q++) {
-        vec4 hv = A4[16 * (l * N + pc) + q];
+        vec4 hv = V4(A4, 16 * (l * N + pc) + q);
         vec4 gv = vec4(d[k][4 * q], d[k][4 * q + 1], d[k][4 * q + 2], d[k][4 * q + 3]) *
                   vec4(mlp_activate_grad(hv.x, ACT_LEAKY), mlp_activate_grad(hv.y, ACT_LEAKY),
                        mlp_activate_grad(hv.z, ACT_LEAKY), mlp_activate_grad(hv.w, ACT_LEAKY));

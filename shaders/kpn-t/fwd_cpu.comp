@@ -18,14 +18,14 @@
 // Needs a subgroup of SG = 8 invocations and workgroups of whole subgroups.
 layout(push_constant) uniform Push { int N; } push;
 IMG_IN(0, detail)
-SSBO_IN(1, vec4, w4)  // W_l[o][4q..4q+3] = w4[1024 l + 16 o + q]
+#include "cpu.glsl"  // PX, SG, ROW, VEC4_IN
+VEC4_IN(1, w4)  // W_l[o][4q..4q+3] = V4(w4, 1024 l + 16 o + q)
 SSBO_OUT(2, float, K)
 #ifdef TRAIN
 SSBO_OUT(3, vec4, A4)  // h_s[p][4q..4q+3] = A4[16 (s N + p) + q]
 #endif
 #define MLP_WIDTH 64
 #include "mlp.glsl"
-#include "cpu.glsl"  // PX, SG, ROW
 
 float h[PX][64];   // this layer's input, per pixel
 float z[PX][64];   // its output
@@ -66,8 +66,8 @@ void main() {
     for (int o = 0; o < nout; o++) {
       float acc[PX];
       [[unroll]] for (int k = 0; k < PX; k++) acc[k] = 0.0;
-      vec4 v0 = w4[1024 * l + 16 * o + lane];
-      vec4 v1 = w4[1024 * l + 16 * o + 8 + lane];
+      vec4 v0 = V4(w4, 1024 * l + 16 * o + lane);
+      vec4 v1 = V4(w4, 1024 * l + 16 * o + 8 + lane);
       ROW(v0, 0)
       ROW(v1, 32)
       [[unroll]] for (int k = 0; k < PX; k++) z[k][o] = acc[k];

@@ -20,9 +20,10 @@
 // g_{l+1} = G slot l (l < 6) or dK (l = 6, 16 columns); partials go to
 // part[chunk * 28672 + 4096 l + 64 o + c] (reduce sums them).
 layout(push_constant) uniform Push { int N; int chunk; } push;
-SSBO_IN(0, vec4, A4)   // h_s[p][4q..4q+3] = A4[16 (s N + p) + q]
-SSBO_IN(1, vec4, G4)   // g_{s+1}[p][4q..4q+3] = G4[16 (s N + p) + q]
-SSBO_IN(2, vec4, dK4)  // dK[p][4q..4q+3] = dK4[4 p + q]
+#include "cpu.glsl"  // VEC4_IN
+VEC4_IN(0, A4)   // h_s[p][4q..4q+3] = V4(A4, 16 (s N + p) + q)
+VEC4_IN(1, G4)   // g_{s+1}[p][4q..4q+3] = V4(G4, 16 (s N + p) + q)
+VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, 4 p + q)
 SSBO_OUT(3, vec4, part4)
 
 // rows 4J..4J+3 for pixels a and b (TWO), g from lane J % 8 of g?[J / 8]; the
@@ -49,9 +50,9 @@ SSBO_OUT(3, vec4, part4)
 
 // pixel p's h_layer columns c0 + 4 lane .. +3, and its g_{layer+1} rows 32 k + 4 lane .. +3
 // (dK has 4 vec4s a pixel: lanes 4..7 load copies that no row uses)
-#define LOAD_H(p, c0) A4[16 * (layer * N + (p)) + (c0) + lane]
+#define LOAD_H(p, c0) V4(A4, 16 * (layer * N + (p)) + (c0) + lane)
 #define LOAD_G(p, k)                                                                   \
-  (layer < 6 ? G4[16 * (layer * N + (p)) + 8 * (k) + lane] : dK4[4 * (p) + min(lane, 3)])
+  (layer < 6 ? V4(G4, 16 * (layer * N + (p)) + 8 * (k) + lane) : V4(dK4, 4 * (p) + min(lane, 3)))
 #define LOAD_PIXEL(p, h0, h1, g)                                   \
   vec4 h0 = LOAD_H(p, 0), h1 = LOAD_H(p, 8), g[2];                 \
   g[0] = LOAD_G(p, 0);                                             \
