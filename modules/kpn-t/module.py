@@ -562,7 +562,7 @@ def create_nodes(graph, module):
             mulw, chunks = _backward_coopmat(graph, module, n, i, adam, dap)
         conns = [ssbo("part", "read")] + ([ssbo("acc", "read")] if acc else [])
         serial = n["variant"] == "cpu"  # one invocation a weight (shaders/kpn-t/reduce.comp)
-        red = graph.add_node(module, "reduce", ((1 if serial else 8) * NW, 1),
+        red = graph.add_node(module, "reduce", (NW // 4 if serial else 8 * NW, 1),
                              conns + [ssbo("dw", "write", NW)], shader="kpn-t",
                              local=(64 if serial else 256, 1, 1), push=[chunks],
                              defines={**({"SERIAL": 1} if serial else {}),

@@ -8,11 +8,21 @@
 // slice sums are added in a fixed tree (slice8). Workgroup j (256 threads) holds weights
 // 32 j .. 32 j + 31: thread t sums slice t / 32 of weight 32 j + t % 32 (one thread a weight
 // looping over ~130 partials measured 0.034 ms a level at 1024^2 on the H100).
-// SERIAL (CPU drivers): one invocation a weight sums its 8 slices one after the other, the
-// same sums in the same order, so the same bits, without shared memory or a barrier (on
-// llvmpipe a workgroup barrier switches between the invocations' coroutines: 1.0-1.6 ms a
-// level at 64^2 with 256-thread groups).
+// SERIAL (CPU drivers): one invocation sums 4 weights' 8 slices one after the other (as
+// vec4s read through texel views: vector gathers on llvmpipe, where storage-buffer loads
+// loop over the lanes), the same sums in the same order, so the same bits, without shared
+// memory or a barrier (on llvmpipe a workgroup barrier switches between the invocations'
+// coroutines: 1.0-1.6 ms a level at 64^2 with 256-thread groups).
 layout(push_constant) uniform Push { int chunks; } push;
+#ifdef SERIAL
+TEX_IN(0, part)
+#ifdef FIRST
+SSBO_OUT(1, vec4, dw)
+#else
+TEX_IN(1, acc)
+SSBO_OUT(2, vec4, dw)
+#endif
+#else
 SSBO_IN(0, float, part)
 #ifdef FIRST
 SSBO_OUT(1, float, dw)
@@ -20,21 +30,32 @@ SSBO_OUT(1, float, dw)
 SSBO_IN(1, float, acc)
 SSBO_OUT(2, float, dw)
 #endif
+#endif
 
+#ifdef SERIAL
+vec4 slice(uint i, uint k) {  // weights 4 i .. 4 i + 3
+  vec4 s = vec4(0.0);
+  for (uint c = k; c < uint(push.chunks); c += 8u) s += texelFetch(part, int(c * 7168u + i));
+  return s;
+}
+#else
 float slice(uint i, uint k) {
   float s = 0.0;
   for (uint c = k; c < uint(push.chunks); c += 8u) s += part[c * 28672u + i];
   return s;
 }
+#endif
 
-// the slice sums s(0..7) of weight i -> dw[i]
-#define SLICE8(s, i)                                                        \
+// the slice sums s(0..7) (of type T) of weight i -> dw[i]
+#define SLICE8(T, s, i)                                                     \
   {                                                                         \
-    float v_ = ((s(0u) + s(1u)) + (s(2u) + s(3u))) + ((s(4u) + s(5u)) + (s(6u) + s(7u))); \
+    T v_ = ((s(0u) + s(1u)) + (s(2u) + s(3u))) + ((s(4u) + s(5u)) + (s(6u) + s(7u))); \
     STORE_DW(i, v_)                                                         \
   }
 #ifdef FIRST
 #define STORE_DW(i, v) dw[i] = v;
+#elif defined(SERIAL)
+#define STORE_DW(i, v) dw[i] = v + texelFetch(acc, int(i));
 #else
 #define STORE_DW(i, v) dw[i] = v + acc[i];
 #endif
@@ -42,11 +63,11 @@ float slice(uint i, uint k) {
 #ifdef SERIAL
 void main() {
   uint i = gl_GlobalInvocationID.x;
-  if (i >= 28672u) return;
-  float s[8];
+  if (i >= 7168u) return;
+  vec4 s[8];
   [[unroll]] for (uint k = 0u; k < 8u; k++) s[k] = slice(i, k);
 #define S_SERIAL(k) s[k]
-  SLICE8(S_SERIAL, i)
+  SLICE8(vec4, S_SERIAL, i)
 }
 #else
 shared float s_part[256];
@@ -58,6 +79,6 @@ void main() {
   barrier();
   if (t >= 32u) return;
 #define S_SHARED(k) s_part[t + 32u * (k)]
-  SLICE8(S_SHARED, i)
+  SLICE8(float, S_SHARED, i)
 }
 #endif
