@@ -16,7 +16,8 @@ frames) of the wall time per frame (vkgraph: Build.run_frames, as `vkgraph cli` 
 between two synchronisations); "GPU ms" is
 the device's own time per frame (vkgraph: the first dispatch's start to the last one's end,
 median over one more block of frames; PyTorch: CUDA events around each block, median). Mpx/s = input
-pixels / wall time; "x eager" and "x compile" = PyTorch's wall time / ours; "roofline" = the
+pixels / wall time; "x eager" and "x compile" = PyTorch's wall time / ours (with --interleave:
+the median over the turns of each turn's ratio); "roofline" = the
 time the design's roofline allows / measured time, with these figures: 0.19 MFLOP per input
 pixel (useful work, 4 levels) at the fp16 dense tensor peak, and per input pixel 5.5 KB of
 memory traffic (stored f16 activations) or 0.4 KB (fused), at the memory bandwidth; the larger
@@ -25,9 +26,14 @@ TFLOP/s and 2.0 TB/s (from the device name).
 
     python bench/kpn_train.py [--sizes 256,1024,2048,4096] [--variants fused,coopmat,portable]
                               [--torch eager,compile] [--frames 50] [--repeats 3] [--profile]
-                              [--json FILE]
+                              [--[no-]interleave] [--json FILE]
     python bench/kpn_train.py --cpu      # the CPU row: portable kernels on the Vulkan device
                                          # at hand (lavapipe) against PyTorch on the CPU, 64^2
+
+--interleave (the default with --cpu) builds and warms up every row first, then runs
+--repeats turns of one block per row (vkgraph variants, then PyTorch), so that load from
+other work on shared cores falls on each turn's rows alike; without it each row runs all its
+blocks in turn (a vkgraph row's child process then exits before PyTorch starts).
 
 torch.compile runs at every size (each size compiles anew, ~30 s); --compile-sizes limits it
 and the table then says which sizes were skipped and why.
@@ -106,23 +112,79 @@ def run_vkgraph(variant: str, folder: Path, frames: int, repeats: int, profile: 
     cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames), str(repeats)]
     res = subprocess.run(cmd + (["--profile"] if profile else []), capture_output=True,
                          text=True)
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-    if res.returncode != 0 or not lines:
-        tail = (res.stderr.strip().splitlines() or ["?"])[-1]
-        return {"ms": None, "error": f"exit {res.returncode}: {tail}"[:200]}
+    return _child_result(res.returncode, res.stdout, res.stderr)
+
+
+def _child_result(code: int, stdout: str, stderr: str) -> dict:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if code != 0 or not lines:
+        tail = (stderr.strip().splitlines() or ["?"])[-1]
+        return {"ms": None, "error": f"exit {code}: {tail}"[:200]}
     return json.loads(lines[-1])
 
 
-def _child(variant: str, folder: Path, frames: int, repeats: int, profile: bool) -> None:
+class ServedVkgraph:
+    """A vkgraph row run block by block on request (--interleave): the child builds and
+    warms up, then times one block of frames per `block()` call, so that the rows' blocks
+    can take turns and share whatever else loads the machine at the time."""
+
+    def __init__(self, variant: str, folder: Path, frames: int, repeats: int, profile: bool):
+        import subprocess
+
+        cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames),
+               str(repeats), "--serve"] + (["--profile"] if profile else [])
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.ready = self._reply() == "ready"
+
+    def _reply(self) -> str:
+        line = self.proc.stdout.readline()
+        return line.strip()
+
+    def block(self) -> float | None:
+        if not self.ready:
+            return None
+        self.proc.stdin.write("block\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        try:
+            return float(reply)
+        except ValueError:
+            self.ready = False
+            return None
+
+    def finish(self) -> dict:
+        if self.ready:
+            self.proc.stdin.write("end\n")
+            self.proc.stdin.flush()
+        stdout, stderr = self.proc.communicate()
+        return _child_result(self.proc.returncode, stdout, stderr)
+
+
+def _child(variant: str, folder: Path, frames: int, repeats: int, profile: bool,
+           serve: bool = False) -> None:
     try:
-        out = _run_vkgraph(variant, folder, frames, repeats, profile)
+        out = _run_vkgraph(variant, folder, frames, repeats, profile, serve)
     except Exception as e:  # noqa: BLE001 - reported as the row's result
         out = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
     print(json.dumps(out))
 
 
+def _blocks_on_request(run_block) -> list[float]:
+    """--serve: "ready", then one timed block per "block" line on stdin (its ms a frame on
+    stdout), until "end"."""
+    print("ready", flush=True)
+    blocks = []
+    for line in sys.stdin:
+        if line.strip() != "block":
+            break
+        blocks.append(run_block())
+        print(f"{blocks[-1]:.6f}", flush=True)
+    return blocks
+
+
 def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
-                 profile: bool) -> dict:
+                 profile: bool, serve: bool = False) -> dict:
     saved = {k: os.environ.get(k) for k in ("VKGRAPH_KPN_MLP", "VKGRAPH_PORTABLE")}
     for k in saved:
         os.environ.pop(k, None)
@@ -142,12 +204,18 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         b.run_frames(1, WARM, last_frame_only=True, write_sinks=False)
         loss_warm = m.cls.hook("current_loss")(b.context, m)  # the agreement check's loss
         f = WARM
-        blocks = []
-        for _ in range(repeats):
+
+        def run_block() -> float:
+            nonlocal f
             t0 = time.perf_counter()  # as `vkgraph cli` runs frames (batched submissions)
             b.run_frames(f, f + frames, last_frame_only=True, write_sinks=False)
             f += frames
-            blocks.append((time.perf_counter() - t0) / frames * 1e3)
+            return (time.perf_counter() - t0) / frames * 1e3
+
+        if serve:
+            blocks = _blocks_on_request(run_block)
+        else:
+            blocks = [run_block() for _ in range(repeats)]
         gpu = []
         b.set_profile(True)
         for _ in range(gpu_frames):  # apart from the timed blocks: reading the stamps costs
@@ -289,43 +357,59 @@ class TorchKpn:
         return E
 
 
-def _torch_frames(torch, mode, X, R, W, frames, repeats, dev) -> dict:
-    cuda = dev == "cuda"
-    Xt = torch.tensor(X, device=dev).permute(2, 0, 1).contiguous()
-    Rt = torch.tensor(R, device=dev).permute(2, 0, 1).contiguous()
-    model = TorchKpn(torch, X.shape[0], W, compiled=(mode == "compile"), dev=dev)
-    with torch.no_grad():  # eager, also fills the index caches before any compile
-        loss0 = float(model.frame_loss(Xt, Rt, model.W))
+class TorchRunner:
+    """One PyTorch row: the model built and warmed up (WARM steps) on creation, then timed
+    blocks of `frames` steps."""
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
+    def __init__(self, torch, mode, X, R, W, frames: int, dev: str):
+        self.t, self.frames, self.cuda = torch, frames, dev == "cuda"
+        self.Xt = torch.tensor(X, device=dev).permute(2, 0, 1).contiguous()
+        self.Rt = torch.tensor(R, device=dev).permute(2, 0, 1).contiguous()
+        self.model = TorchKpn(torch, X.shape[0], W, compiled=(mode == "compile"), dev=dev)
+        with torch.no_grad():  # eager, also fills the index caches before any compile
+            self.loss0 = float(self.model.frame_loss(self.Xt, self.Rt, self.model.W))
+        t0 = time.perf_counter()
+        for _ in range(WARM):
+            E = self.model.step(self.Xt, self.Rt)
+        self.loss_warm = float(E.detach())  # the agreement check's loss
+        self.sync()
+        self.warm = time.perf_counter() - t0
+        self.E = E
+        self.blocks, self.gpu = [], []
 
-    t0 = time.perf_counter()
-    for _ in range(WARM):
-        E = model.step(Xt, Rt)
-    loss_warm = float(E.detach())  # the agreement check's loss
-    sync()
-    warm = time.perf_counter() - t0
-    blocks, gpu = [], []
-    for _ in range(repeats):
-        if cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+    def sync(self):
+        if self.cuda:
+            self.t.cuda.synchronize()
+
+    def block(self) -> float:
+        if self.cuda:
+            start = self.t.cuda.Event(enable_timing=True)
+            end = self.t.cuda.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
-        for _ in range(frames):
-            E = model.step(Xt, Rt)
-        if cuda:
+        for _ in range(self.frames):
+            self.E = self.model.step(self.Xt, self.Rt)
+        if self.cuda:
             end.record()
-        sync()
-        blocks.append((time.perf_counter() - t0) / frames * 1e3)
-        if cuda:
-            gpu.append(start.elapsed_time(end) / frames)
-    return {"ms": float(np.median(blocks)), "blocks": blocks,
-            "gpu_ms": float(np.median(gpu)) if gpu else None, "loss0": loss0,
-            "loss_warm": loss_warm, "loss": float(E.detach()), "warmup_s": warm,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+        self.sync()
+        self.blocks.append((time.perf_counter() - t0) / self.frames * 1e3)
+        if self.cuda:
+            self.gpu.append(start.elapsed_time(end) / self.frames)
+        return self.blocks[-1]
+
+    def result(self) -> dict:
+        return {"ms": float(np.median(self.blocks)), "blocks": self.blocks,
+                "gpu_ms": float(np.median(self.gpu)) if self.gpu else None,
+                "loss0": self.loss0, "loss_warm": self.loss_warm,
+                "loss": float(self.E.detach()), "warmup_s": self.warm,
+                "peak_gib": self.t.cuda.max_memory_allocated() / 2**30 if self.cuda else None}
+
+
+def _torch_frames(torch, mode, X, R, W, frames, repeats, dev) -> dict:
+    runner = TorchRunner(torch, mode, X, R, W, frames, dev)
+    for _ in range(repeats):
+        runner.block()
+    return runner.result()
 
 
 def run_torch(mode: str, X: np.ndarray, R: np.ndarray, W: np.ndarray, frames: int,
@@ -373,7 +457,7 @@ def profile_table(nodes, title: str) -> str:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
-               "--profile" in sys.argv)
+               "--profile" in sys.argv, "--serve" in sys.argv)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=None, help="input sizes (default 256,1024,2048,4096; "
@@ -387,6 +471,10 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="the CPU row: PyTorch on the CPU (fp32, all cores) against the portable "
                     "kernels on the Vulkan device at hand (lavapipe on a machine without a GPU)")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
+                    help="time the rows' blocks in turns (vkgraph, eager, compile, vkgraph, "
+                    "...) and give x eager / x compile as the median of each turn's ratio "
+                    "(default with --cpu, whose cores are shared)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--budget", type=float, default=0, help="skip torch.compile runs once "
@@ -402,6 +490,7 @@ def main() -> int:
     torch_modes = [m for m in args.torch.split(",") if m]
     compile_sizes = None if args.compile_sizes == "all" else args.compile_sizes.split(",")
     tdev = "cpu" if args.cpu else "cuda"
+    interleave = args.cpu if args.interleave is None else args.interleave
     dev = Device.open()
     name = dev.info.name
     dev.close()
@@ -424,18 +513,17 @@ def main() -> int:
             write_pfm(folder / "x.pfm", X)
             write_pfm(folder / "r.pfm", R)
             row = {"size": size, "vk": {}, "torch": {}}
+            if interleave:
+                _interleaved(row, variants, torch_modes, folder, X, R, W0, args, tdev,
+                             compile_sizes)
+                results.append(row)
+                continue
             for v in variants:
                 if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
                     row["vk"][v] = {"ms": None, "error": "not run: fp32 A > 4 GiB"}
                     continue
                 row["vk"][v] = run_vkgraph(v, folder, args.frames, args.repeats, args.profile)
-                r = row["vk"][v]
-                print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame (blocks "
-                      f"{fmt_list(r.get('blocks'))}), GPU {fmt(r.get('gpu_ms'), '.3f')} ms "
-                      f"{r.get('error', '')} loss0 {r.get('loss0', '-')} kernels "
-                      f"{r.get('kernels', '')}", flush=True)
-                if args.profile and "nodes" in r:
-                    print(profile_table(r["nodes"], f"{size}^2 {v}"), flush=True)
+                _print_vk(size, v, row["vk"][v], args.profile)
             for mode in torch_modes:
                 late = args.budget and time.perf_counter() - t_start > args.budget
                 if mode == "compile" and late:
@@ -449,35 +537,30 @@ def main() -> int:
                                                    tdev)
                 except Exception as e:  # noqa: BLE001
                     row["torch"][mode] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
-                r = row["torch"][mode]
-                print(f"{size}^2 torch {mode}: {fmt(r['ms'])} ms/frame (blocks "
-                      f"{fmt_list(r.get('blocks'))}), GPU {fmt(r.get('gpu_ms'), '.3f')} ms "
-                      f"{r.get('error', '')} loss0 {r.get('loss0', '-')} warm-up "
-                      f"{fmt(r.get('warmup_s'), '.1f')} s peak {fmt(r.get('peak_gib'), '.1f')} "
-                      "GiB", flush=True)
+                _print_torch(size, mode, row["torch"][mode])
             results.append(row)
     print()
     where = "PyTorch on the CPU (fp32)" if args.cpu else "PyTorch bf16 autocast"
+    turns = (" (blocks in turns; x eager / x compile: the median of the turns' ratios)"
+             if interleave else "")
     print(f"kpn-t training frame, {LEVELS} levels, full image; {name}; {where}; median of "
-          f"{args.repeats} x {args.frames} frames")
+          f"{args.repeats} x {args.frames} frames{turns}")
     print("| input | impl | wall ms/frame | GPU ms/frame | Mpx/s | x eager | x compile | "
           "roofline |")
     print("|---|---|---|---|---|---|---|---|")
     for row in results:
         size = row["size"]
         px = size * size
-        te = row["torch"].get("eager", {}).get("ms")
-        tc = row["torch"].get("compile", {}).get("ms")
         for v, r in row["vk"].items():
             ms = r["ms"]
             if ms is None:
                 print(f"| {size}² | vkgraph {v} | {r['error']} | | | | | |")
                 continue
+            xe, xc = (ratio(row, v, mode) for mode in ("eager", "compile"))
             bound = max(FLOP_PER_PX * px / flops, BYTES_PER_PX[v] * px / bw) * 1e3
             roof = "" if args.cpu else f"{100 * bound / ms:.0f}%"
             print(f"| {size}² | vkgraph {v} | {ms:.2f} | {fmt(r.get('gpu_ms'))} | "
-                  f"{px / ms / 1e3:.1f} | {fmt(te / ms if te else None, '.2f')} | "
-                  f"{fmt(tc / ms if tc else None, '.2f')} | {roof} |")
+                  f"{px / ms / 1e3:.1f} | {fmt(xe)} | {fmt(xc)} | {roof} |")
         for mode, r in row["torch"].items():
             ms = r["ms"]
             label = f"torch {mode} ({'cpu fp32' if args.cpu else 'bf16'})"
@@ -497,6 +580,74 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0
+
+
+def ratio(row: dict, v: str, mode: str) -> float | None:
+    """PyTorch's time / vkgraph's for row variant v: the median of the turns' ratios where the
+    blocks took turns, else the ratio of the medians."""
+    r, t = row["vk"][v], row["torch"].get(mode, {})
+    if not r.get("ms") or not t.get("ms"):
+        return None
+    if r.get("turns") and t.get("turns"):
+        return float(np.median([b / a for a, b in zip(r["blocks"], t["blocks"], strict=True)]))
+    return t["ms"] / r["ms"]
+
+
+def _print_vk(size: int, v: str, r: dict, profile: bool) -> None:
+    print(f"{size}^2 vkgraph {v}: {fmt(r['ms'])} ms/frame (blocks {fmt_list(r.get('blocks'))}), "
+          f"GPU {fmt(r.get('gpu_ms'), '.3f')} ms {r.get('error', '')} loss0 "
+          f"{r.get('loss0', '-')} kernels {r.get('kernels', '')}", flush=True)
+    if profile and "nodes" in r:
+        print(profile_table(r["nodes"], f"{size}^2 {v}"), flush=True)
+
+
+def _print_torch(size: int, mode: str, r: dict) -> None:
+    print(f"{size}^2 torch {mode}: {fmt(r['ms'])} ms/frame (blocks {fmt_list(r.get('blocks'))}), "
+          f"GPU {fmt(r.get('gpu_ms'), '.3f')} ms {r.get('error', '')} loss0 "
+          f"{r.get('loss0', '-')} warm-up {fmt(r.get('warmup_s'), '.1f')} s peak "
+          f"{fmt(r.get('peak_gib'), '.1f')} GiB", flush=True)
+
+
+def _interleaved(row, variants, torch_modes, folder, X, R, W0, args, tdev,
+                 compile_sizes) -> None:
+    """--interleave: every row built and warmed up first, then args.repeats turns of one
+    block per row (vkgraph variants, then PyTorch modes), so each turn's rows share the
+    machine's state of that moment."""
+    import torch
+
+    size = row["size"]
+    runners = {}
+    for v in variants:
+        if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
+            row["vk"][v] = {"ms": None, "error": "not run: fp32 A > 4 GiB"}
+        else:
+            runners[("vk", v)] = ServedVkgraph(v, folder, args.frames, args.repeats,
+                                               args.profile)
+    for mode in torch_modes:
+        if mode == "compile" and compile_sizes and str(size) not in compile_sizes:
+            row["torch"][mode] = {"ms": None, "error": "skipped: --compile-sizes"}
+            continue
+        try:
+            runners[("torch", mode)] = TorchRunner(torch, mode, X, R, W0, args.frames, tdev)
+        except Exception as e:  # noqa: BLE001 - reported as the row's result
+            row["torch"][mode] = {"ms": None, "error": f"{type(e).__name__}: {e}"[:200]}
+    for _ in range(args.repeats):
+        for runner in runners.values():
+            runner.block()
+    for (kind, name), runner in runners.items():
+        if kind == "vk":
+            r = row["vk"][name] = runner.finish()
+            if r.get("ms") is not None:
+                r["turns"] = True
+            _print_vk(size, name, r, args.profile)
+        else:
+            r = row["torch"][name] = {**runner.result(), "turns": True}
+            _print_torch(size, name, r)
+    runners.clear()
+    gc.collect()
+    if tdev == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def fmt_list(values) -> str:
