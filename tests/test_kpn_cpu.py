@@ -89,3 +89,34 @@ def test_cpu_kernels_need_subgroup_shuffle(device):
     for info in (replace(cpu, subgroup_shuffle=False), replace(cpu, subgroup_size=4),
                  replace(cpu, type="discrete GPU"), None):
         assert not kpn_t.cpu_capable(SimpleNamespace(capabilities=info))
+
+
+def test_cpu_kernels_read_texels_where_the_activations_fit(device):
+    """TEXEL (texel-view loads) only where a level's 7 x 64 activations a pixel fit the
+    device's maxTexelBufferElements; else the storage-buffer loads, at any size."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from vkgraph.modules.kpn_t import module as kpn_t
+
+    def texel(limit, npx):
+        info = replace(device.info, max_texel_elements=limit)
+        return kpn_t.cpu_texel(SimpleNamespace(capabilities=info), npx)
+
+    assert texel(112 * 4096, 4096) == {"TEXEL": 1}
+    assert texel(112 * 4096 - 1, 4096) == {}
+    assert texel(0, 16) == {}  # unknown limit
+    assert kpn_t.cpu_texel(SimpleNamespace(capabilities=None), 16) == {}
+
+
+def test_a_texel_view_past_the_device_limit_is_an_error(device, monkeypatch):
+    from dataclasses import replace
+
+    from vkgraph.pipeline.vk import VulkanError
+
+    buf = device.buffer(1024)
+    monkeypatch.setattr(device, "info", replace(device.info, max_texel_elements=63))
+    with pytest.raises(VulkanError, match="64 vec4 texels"):
+        buf.texels()
+    monkeypatch.undo()
+    assert buf.texels() is buf.texels()  # one view, made once
