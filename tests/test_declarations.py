@@ -28,6 +28,18 @@ def setup(tmp_path, kernel: str | None = None):
     return mods
 
 
+def refused(tmp_path, monkeypatch, kernel: str, *messages: str) -> None:
+    """The user module with this kernel is a GraphError: exit 2, one line naming `messages`,
+    and nothing written."""
+    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    for m in messages:
+        assert m in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.pfm").exists()
+
+
 def test_a_good_user_kernel_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path)))
     rc, _, err = vkgraph(tmp_path, "-g", "g.cfg")
@@ -40,13 +52,8 @@ def test_binding_past_the_connectors_is_an_error(tmp_path, monkeypatch):
     # the output declared at binding 2 although `connectors` has two lines (bindings 0, 1)
     kernel = USER_MODULE["shaders/bright/main.comp"].replace("IMG_OUT(1, img_out)",
                                                              "IMG_OUT(2, img_out)")
-    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
-    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
-    assert rc == 2, (out, err)
-    assert "kernel bright/main.comp declares set 1 binding 2" in err
-    assert "has 2 connectors" in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "out.pfm").exists()
+    refused(tmp_path, monkeypatch, kernel, "kernel bright/main.comp declares set 1 binding 2",
+            "has 2 connectors")
 
 
 def test_kernel_that_may_write_an_input_is_an_error(tmp_path, monkeypatch):
@@ -54,15 +61,12 @@ def test_kernel_that_may_write_an_input_is_an_error(tmp_path, monkeypatch):
     kernel = USER_MODULE["shaders/bright/main.comp"].replace("IMG_IN(0, img_in)",
                                                              "IMG_RW(0, img_in)")
     assert kernel != USER_MODULE["shaders/bright/main.comp"]
-    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
-    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
-    assert rc == 2, (out, err)
-    assert "kernel bright/main.comp may write binding 0, the input connector 'input'" in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "out.pfm").exists()
+    refused(tmp_path, monkeypatch, kernel,
+            "kernel bright/main.comp may write binding 0, the input connector 'input'")
 
 
 def test_spirv_writable_tells_readonly_from_written(tmp_path):
+    """... and spirv_texel_bindings finds the samplerBuffers (read-only) alone."""
     path = tmp_path / "k.comp"
     path.write_text("""#version 460
 layout(local_size_x = 1) in;
@@ -70,9 +74,17 @@ layout(std430, set = 1, binding = 0) readonly buffer a_ { float a[]; };
 layout(std430, set = 1, binding = 1) writeonly buffer b_ { float b[]; };
 layout(std430, set = 1, binding = 2) buffer c_ { float c[]; };
 layout(std430, set = 1, binding = 3) readonly buffer d_ { float d0; float d[]; };
-void main() { b[0] = a[0] + d[0] + d0; c[0] += 1.0; }
+layout(set = 1, binding = 4) uniform samplerBuffer t;
+layout(set = 1, binding = 5, rgba32f) uniform writeonly imageBuffer s;
+void main() {
+  b[0] = a[0] + d[0] + d0 + texelFetch(t, 0).x;
+  c[0] += 1.0;
+  imageStore(s, 0, vec4(c[1]));
+}
 """)
-    assert spirv_writable(compile_glsl(path, [])) == {(1, 1), (1, 2)}
+    spirv = compile_glsl(path, [])
+    assert spirv_writable(spirv) == {(1, 1), (1, 2), (1, 5)}
+    assert spirv_texel_bindings(spirv) == {(1, 4)}
 
 
 def test_an_input_read_through_a_texel_view_gives_the_same_image(tmp_path, monkeypatch):
@@ -97,27 +109,8 @@ def test_a_storage_image_is_an_error(tmp_path, monkeypatch):
         "imageBuffer img_out;").replace("img_out[p.x + p.y * node.roi[1].x] = ",
                                         "imageStore(img_out, p.x + p.y * node.roi[1].x, ")
     kernel = kernel.replace("c.a);", "c.a));")
-    monkeypatch.setenv("VKGRAPH_MODULES", str(setup(tmp_path, kernel)))
-    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
-    assert rc == 2, (out, err)
-    assert "kernel bright/main.comp declares an image or sampler at set 1 binding 1" in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "out.pfm").exists()
-
-
-def test_spirv_texel_bindings_finds_sampled_buffers_only(tmp_path):
-    path = tmp_path / "k.comp"
-    path.write_text("""#version 460
-layout(local_size_x = 1) in;
-layout(std430, set = 1, binding = 0) readonly buffer a_ { vec4 a[]; };
-layout(set = 1, binding = 1) uniform samplerBuffer t;
-layout(set = 1, binding = 2, rgba32f) uniform writeonly imageBuffer s;
-layout(std430, set = 1, binding = 3) writeonly buffer b_ { vec4 b[]; };
-void main() { b[0] = a[0] + texelFetch(t, 0); imageStore(s, 0, b[1]); }
-""")
-    spirv = compile_glsl(path, [])
-    assert spirv_texel_bindings(spirv) == {(1, 1)}
-    assert (1, 1) not in spirv_writable(spirv) and (1, 3) in spirv_writable(spirv)
+    refused(tmp_path, monkeypatch, kernel,
+            "kernel bright/main.comp declares an image or sampler at set 1 binding 1")
 
 
 def test_spirv_bindings_reads_the_declarations(tmp_path):

@@ -169,15 +169,28 @@ def _instructions(spirv: bytes):
 def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
     """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
     OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
+    return sorted((dset, b) for dset, b, _ in _bound_variables(spirv).values())
+
+
+def _bound_variables(spirv: bytes) -> dict[int, tuple[int, int, int]]:
+    """variable id -> (descriptor set, binding, id of the type it points to) for every
+    variable decorated with a Binding (set 0 where it has no DescriptorSet)."""
     sets: dict[int, int] = {}
     bindings: dict[int, int] = {}
+    pointee: dict[int, int] = {}  # pointer type id -> pointee type id
+    var_type: dict[int, int] = {}
     for op, w in _instructions(spirv):
         if op == OP_DECORATE and len(w) >= 3:
             if w[1] == DECORATION_DESCRIPTOR_SET:
                 sets[w[0]] = w[2]
             elif w[1] == DECORATION_BINDING:
                 bindings[w[0]] = w[2]
-    return sorted((sets.get(t, 0), b) for t, b in bindings.items())
+        elif op == OP_TYPE_POINTER and len(w) >= 3:
+            pointee[w[0]] = w[2]
+        elif op == OP_VARIABLE and len(w) >= 2:
+            var_type[w[1]] = w[0]
+    return {v: (sets.get(v, 0), b, pointee.get(var_type.get(v, -1), -1))
+            for v, b in bindings.items()}
 
 
 # SPIR-V opcodes and decorations that spirv_block_scalars and spirv_writable read
@@ -196,31 +209,14 @@ def spirv_image_bindings(spirv: bytes) -> dict[tuple[int, int], str]:
     a uniform texel buffer (GLSL `uniform samplerBuffer`: an image of dimension Buffer that
     is sampled, Sampled = 1), which is read-only; "image" for any other image or sampler
     (storage texel buffers, 2D images, ...)."""
-    sets: dict[int, int] = {}
-    bindings: dict[int, int] = {}
     images: dict[int, str] = {}
-    pointee: dict[int, int] = {}
-    var_type: dict[int, int] = {}
     for op, w in _instructions(spirv):
-        if op == OP_DECORATE and len(w) >= 3:
-            if w[1] == DECORATION_DESCRIPTOR_SET:
-                sets[w[0]] = w[2]
-            elif w[1] == DECORATION_BINDING:
-                bindings[w[0]] = w[2]
-        elif op == OP_TYPE_IMAGE and len(w) >= 7:
+        if op == OP_TYPE_IMAGE and len(w) >= 7:
             images[w[0]] = "texel" if w[2] == DIM_BUFFER and w[6] == 1 else "image"
         elif op in (OP_TYPE_SAMPLER, OP_TYPE_SAMPLED_IMAGE) and w:
             images[w[0]] = "image"
-        elif op == OP_TYPE_POINTER and len(w) >= 3:
-            pointee[w[0]] = w[2]
-        elif op == OP_VARIABLE and len(w) >= 2:
-            var_type[w[1]] = w[0]
-    out = {}
-    for v, b in bindings.items():
-        kind = images.get(pointee.get(var_type.get(v, -1), -1))
-        if kind:
-            out[(sets.get(v, 0), b)] = kind
-    return out
+    return {(dset, b): images[t] for dset, b, t in _bound_variables(spirv).values()
+            if t in images}
 
 
 def spirv_texel_bindings(spirv: bytes) -> set[tuple[int, int]]:
@@ -233,38 +229,24 @@ def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
     """The (descriptor set, binding) pairs whose buffer a SPIR-V module may write: the
     variable is not NonWritable and its block has a member that is not (GLSL `readonly`
     decorates the members); uniform texel buffers are never written."""
-    sets: dict[int, int] = {}
-    bindings: dict[int, int] = {}
     nonwritable: set[int] = set()
     members: dict[int, int] = {}  # struct id -> member count
     ro_members: dict[int, set[int]] = {}
-    pointee: dict[int, int] = {}  # pointer type id -> pointee type id
-    var_type: dict[int, int] = {}
     for op, w in _instructions(spirv):
-        if op == OP_DECORATE and len(w) >= 2:
-            if w[1] == DECORATION_DESCRIPTOR_SET and len(w) >= 3:
-                sets[w[0]] = w[2]
-            elif w[1] == DECORATION_BINDING and len(w) >= 3:
-                bindings[w[0]] = w[2]
-            elif w[1] == DECORATION_NON_WRITABLE:
-                nonwritable.add(w[0])
+        if op == OP_DECORATE and len(w) >= 2 and w[1] == DECORATION_NON_WRITABLE:
+            nonwritable.add(w[0])
         elif op == OP_MEMBER_DECORATE and len(w) >= 3 and w[2] == DECORATION_NON_WRITABLE:
             ro_members.setdefault(w[0], set()).add(w[1])
         elif op == OP_TYPE_STRUCT:
             members[w[0]] = len(w) - 1
-        elif op == OP_TYPE_POINTER and len(w) >= 3:
-            pointee[w[0]] = w[2]
-        elif op == OP_VARIABLE and len(w) >= 2:
-            var_type[w[1]] = w[0]
     out = set()
     texel = spirv_texel_bindings(spirv)
-    for var, binding in bindings.items():
-        if var in nonwritable or (sets.get(var, 0), binding) in texel:
+    for var, (dset, binding, block) in _bound_variables(spirv).items():
+        if var in nonwritable or (dset, binding) in texel:
             continue
-        block = pointee.get(var_type.get(var, -1), -1)
         if block in members and len(ro_members.get(block, ())) >= members[block]:
             continue
-        out.add((sets.get(var, 0), binding))
+        out.add((dset, binding))
     return out
 
 
