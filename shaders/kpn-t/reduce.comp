@@ -14,60 +14,57 @@
 // memory or a barrier (on llvmpipe a workgroup barrier switches between the invocations'
 // coroutines: 1.0-1.6 ms a level at 64^2 with 256-thread groups).
 layout(push_constant) uniform Push { int chunks; } push;
+// T: the type summed (4 weights, or 1); PART(i) and ACC(i): element i of part and acc,
+// counted in T
 #ifdef SERIAL
+#define T vec4
+#define NT 7168u  // the 28672 weights, counted in T
 TEX_IN(0, part)
-#ifdef FIRST
-SSBO_OUT(1, vec4, dw)
+#define PART(i) texelFetch(part, int(i))
+#define ACC(i) texelFetch(acc, int(i))
 #else
-TEX_IN(1, acc)
-SSBO_OUT(2, vec4, dw)
-#endif
-#else
+#define T float
+#define NT 28672u
 SSBO_IN(0, float, part)
+#define PART(i) part[i]
+#define ACC(i) acc[i]
+#endif
 #ifdef FIRST
-SSBO_OUT(1, float, dw)
+SSBO_OUT(1, T, dw)
+#elif defined(SERIAL)
+TEX_IN(1, acc)
+SSBO_OUT(2, T, dw)
 #else
 SSBO_IN(1, float, acc)
-SSBO_OUT(2, float, dw)
-#endif
-#endif
-
-#ifdef SERIAL
-vec4 slice(uint i, uint k) {  // weights 4 i .. 4 i + 3
-  vec4 s = vec4(0.0);
-  for (uint c = k; c < uint(push.chunks); c += 8u) s += texelFetch(part, int(c * 7168u + i));
-  return s;
-}
-#else
-float slice(uint i, uint k) {
-  float s = 0.0;
-  for (uint c = k; c < uint(push.chunks); c += 8u) s += part[c * 28672u + i];
-  return s;
-}
+SSBO_OUT(2, T, dw)
 #endif
 
-// the slice sums s(0..7) (of type T) of weight i -> dw[i]
-#define SLICE8(T, s, i)                                                     \
+T slice(uint i, uint k) {
+  T s = T(0.0);
+  for (uint c = k; c < uint(push.chunks); c += 8u) s += PART(c * NT + i);
+  return s;
+}
+
+// the slice sums s(0..7) of weight i -> dw[i]
+#define SLICE8(s, i)                                                        \
   {                                                                         \
     T v_ = ((s(0u) + s(1u)) + (s(2u) + s(3u))) + ((s(4u) + s(5u)) + (s(6u) + s(7u))); \
     STORE_DW(i, v_)                                                         \
   }
 #ifdef FIRST
 #define STORE_DW(i, v) dw[i] = v;
-#elif defined(SERIAL)
-#define STORE_DW(i, v) dw[i] = v + texelFetch(acc, int(i));
 #else
-#define STORE_DW(i, v) dw[i] = v + acc[i];
+#define STORE_DW(i, v) dw[i] = v + ACC(i);
 #endif
 
 #ifdef SERIAL
 void main() {
   uint i = gl_GlobalInvocationID.x;
-  if (i >= 7168u) return;
-  vec4 s[8];
+  if (i >= NT) return;
+  T s[8];
   [[unroll]] for (uint k = 0u; k < 8u; k++) s[k] = slice(i, k);
 #define S_SERIAL(k) s[k]
-  SLICE8(vec4, S_SERIAL, i)
+  SLICE8(S_SERIAL, i)
 }
 #else
 shared float s_part[256];
@@ -79,6 +76,6 @@ void main() {
   barrier();
   if (t >= 32u) return;
 #define S_SHARED(k) s_part[t + 32u * (k)]
-  SLICE8(float, S_SHARED, i)
+  SLICE8(S_SHARED, i)
 }
 #endif
