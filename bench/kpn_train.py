@@ -11,7 +11,9 @@ Per input size (full image, 4 levels, default params: smape loss, plain filter, 
   torch    eager    bf16 autocast, eager
            compile  the same frame through torch.compile (forward and backward graphs)
 ms/frame is the median over --repeats blocks of --frames frames (after WARM = 13 warm-up
-frames) of the wall time per frame (vkgraph: Build.run_frames, as `vkgraph cli` runs frames:
+frames, and more, up to EXTRA, until WARM_S = 0.5 s of warm-up: a GPU's clocks ramp up
+over a fraction of a second, which a short first block would otherwise pay) of the wall time
+per frame (vkgraph: Build.run_frames, as `vkgraph cli` runs frames:
 8 to a submission, submissions back to back, a wait at the block's end; PyTorch: steps
 between two synchronisations); "GPU ms" is
 the device's own time per frame (vkgraph: the first dispatch's start to the last one's end,
@@ -67,6 +69,8 @@ from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
 WARM = 13  # untimed frames (the first compiles, torch.compile's warm-up); the loss check's frame
+WARM_S = 0.5  # then more untimed frames until this many seconds of warm-up (clocks ramp up)
+EXTRA = 4096  # at most this many of those
 FLOP_PER_PX = 0.19e6  # forward + backward + weight gradient, 4 levels, per input px
 BYTES_PER_PX = {"coopmat": 5.5e3, "fused": 0.4e3,  # fp32 stores: twice f16
                 "portable": 11e3, "cpu": 11e3}
@@ -193,7 +197,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
     try:
         g = kpn_graph(folder)
         gpu_frames = min(frames, 20)
-        g.frames = WARM + repeats * frames + gpu_frames
+        g.frames = WARM + EXTRA + repeats * frames + gpu_frames
         b = Build(g, dev)  # timed without timestamps (they can serialise the dispatches)
         m = g.modules[("kpn-t", "01")]
         used = {n.kernel for n in m.nodes}
@@ -201,9 +205,13 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         loss0 = m.cls.hook("current_loss")(b.context, m)
         # the warm-up runs as the timed blocks do (batched submissions), so that recording
         # the batch lists (on first use) falls here and not into the first block
+        t_warm = time.perf_counter()
         b.run_frames(1, WARM, last_frame_only=True, write_sinks=False)
         loss_warm = m.cls.hook("current_loss")(b.context, m)  # the agreement check's loss
         f = WARM
+        while time.perf_counter() - t_warm < WARM_S and f + 8 <= WARM + EXTRA:
+            b.run_frames(f, f + 8, last_frame_only=True, write_sinks=False)
+            f += 8
 
         def run_block() -> float:
             nonlocal f
@@ -373,6 +381,11 @@ class TorchRunner:
             E = self.model.step(self.Xt, self.Rt)
         self.loss_warm = float(E.detach())  # the agreement check's loss
         self.sync()
+        for _ in range(EXTRA):  # as vkgraph's rows: at least WARM_S of warm-up
+            if time.perf_counter() - t0 >= WARM_S:
+                break
+            E = self.model.step(self.Xt, self.Rt)
+            self.sync()
         self.warm = time.perf_counter() - t0
         self.E = E
         self.blocks, self.gpu = [], []
