@@ -113,10 +113,15 @@ def run_vkgraph(variant: str, folder: Path, frames: int, repeats: int, profile: 
     owns and frees every buffer of the build)."""
     import subprocess
 
-    cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames), str(repeats)]
-    res = subprocess.run(cmd + (["--profile"] if profile else []), capture_output=True,
-                         text=True)
+    res = subprocess.run(_child_cmd(variant, folder, frames, repeats, profile),
+                         capture_output=True, text=True)
     return _child_result(res.returncode, res.stdout, res.stderr)
+
+
+def _child_cmd(variant: str, folder: Path, frames: int, repeats: int, profile: bool,
+               serve: bool = False) -> list[str]:
+    return ([sys.executable, __file__, "--child", variant, str(folder), str(frames),
+             str(repeats)] + (["--profile"] if profile else []) + (["--serve"] if serve else []))
 
 
 def _child_result(code: int, stdout: str, stderr: str) -> dict:
@@ -135,9 +140,9 @@ class ServedVkgraph:
     def __init__(self, variant: str, folder: Path, frames: int, repeats: int, profile: bool):
         import subprocess
 
-        cmd = [sys.executable, __file__, "--child", variant, str(folder), str(frames),
-               str(repeats), "--serve"] + (["--profile"] if profile else [])
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(_child_cmd(variant, folder, frames, repeats, profile,
+                                                serve=True),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self.ready = self._reply() == "ready"
 
@@ -438,10 +443,15 @@ def run_torch(mode: str, X: np.ndarray, R: np.ndarray, W: np.ndarray, frames: in
         out = _torch_frames(torch, mode, X, R, W, frames, repeats, dev)
     except torch.cuda.OutOfMemoryError:
         out = {"ms": None, "error": "OOM", "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
-    gc.collect()  # the model and its tensors are gone: give the memory back for the next run
+    _free_cuda(torch)
+    return out
+
+
+def _free_cuda(torch) -> None:
+    """The models and their tensors are gone: give the memory back for the next run."""
+    gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    return out
 
 
 def fmt(v, spec=".2f"):
@@ -532,18 +542,15 @@ def main() -> int:
                 results.append(row)
                 continue
             for v in variants:
-                if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
-                    row["vk"][v] = {"ms": None, "error": "not run: fp32 A > 4 GiB"}
+                if why := vk_skip(v, size):
+                    row["vk"][v] = {"ms": None, "error": why}
                     continue
                 row["vk"][v] = run_vkgraph(v, folder, args.frames, args.repeats, args.profile)
                 _print_vk(size, v, row["vk"][v], args.profile)
             for mode in torch_modes:
                 late = args.budget and time.perf_counter() - t_start > args.budget
-                if mode == "compile" and late:
-                    row["torch"][mode] = {"ms": None, "error": "skipped: past --budget"}
-                    continue
-                if mode == "compile" and compile_sizes and str(size) not in compile_sizes:
-                    row["torch"][mode] = {"ms": None, "error": "skipped: --compile-sizes"}
+                if why := torch_skip(mode, size, compile_sizes, late):
+                    row["torch"][mode] = {"ms": None, "error": why}
                     continue
                 try:
                     row["torch"][mode] = run_torch(mode, X, R, W0, args.frames, args.repeats,
@@ -595,6 +602,22 @@ def main() -> int:
     return 0
 
 
+def vk_skip(v: str, size: int) -> str | None:
+    """Why a vkgraph row is not run at this size (None: it is)."""
+    if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
+        return "not run: fp32 A > 4 GiB"
+    return None
+
+
+def torch_skip(mode: str, size: int, compile_sizes, late: bool) -> str | None:
+    """Why a PyTorch row is not run at this size (None: it is); `late`: past --budget."""
+    if mode == "compile" and late:
+        return "skipped: past --budget"
+    if mode == "compile" and compile_sizes and str(size) not in compile_sizes:
+        return "skipped: --compile-sizes"
+    return None
+
+
 def ratio(row: dict, v: str, mode: str) -> float | None:
     """PyTorch's time / vkgraph's for row variant v: the median of the turns' ratios where the
     blocks took turns, else the ratio of the medians."""
@@ -631,14 +654,14 @@ def _interleaved(row, variants, torch_modes, folder, X, R, W0, args, tdev,
     size = row["size"]
     runners = {}
     for v in variants:
-        if v == "portable" and 7 * 64 * size * size * 4 > 2**32 - 1:
-            row["vk"][v] = {"ms": None, "error": "not run: fp32 A > 4 GiB"}
+        if why := vk_skip(v, size):
+            row["vk"][v] = {"ms": None, "error": why}
         else:
             runners[("vk", v)] = ServedVkgraph(v, folder, args.frames, args.repeats,
                                                args.profile)
     for mode in torch_modes:
-        if mode == "compile" and compile_sizes and str(size) not in compile_sizes:
-            row["torch"][mode] = {"ms": None, "error": "skipped: --compile-sizes"}
+        if why := torch_skip(mode, size, compile_sizes, late=False):
+            row["torch"][mode] = {"ms": None, "error": why}
             continue
         try:
             runners[("torch", mode)] = TorchRunner(torch, mode, X, R, W0, args.frames, tdev)
@@ -657,10 +680,8 @@ def _interleaved(row, variants, torch_modes, folder, X, R, W0, args, tdev,
             r = row["torch"][name] = {**runner.result(), "turns": True}
             _print_torch(size, name, r)
     runners.clear()
-    gc.collect()
     if tdev == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        _free_cuda(torch)
 
 
 def fmt_list(values) -> str:
