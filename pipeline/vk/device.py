@@ -409,23 +409,25 @@ class Device:
                 workgroupMemoryExplicitLayout16BitAccess=1)
             exts.append(WMEL_EXT)
         self._raw = []  # feature structs in raw memory: alive until vkCreateDevice returns
+
+        def enable_raw(stype: int, flags, ext: str) -> None:
+            """Chain a raw feature struct (for an extension the bindings lack) with these
+            flags, and enable its extension."""
+            nonlocal chain
+            self._raw.append(chain)  # only its address is in the raw struct below
+            chain = raw_struct(stype, len(flags), chain, flags)
+            self._raw.append(chain)
+            exts.append(ext)
+
         if info.coopmat and info.coopmat2:
-            self._raw.append(chain)  # only its address is in the raw struct below
-            chain = raw_struct(COOPMAT2_FEATURES, len(COOPMAT2_FLAGS), chain,
-                               [n in info.coopmat2 for n in COOPMAT2_FLAGS])
-            self._raw.append(chain)
-            exts.append(COOPMAT2_EXT)
+            enable_raw(COOPMAT2_FEATURES, [n in info.coopmat2 for n in COOPMAT2_FLAGS],
+                       COOPMAT2_EXT)
         if info.coopvec:
-            self._raw.append(chain)  # only its address is in the raw struct below
-            chain = raw_struct(COOPVEC_FEATURES, 2, chain, (1, info.coopvec_training))
-            self._raw.append(chain)
-            exts.append(COOPVEC_EXT)
+            enable_raw(COOPVEC_FEATURES, (1, info.coopvec_training), COOPVEC_EXT)
             # Slang may express a splat of a cooperative vector as a replicated composite
             if REPLICATED_EXT in info.extensions and _raw_feature(
                     pd, REPLICATED_COMPOSITES_FEATURES, 1)[0]:
-                chain = raw_struct(REPLICATED_COMPOSITES_FEATURES, 1, chain, (1,))
-                self._raw.append(chain)
-                exts.append(REPLICATED_EXT)
+                enable_raw(REPLICATED_COMPOSITES_FEATURES, (1,), REPLICATED_EXT)
         # the driver's statistics of each compiled kernel (Kernel.statistics), on request
         self.pipeline_stats = _env_flag("VKGRAPH_PIPELINE_STATS") and STATS_EXT in info.extensions
         if self.pipeline_stats:
