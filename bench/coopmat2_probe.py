@@ -118,7 +118,7 @@ def run_one(cfg: dict, args) -> dict:
 
 def khr_baseline(args) -> dict:
     """bench/coopvec_probe.py's KHR GLSL kernel (warp scope, W via L1, activations through
-    shared memory), timed in this process."""
+    shared memory), timed by that script in a child process (its table row read back)."""
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("coopvec_probe.py")),
                           "--samples", str(args.samples), "--runs", str(args.runs)]
                          + (["--device", args.device] if args.device else []),
