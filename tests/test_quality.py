@@ -67,6 +67,28 @@ def test_cache_filled_reused_and_checked(quality, tmp_path, monkeypatch):
         quality.fill_baselines(cache_path, jobs=1)
 
 
+def test_vst_stabilises_the_noise_and_inverts_without_bias():
+    """bench/vst.py: unit noise after the transform at every level of the benchmark, and the
+    exact unbiased inverse maps E[f(z) | y] back to y (where the plain algebraic inverse of f
+    is biased, most in the dark)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import vst
+
+    rng = np.random.default_rng(4)
+    for a, b in ((2e5, 20.0), (1e6, 100.0), (5e6, 400.0)):
+        for y0 in (0.001, 0.05, 0.6):
+            y = np.full(100000, y0)
+            z = y + np.sqrt((a + 65535 * b * y) / 65535**2) * rng.standard_normal(y.shape)
+            f = vst.forward(z, a, b)
+            assert f.std() == pytest.approx(1.0, abs=0.03)
+            assert vst.inverse(np.array([f.mean()]), a, b)[0] == pytest.approx(
+                y0, abs=0.01 * np.sqrt((a + 65535 * b * y0)) / 65535)
+        y = np.linspace(0.0, 1.0, 11)
+        assert np.allclose(vst.inverse(vst.expected_forward(y, a, b), a, b), y, atol=1e-6)
+
+
 def test_whole_run_with_weights(quality, tmp_path, capsys, monkeypatch):
     from test_kpn_infer import ref
 
@@ -78,7 +100,8 @@ def test_whole_run_with_weights(quality, tmp_path, capsys, monkeypatch):
     assert quality.main(["--weights", str(lut), "--baselines", str(tmp_path / "c.json"),
                          "--jobs", "1", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "| image | noise | noisy | blur (oracle) | NL-means | BM3D | vkgraph |" in text
+    assert ("| image | noise | noisy | blur (oracle) | NL-means | BM3D | VST-BM3D | vkgraph |"
+            in text)
     assert text.count("| tiny |") == 3 and text.count("| **mean** |") == 3
     assert "smallest margin of vkgraph over the noisy input" in text
     data = json.loads(out.read_text())
