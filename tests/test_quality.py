@@ -84,7 +84,7 @@ def test_vst_stabilises_the_noise_and_inverts_without_bias():
             f = vst.forward(z, a, b)
             assert f.std() == pytest.approx(1.0, abs=0.03)
             assert vst.inverse(np.array([f.mean()]), a, b)[0] == pytest.approx(
-                y0, abs=0.01 * np.sqrt((a + 65535 * b * y0)) / 65535)
+                y0, abs=0.01 * np.sqrt(a + 65535 * b * y0) / 65535)
         y = np.linspace(0.0, 1.0, 11)
         assert np.allclose(vst.inverse(vst.expected_forward(y, a, b), a, b), y, atol=1e-6)
 
