@@ -537,3 +537,95 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
     restore()
     ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "photo.ckpt.npz"))
     assert (tmp_path / "mlp-w.lut").read_bytes() == (tmp_path / "full" / "mlp-w.lut").read_bytes()
+
+
+# ------------------------------------------------------------------------------------------
+# no writer emits NaN or Inf
+
+@pytest.mark.parametrize("name,fmt,chan", [("o-pfm", "pfm", "f32"), ("o-png", "png", "f32"),
+                                           ("o-jpg", "jpg", "f32"), ("o-exr", "exr", "f32"),
+                                           ("o-exr", "exr", "f16"), ("o-lut", "lut", "f32"),
+                                           ("o-lut", "lut", "f16"), ("o-lut", "lut", "ui8")])
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_every_writer_refuses_non_finite_data(tmp_path, monkeypatch, name, fmt, chan, bad):
+    """Each writer module given a NaN or Inf pixel: one error naming the file and the pixel,
+    the previous file byte for byte, nothing else written."""
+    from test_io_modules import FakeGraph, hook, sink
+
+    from vkgraph.pipeline.errors import RuntimeFailure
+
+    monkeypatch.chdir(tmp_path)
+    img = np.random.default_rng(1).random((8, 8, 4), dtype=np.float32)
+    m, c = sink(name, "rgba", chan, Roi(8, 8), filename="out")
+    hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img)
+    previous = (tmp_path / f"out.{fmt}").read_bytes()
+    img[5, 3, 1] = bad
+    with pytest.raises(RuntimeFailure, match=rf"out\.{fmt}: not written: the data holds "
+                       rf"{bad} at x=3 y=5 channel 1 \(a file never gets NaN or Inf\)"):
+        hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img)
+    assert (tmp_path / f"out.{fmt}").read_bytes() == previous
+    assert [p.name for p in tmp_path.iterdir()] == [f"out.{fmt}"]
+
+
+def test_writers_refuse_values_their_format_cannot_hold(tmp_path):
+    """f32 weights beyond 65504 written as f16 would be Inf in the file: refused too, as is
+    NaN in the unwritten alpha channel not (the file does not hold it)."""
+    from vkgraph.pipeline.errors import RuntimeFailure
+
+    w = np.ones(64, np.float32)
+    w[9] = 1e30
+    with pytest.raises(RuntimeFailure, match=r"w\.lut: .*inf at element 9"):
+        F.write_lut(tmp_path / "w.lut", w, 1, "f16", 64, 1, ssbo=True)
+    F.write_lut(tmp_path / "w.lut", w, 1, "f32", 64, 1, ssbo=True)  # f32 holds it
+    img = np.ones((4, 4, 4), np.float32)
+    img[0, 0, 0] = 1e5
+    with pytest.raises(RuntimeFailure, match=r"x\.exr: .*inf at x=0 y=0 channel 0"):
+        F.write_exr(tmp_path / "x.exr", img, half=True)
+    img[0, 0, 0], img[1, 1, 3] = 1.0, np.nan
+    for write in (F.write_pfm, F.write_png, F.write_exr):
+        write(tmp_path / "a", img)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "w.lut"]
+
+
+EXPOSED = """frames:1
+module:i-pfm:main
+module:exposure:01
+module:o-pfm:main
+connect:i-pfm:main:output:exposure:01:input
+connect:exposure:01:output:o-pfm:main:input
+param:i-pfm:main:filename:x.pfm
+param:o-pfm:main:filename:main
+"""
+
+
+def test_a_graph_that_overflows_writes_nothing(tmp_path):
+    """exposure +127 stops on pixels of 10: Inf in the output. The run ends with exit 1 and
+    one line naming the file; the previous main.pfm stays."""
+    write_pfm(tmp_path / "x.pfm", np.full((4, 4, 3), 10.0, np.float32))
+    (tmp_path / "e.cfg").write_text(EXPOSED)
+    ok(vkgraph(tmp_path, "-g", "e.cfg"))
+    previous = (tmp_path / "main.pfm").read_bytes()
+    rc, out, err = vkgraph(tmp_path, "-g", "e.cfg", "--config", "param:exposure:01:exposure:127")
+    assert rc == 1, f"{out}\n{err}"
+    lines = [ln for ln in err.splitlines() if ln.startswith("vkgraph: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "main.pfm: not written" in lines[0] and "inf at x=0 y=0 channel 0" in lines[0]
+    assert (tmp_path / "main.pfm").read_bytes() == previous
+
+
+def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
+    """A denoiser output holding NaN (the H100's f16 path with diverged weights): the file
+    is reported failed, exit 1, no output file."""
+    from vkgraph.cli.main import main
+    from vkgraph.pipeline import denoise
+
+    F.write_lut(tmp_path / "w.lut", np.zeros(64, np.float16), 1, "f16", 64, 1, ssbo=True)
+    F.write_png(tmp_path / "a.png", np.full((8, 8, 3), 0.5, np.float32))
+    monkeypatch.setattr(denoise.Denoiser, "__call__",
+                        lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))
+    monkeypatch.chdir(tmp_path)
+    rc = main(["denoise", "a.png", "--weights", "w.lut", "--noise", "0", "0"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "a-denoised.png: not written" in err and "nan at x=0 y=0" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "w.lut"]
