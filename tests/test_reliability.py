@@ -629,3 +629,20 @@ def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
     assert rc == 1
     assert "a-denoised.png: not written" in err and "nan at x=0 y=0" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "w.lut"]
+
+
+# ------------------------------------------------------------------------------------------
+# i-lut: all of a file's channels, or an error
+
+def test_i_lut_refuses_image_data_of_more_than_four_channels(tmp_path):
+    """A 9-channel image .lut: an image wire holds 4, so it is refused naming the file (it
+    used to keep 4 of the 9 silently); as ssbo data all 9 are read."""
+    from test_io_modules import FakeGraph, instance, source
+
+    data = np.arange(2 * 3 * 9, dtype=np.float32).reshape(2, 3, 9)
+    F.write_lut(tmp_path / "nine.lut", data, 9, "f32", 3, 2)
+    with pytest.raises(GraphError, match=r"nine\.lut: 9 channels of image data"):
+        source(FakeGraph(tmp_path), instance("i-lut", filename="nine.lut"))
+    F.write_lut(tmp_path / "nine.lut", data, 9, "f32", 3, 2, ssbo=True)
+    out, got = source(FakeGraph(tmp_path), instance("i-lut", filename="nine.lut"))
+    assert out.chan == "ssbo" and np.array_equal(got, data.reshape(-1))
