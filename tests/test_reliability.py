@@ -540,6 +540,94 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------
+# checkpoint contents are checked before they are used
+
+@pytest.fixture(scope="module")
+def fresh_build(full, device):
+    """A build of the tiny graph that could resume full.npz (9 frames > its 6)."""
+    d = full[0]
+    g = graph_from_lines(TINY.replace("filename:x.pfm", f"filename:{d / 'x.pfm'}"))
+    g.frames = 9
+    return Build(g, device)
+
+
+def damaged(full, path: Path, **change) -> Path:
+    z = arrays(full[0] / "full.npz")
+    for key, value in change.items():
+        key = key.replace("__", "/").replace("_", ".")
+        z[key] = np.full_like(z[key], value) if np.isscalar(value) else value
+    np.savez(path, **z)
+    return path
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"kpn-t:01__adam_m": np.nan}, r"state 'adam\.m' of kpn-t:01 holds nan at element 0"),
+    ({"kpn-t:01__adam_w": 1e30}, r"'adam\.w' of kpn-t:01 holds 1e\+30 .*beyond the f16"),
+    ({"kpn-t:01__adam_stats": np.inf}, r"'adam\.stats' of kpn-t:01 holds inf"),
+    ({"kpn-t:01__adam_v": -1.0}, r"'adam\.v' .* -1 .*never negative"),
+    ({"kpn-t:01__extra": np.zeros(3)}, r"'kpn-t:01/extra' has no place .*saves adam\.m"),
+    ({"kpn-t:01__@99_lsum_cur_0": np.zeros(16, np.uint8)}, r"'kpn-t:01/@99\.lsum\.cur\.0'"),
+    ({"kpn-t:01__adam_w": np.zeros(7, np.float64)}, r"adam\.w' is 56 bytes of float64"),
+])
+def test_checkpoint_state_is_checked(full, fresh_build, tmp_path, change, words):
+    """Non-finite state, weights beyond what the module outputs, a negative second moment,
+    keys the module does not save and entries of another type are refused, naming the file
+    (they used to be loaded or ignored, and the run went on)."""
+    from vkgraph.pipeline.checkpoint import Checkpoint
+
+    path = damaged(full, tmp_path / "bad.npz", **change)
+    with pytest.raises(GraphError, match=words) as e:
+        Checkpoint(path).restore(fresh_build)
+    assert e.value.where == str(path)
+
+
+def test_resume_of_non_finite_state_is_a_clean_error(full, tmp_path):
+    """The trial's case through the command: an all-NaN Adam state is exit 2, one line naming
+    the file, and nothing is written."""
+    cfg = scene(tmp_path)
+    z = {k: np.full_like(v, np.nan) if k.startswith("kpn-t:01/adam.") else v
+         for k, v in arrays(full[0] / "full.npz").items()}
+    np.savez(tmp_path / "nan.npz", **z)
+    line = error_line(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "nan.npz",
+                              "--frames", "8"))
+    assert "nan.npz: state 'adam." in line and "holds nan" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.npz", "tiny.cfg", "x.pfm"]
+
+
+def test_checkpoint_entry_is_bounded_before_it_is_read(full, fresh_build, tmp_path):
+    """A small file whose entry decompresses to 256 MiB of zeros: refused from its header,
+    without the data being decompressed (it used to be read whole)."""
+    import tracemalloc
+    import zipfile
+
+    from vkgraph.pipeline.checkpoint import Checkpoint
+
+    path = damaged(full, tmp_path / "bomb.npz")
+    n = 64 << 20  # float32 elements
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        names = [i.filename for i in zf.infolist() if i.filename != "kpn-t:01/adam.m.npy"]
+        data = {name: zf.read(name) for name in names}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, raw in data.items():
+            zf.writestr(name, raw)
+        with zf.open("kpn-t:01/adam.m.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+            zeros = bytes(16 << 20)
+            for _ in range(n * 4 // len(zeros)):
+                f.write(zeros)
+    assert path.stat().st_size < 2 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(GraphError, match=r"'kpn-t:01/adam\.m' is 268435456 bytes"):
+            Checkpoint(path).restore(fresh_build)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak} bytes allocated"
+
+
+# ------------------------------------------------------------------------------------------
 # no writer emits NaN or Inf
 
 @pytest.mark.parametrize("name,fmt,chan", [("o-pfm", "pfm", "f32"), ("o-png", "png", "f32"),
