@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_KPN_LINES
 
 import vkgraph
 from vkgraph.pipeline.errors import GraphError
@@ -83,27 +84,12 @@ def test_feed_set_run_read(device):
 # ------------------------------------------------------------------------------------------
 # rebuilds keep what was trained; a closed session stays closed
 
-KPN = """module:i-array:clean
-module:cnngenin:01
-module:kpn-t:01
-module:display:main
-connect:i-array:clean:output:cnngenin:01:imgi
-connect:i-array:clean:output:cnngenin:01:refi
-connect:cnngenin:01:imgo:kpn-t:01:input
-connect:cnngenin:01:refo:kpn-t:01:ref
-connect:cnngenin:01:noiseab:kpn-t:01:noiseab
-connect:kpn-t:01:output:display:main:input
-param:cnngenin:01:generate:2
-param:cnngenin:01:tiles:0
-param:kpn-t:01:levels:2
-param:kpn-t:01:init:1"""
-
-
 def trainer(device, kind: str) -> vkgraph.Session:
-    """A small kpn-t (16 x 16 picture) or mlp-t (graphs/fit-poly.cfg, batch 64) session."""
+    """A small kpn-t (16 x 16 picture) or mlp-t (graphs/fit-poly.cfg, batch 64) session; the
+    sinks write w.lut or fit-poly-w.lut in the working folder."""
     if kind == "kpn-t":
-        s = vkgraph.Session.load(KPN, device=device)
-        s.feed("i-array:clean", picture(16, 16))
+        s = vkgraph.Session.load(TINY_KPN_LINES, device=device)
+        s.feed("i-pfm:main", picture(16, 16))
     else:
         s = vkgraph.Session.load(ROOT / "graphs" / "fit-poly.cfg", device=device)
         s.set("mlp-t:01", "batch", 64)
@@ -121,7 +107,7 @@ def test_rebuild_carries_the_trained_state(device, kind, tmp_path, monkeypatch):
     """3 frames, then `apply` (which builds the graph again), then 1 frame: the weights, Adam
     moments, loss history and pending gradient are those of 4 frames in one build, bit for
     bit, and save_weights writes them (a rebuild used to start from zero weights)."""
-    monkeypatch.chdir(tmp_path)  # fit-poly.cfg's o-lut writes fit-poly-w.lut
+    monkeypatch.chdir(tmp_path)
     ref = trainer(device, kind)
     ref.run(3).run(1)
     s = trainer(device, kind)
@@ -140,13 +126,14 @@ def test_rebuild_carries_the_trained_state(device, kind, tmp_path, monkeypatch):
     assert np.array_equal(w, got[f"{kind}:01/adam.w"].astype(w.dtype))
 
 
-def test_feed_of_another_size_and_a_changed_network(device, caplog):
+def test_feed_of_another_size_and_a_changed_network(device, caplog, tmp_path, monkeypatch):
     """A picture of another size rebuilds every buffer but the trained ones, which go on;
     a change the weights no longer fit (more levels) restarts from frame 0 and says so."""
+    monkeypatch.chdir(tmp_path)
     s = trainer(device, "kpn-t")
     s.run(3)
     before = state(s)["kpn-t:01/adam.w"]
-    s.feed("i-array:clean", picture(8, 8))
+    s.feed("i-array:main", picture(8, 8))
     s.run(1)
     after = state(s)
     assert s.frame == 4 and after["kpn-t:01/adam.w"].shape == before.shape
