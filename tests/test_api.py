@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_KPN_LINES
 
 import vkgraph
-from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 from vkgraph.pipeline.formats import read_lut
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,9 +121,17 @@ def test_rebuild_carries_the_trained_state(device, kind, tmp_path, monkeypatch):
     for key in want:
         assert want[key].tobytes() == got[key].tobytes(), key
     assert np.any(got[f"{kind}:01/adam.w"] != 0)
-    s.save_weights(tmp_path / "w.lut")
-    w = read_lut(tmp_path / "w.lut")[0].ravel()
+    s.save_weights(tmp_path / "saved.lut")
+    w = read_lut(tmp_path / "saved.lut")[0].ravel()
     assert np.array_equal(w, got[f"{kind}:01/adam.w"].astype(w.dtype))
+    # weights gone NaN (as a diverged f16 network's may) are refused, the file kept
+    node, conn = s.module(f"{kind}:01").backing["w"]
+    nan = s.build.read(node, conn)
+    nan[5] = np.nan
+    s.build.upload(node, conn, nan)
+    with pytest.raises(RuntimeFailure, match=r"saved\.lut: not written: .*nan at element 5"):
+        s.save_weights(tmp_path / "saved.lut")
+    assert np.array_equal(read_lut(tmp_path / "saved.lut")[0].ravel(), w)
 
 
 def test_feed_of_another_size_and_a_changed_network(device, caplog, tmp_path, monkeypatch):
