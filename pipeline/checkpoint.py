@@ -17,6 +17,12 @@ kernels are seeded from the frame index, so the frame counter is the whole RNG s
 resumed from a checkpoint with `frame` = k runs frames k, k+1, ... (each with its own buffer
 parity) and gives bit-identical results to an uninterrupted run on the same device and
 driver. The cfg saved is the graph as the run started (keyframes change params during it).
+
+A checkpoint read back is checked before its state is used (`load`): each entry's `.npy`
+header (shape, dtype) is read first and its data only when it fits the buffer it goes to
+(a small file cannot make us decompress gigabytes); a key under a module's prefix that the
+module does not save is refused, as is a trainer's state holding NaN/Inf (`load_trainer_state`).
+The same `load` carries a Session's trained state over to a rebuilt graph (vkgraph/api.py).
 """
 
 from __future__ import annotations
@@ -24,19 +30,27 @@ from __future__ import annotations
 import difflib
 import io
 import logging
+import math
+import zipfile
+import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from .cfg import write_cfg
 from .errors import GraphError
-from .formats import atomic_write
+from .formats import READ_MAX, atomic_write, non_finite
 from .trainer import trainable
 
 log = logging.getLogger("vkgraph")
 
 VERSION = 1
 MAGIC = "vkgraph_checkpoint"
+META = (MAGIC, "frame", "frames", "cfg", "device")
+META_MAX = 1 << 24  # bytes of one metadata entry (the cfg text, 4 bytes a character)
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0}
 
 
 def _feedback_buffers(build, module):
@@ -111,8 +125,129 @@ def save(path, build) -> None:
     atomic_write(path, buf.getbuffer())
 
 
+class Entries(Mapping):
+    """The arrays of a checkpoint (.npz) by name, each read from the zip only when asked for:
+    `headers` holds every entry's (shape, dtype) from its .npy header, read without the data,
+    so a size is checked before anything is decompressed. Reading an entry larger than
+    READ_MAX, or one that does not decode, is a GraphError naming the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.headers: dict[str, tuple[tuple, np.dtype]] = {}
+        try:
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if not info.filename.endswith(".npy"):  # an .npz holds only .npy members
+                        raise ValueError(f"member '{info.filename[:80]}' is not an array")
+                    with zf.open(info) as f:
+                        version = np.lib.format.read_magic(f)
+                        if version not in _HEADERS:
+                            raise ValueError(f".npy format {version}")
+                        shape, _, dtype = _HEADERS[version](f)
+                    if dtype.hasobject:
+                        raise ValueError(f"'{info.filename[:80]}' holds Python objects")
+                    self.headers[info.filename[:-4]] = (shape, dtype)
+        except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError,
+                NotImplementedError) as e:
+            raise GraphError(f"not a vkgraph checkpoint (.npz): {type(e).__name__} "
+                             f"{str(e)[:120]}", where=str(path)) from None
+
+    def nbytes(self, key: str) -> int:
+        shape, dtype = self.headers[key]
+        return math.prod(shape) * dtype.itemsize
+
+    def read(self, key: str, limit: int = READ_MAX) -> np.ndarray:
+        """The entry's array, after checking that it holds at most `limit` bytes."""
+        if self.nbytes(key) > limit:
+            raise GraphError(f"checkpoint entry '{key}' holds {self.nbytes(key)} bytes, more "
+                             f"than it can ({limit} at most)", where=str(self.path))
+        try:
+            with zipfile.ZipFile(self.path) as zf, zf.open(key + ".npy") as f:
+                return np.lib.format.read_array(f, allow_pickle=False)
+        except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError) as e:
+            raise GraphError(f"damaged checkpoint: entry '{key}': {type(e).__name__} "
+                             f"{str(e)[:120]}", where=str(self.path)) from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.headers:
+            raise KeyError(key)
+        return self.read(key)
+
+    def __iter__(self):
+        return iter(self.headers)
+
+    def __len__(self) -> int:
+        return len(self.headers)
+
+
+def _header(arrays: Mapping, key: str) -> tuple[tuple, np.dtype, int]:
+    """(shape, dtype, bytes) of an entry, from a checkpoint's headers without reading it."""
+    if isinstance(arrays, Entries):
+        shape, dtype = arrays.headers[key]
+        return shape, dtype, arrays.nbytes(key)
+    arr = np.asarray(arrays[key])
+    return arr.shape, arr.dtype, arr.nbytes
+
+
+def _module_bytes(build, module) -> int:
+    """All device memory of a module's outputs: no state of it can be larger."""
+    return sum(c.nbytes() * len(build.buffers.get((id(node), c.name), ()))
+               for node in module.nodes for c in node.connectors if c.is_output)
+
+
+def load(build, arrays: Mapping, where: str) -> None:
+    """Put saved state (`NAME:INST/KEY` arrays: a checkpoint's Entries, or what collect()
+    took from another build) into a fresh build whose `frame` is the last frame done. Every
+    key must have a place: a feedback buffer of the same byte count, or a key the module's
+    `state` hook gives for this build, of its dtype and at most as large as all the module's
+    buffers (its `load_state` hook checks the exact shape); an entry is read only after
+    that. GraphError naming `where` otherwise."""
+    used = set()
+    build.finish()  # (a fresh build runs nothing yet; restored buffers are written directly)
+    for m in build.active:
+        prefix = f"{m}/"
+        mine = {k[len(prefix):] for k in arrays if k.startswith(prefix)}
+        used.update(prefix + k for k in mine)
+        feedback = {}
+        for key, _node, c, bufs in _feedback_buffers(build, m):
+            for p, buf in enumerate(bufs):
+                name = f"{key}.{p}"
+                if name not in mine or _header(arrays, prefix + name)[1:] != (
+                        np.dtype(np.uint8), c.nbytes()):
+                    raise GraphError(f"no matching state for {m} ({name})", where=where)
+                feedback[name] = buf
+        state, load_state = m.cls.hook("state"), m.cls.hook("load_state")
+        expected = state(build.context, m) if state and load_state else {}
+        limit = _module_bytes(build, m)
+        for key in sorted(mine - set(feedback)):
+            if key not in expected:
+                raise GraphError(f"state '{prefix}{key}' has no place in this graph ({m} "
+                                 f"saves {', '.join(sorted(expected)) or 'nothing'} there)",
+                                 where=where)
+            _, dtype, nbytes = _header(arrays, prefix + key)
+            want = np.asarray(expected[key])
+            if dtype != want.dtype or nbytes > max(want.nbytes, limit):
+                raise GraphError(f"state '{prefix}{key}' is {nbytes} bytes of {dtype}; {m} "
+                                 f"holds {want.dtype} there, at most {max(want.nbytes, limit)} "
+                                 "bytes", where=where)
+        for name, buf in feedback.items():
+            buf.upload(arrays[prefix + name])
+        if load_state:
+            try:
+                load_state(build.context, m, {k: arrays[prefix + k] for k in expected
+                                              if k in mine})
+            except GraphError as e:
+                if e.where is not None:
+                    raise
+                raise GraphError(e.message, where=where, hint=e.hint) from None
+    extra = sorted(set(arrays) - used)
+    if extra:
+        raise GraphError(f"state of '{extra[0]}' has no place in this graph", where=where)
+
+
 class Checkpoint:
-    """A checkpoint file read back: `frame` (frames done), `cfg`, `device`, `arrays`."""
+    """A checkpoint file read back: `frame` (frames done), `cfg`, `device`, `arrays` (its
+    Entries: module state, read when a build takes it)."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -124,20 +259,16 @@ class Checkpoint:
         if not self.path.is_file():
             raise GraphError("not a regular file (a device, pipe or socket), not a checkpoint",
                              where=where)
-        try:
-            with np.load(self.path, allow_pickle=False) as z:  # (a .npy array: TypeError)
-                data = {k: z[k] for k in z.files}
-        except Exception as e:  # noqa: BLE001 - any failure to parse this file is bad input
-            raise GraphError(f"not a vkgraph checkpoint (.npz): {type(e).__name__}",
-                             where=where) from None
-        if MAGIC not in data:
+        entries = Entries(self.path)
+        if MAGIC not in entries:
             raise GraphError("not a vkgraph checkpoint (no version entry)", where=where)
         try:
-            version = int(data.pop(MAGIC))
-            self.frame = int(data.pop("frame"))
-            self.frames = int(data.pop("frames"))
-            self.cfg = str(data.pop("cfg"))
-            self.device = str(data.pop("device"))
+            meta = {k: entries.read(k, META_MAX) for k in META}
+            version = int(meta[MAGIC])
+            self.frame = int(meta["frame"])
+            self.frames = int(meta["frames"])
+            self.cfg = str(meta["cfg"])
+            self.device = str(meta["device"])
         except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise GraphError(f"damaged checkpoint: {type(e).__name__} {e}", where=where) from None
         if version != VERSION:
@@ -145,7 +276,8 @@ class Checkpoint:
                              f"{VERSION}", where=where)
         if self.frame < 1:
             raise GraphError(f"damaged checkpoint: frame {self.frame}", where=where)
-        self.arrays = data
+        entries.headers = {k: v for k, v in entries.headers.items() if k not in META}
+        self.arrays = entries
 
     def check_graph(self, graph) -> None:
         """The graph must be the one the checkpoint was written for (frames and sinks may
@@ -183,25 +315,8 @@ class Checkpoint:
         if self.device != build.device.info.name:
             log.warning("resuming on %s a checkpoint written on %s: the run continues, but "
                         "not bit-identically", build.device.info.name, self.device)
-        used = set()
-        build.finish()  # (a fresh build runs nothing yet; restored buffers are written directly)
         build.frame = self.frame - 1
-        for m in build.active:
-            prefix = f"{m}/"
-            mine = {k[len(prefix):]: v for k, v in self.arrays.items() if k.startswith(prefix)}
-            used.update(prefix + k for k in mine)
-            for key, _node, c, bufs in _feedback_buffers(build, m):
-                for p, buf in enumerate(bufs):
-                    arr = mine.get(f"{key}.{p}")
-                    if arr is None or arr.dtype != np.uint8 or arr.size != c.nbytes():
-                        raise GraphError(f"no matching state for {m} ({key}.{p})", where=where)
-                    buf.upload(arr)
-            hook = m.cls.hook("load_state")
-            if hook:
-                hook(build.context, m, {k: v for k, v in mine.items() if not k.startswith("@")})
-        extra = sorted(set(self.arrays) - used)
-        if extra:
-            raise GraphError(f"state of '{extra[0]}' has no place in this graph", where=where)
+        load(build, self.arrays, where)
         return self.frame
 
 
@@ -225,12 +340,41 @@ def trainer_state(build, module, entries) -> dict:
     return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
 
 
+F16_MAX = 65504.0
+
+
+def check_trainer_values(module, arrays: dict, history: str = "lsum.hist") -> None:
+    """A trainer's saved state as training leaves it: every value finite (the optimiser skips
+    an update that would not be; only the loss history records a non-finite loss), the fp32
+    weights `adam.w` within what the module's published weights `w` hold (f16: 65504), and
+    Adam's second moment `adam.v` not negative. GraphError naming the first bad value."""
+    for key in sorted(arrays):
+        arr = np.asarray(arrays[key])
+        found = None if key == history else non_finite(arr, "element")
+        if found is not None:
+            raise GraphError(f"state '{key}' of {module} holds {found[1]}: training never "
+                             "leaves a non-finite value there")
+    w = np.asarray(arrays.get("adam.w", np.zeros(0)))
+    published = next((c.format for c in module.connectors if c.name == "w"), "f32")
+    if published == "f16" and w.size and np.abs(w).max() > F16_MAX:
+        i = int(np.argmax(np.abs(w).reshape(-1)))
+        raise GraphError(f"state 'adam.w' of {module} holds {w.reshape(-1)[i]:g} at element "
+                         f"{i}, beyond the f16 weights it outputs (at most {F16_MAX:g})")
+    v = np.asarray(arrays.get("adam.v", np.zeros(0)))
+    if v.size and v.min() < 0:
+        i = int(np.argmin(v.reshape(-1)))
+        raise GraphError(f"state 'adam.v' of {module} holds {v.reshape(-1)[i]:g} at element "
+                         f"{i}: Adam's second moment is never negative")
+
+
 def load_trainer_state(build, module, arrays: dict, entries,
                        history: str = "lsum.hist") -> None:
-    """For `load_state` hooks: the inverse of trainer_state. A loss history saved with another
-    length (another frame count) is moved to its new ring-buffer slots."""
+    """For `load_state` hooks: the inverse of trainer_state, after check_trainer_values. A
+    loss history saved with another length (another frame count) is moved to its new
+    ring-buffer slots."""
     t = trainable(module)
     arrays = dict(arrays)
+    check_trainer_values(module, arrays, history)
     old = arrays.get(history)
     n_new = t.hist_len
     if old is not None and n_new and old.ndim == 1 and old.size and old.size != n_new:

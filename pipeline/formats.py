@@ -4,7 +4,8 @@ Pure Python and numpy; modules and the CLI call these. Readers take a path and r
 (or the lut's own dtype) arrays laid out row-major, top row first, never flipped. Every bad
 input raises `GraphError` with one line naming the file, the byte offset and what was
 expected; writers go through `atomic_write`, so an interrupted or failing write leaves the
-previous file untouched. Readers take regular files only (a device such as /dev/zero, a pipe
+previous file untouched, and data holding a NaN or Inf is refused there (RuntimeFailure,
+nothing written). Readers take regular files only (a device such as /dev/zero, a pipe
 or a folder is refused before a byte is read), check the data size a header declares
 against the file and against READ_MAX before reading the data, and read in chunks, so a
 long read stays interruptible.
@@ -132,23 +133,34 @@ def _show(token: bytes, limit: int = 24) -> str:
     return repr(text + ("..." if len(token) > limit else ""))
 
 
+def non_finite(data: np.ndarray, where_in: str = "pixel") -> tuple[int, str] | None:
+    """(flat index, "nan at x=3 y=0 channel 1") of the first NaN/Inf value of a float
+    array, or None when all are finite (other dtypes are always finite). A 3-D array is an
+    image (pixel and channel named) unless where_in is "element"."""
+    data = np.asarray(data)
+    if data.dtype.kind not in "fc":
+        return None
+    bad = ~np.isfinite(data)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad.reshape(-1))[0])
+    value = data.reshape(-1)[i]
+    if data.ndim == 3 and where_in == "pixel":
+        y, x, c = np.unravel_index(i, data.shape)
+        return i, f"{value} at x={x} y={y} channel {c}"
+    return i, f"{value} at element {i}"
+
+
 def _check_finite(path: PathLike, data: np.ndarray, offset: int | None, itemsize: int,
                   where_in: str = "pixel") -> None:
     """Raise on the first NaN/Inf value, naming its pixel and, for data stored raw in the
     file (offset = its first byte), its byte offset; decoded data (compressed EXR, PNG)
     has no such offset, so offset None names the pixel only."""
-    bad = ~np.isfinite(data)
-    if not bad.any():
-        return
-    i = int(np.flatnonzero(bad.reshape(-1))[0])
-    value = data.reshape(-1)[i]
-    if data.ndim == 3 and where_in == "pixel":
-        y, x, c = np.unravel_index(i, data.shape)
-        place = f"at x={x} y={y} channel {c}"
-    else:
-        place = f"at element {i}"
-    raise _fail(path, None if offset is None else offset + i * itemsize,
-                f"expected finite values, found {value} {place}")
+    found = non_finite(data, where_in)
+    if found is not None:
+        i, what = found
+        raise _fail(path, None if offset is None else offset + i * itemsize,
+                    f"expected finite values, found {what}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -162,13 +174,24 @@ def _write_error(path: Path, e: OSError) -> Exception:
     return RuntimeFailure(f"cannot write file: {e.strerror or e}", where=str(path))
 
 
-def atomic_write(path: PathLike, data: bytes | Iterable[bytes]) -> None:
+def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
+                 where_in: str = "pixel") -> None:
     """Write `data` (bytes, or an iterable of bytes-like parts written in order) to `path`
     through a temp file in the same folder: write, fsync, rename over the target. On any
     failure (including KeyboardInterrupt) the temp file is removed and the previous file
     stays as it was. An existing file's permissions are kept; new files get 0666 & ~umask.
-    Missing folder: GraphError; other OS failures: RuntimeFailure."""
+    Missing folder: GraphError; other OS failures: RuntimeFailure.
+
+    values: the numbers the file holds (an array in the file's number type, or the float
+    data an 8-bit encoding is made from). Every image and weights writer passes them, so
+    this is the one check that no file gets a NaN or Inf (nor a value its number type cannot
+    hold, which would become one): RuntimeFailure naming the file and the first such value
+    (where_in as for non_finite), before anything is written."""
     path = Path(path)
+    found = None if values is None else non_finite(values, where_in)
+    if found is not None:
+        raise RuntimeFailure(f"not written: the data holds {found[1]} (a file never gets "
+                             "NaN or Inf)", where=str(path))
     parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     folder = path.parent
     try:
@@ -391,7 +414,7 @@ def write_pfm(path: PathLike, array) -> None:
     arr = _rgb_or_grey(_as_image(array, "PFM"))
     ht, wd, c = arr.shape
     data = np.ascontiguousarray(arr, dtype="<f4")
-    atomic_write(path, [pfm_header(wd, ht, c), data])
+    atomic_write(path, [pfm_header(wd, ht, c), data], values=data)
 
 
 # ------------------------------------------------------------------------------------------
@@ -531,8 +554,16 @@ def lut_bytes(data, channels: int, datatype, wd: int, ht: int, ssbo: bool = Fals
 
 def write_lut(path: PathLike, data, channels: int, datatype, wd: int, ht: int,
               ssbo: bool = False, text: str | None = None) -> None:
-    """Write a vkdt `.lut` (see `lut_bytes`) atomically."""
-    atomic_write(path, lut_bytes(data, channels, datatype, wd, ht, ssbo, text))
+    """Write a vkdt `.lut` (see `lut_bytes`) atomically; non-finite data (or f32 values
+    beyond f16's range, written as f16) is refused (atomic_write)."""
+    parts = lut_bytes(data, channels, datatype, wd, ht, ssbo, text)
+    fmt, code_ssbo = _lut_format(datatype)
+    source = np.asarray(data)
+    values = source if fmt == "ui8" else np.frombuffer(parts[1], _LUT_DTYPES[fmt])
+    if ssbo or code_ssbo:
+        atomic_write(path, parts, values.reshape(-1), "element")
+    else:
+        atomic_write(path, parts, values.reshape(ht, wd, channels))
 
 
 # ------------------------------------------------------------------------------------------
@@ -547,6 +578,20 @@ def srgb_to_linear(x: np.ndarray) -> np.ndarray:
 def linear_to_srgb(x: np.ndarray) -> np.ndarray:
     x = np.clip(np.nan_to_num(np.asarray(x, dtype=np.float64)), 0.0, 1.0)
     return np.where(x <= 0.0031308, 12.92 * x, 1.055 * x ** (1 / 2.4) - 0.055)
+
+
+def decode_unorm(image: np.ndarray) -> np.ndarray:
+    """Unsigned-integer (or bool) pixels (ht, wd, c) as every reader takes 8- and 16-bit
+    files: scaled by the dtype's largest value (1 for bool) to [0, 1], colour sRGB-decoded
+    to linear, alpha (the second of 2 channels, the fourth of 4 or more) kept linear.
+    float32."""
+    scale = 1.0 if image.dtype.kind == "b" else float(np.iinfo(image.dtype).max)
+    out = image / scale
+    c = image.shape[2]
+    alpha = 1 if c == 2 else 3 if c >= 4 else None
+    colour = [i for i in range(c) if i != alpha]
+    out[:, :, colour] = srgb_to_linear(out[:, :, colour])
+    return out.astype(np.float32)
 
 
 def to_srgb8(array) -> np.ndarray:
@@ -778,7 +823,9 @@ def exr_bytes(array, half: bool = False) -> list[bytes]:
 
 def write_exr(path: PathLike, array, half: bool = False) -> None:
     """Write linear float rgb (alpha dropped) as OpenEXR, f32 or f16 pixels."""
-    atomic_write(path, exr_bytes(array, half))
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond f16: inf, refused
+        values = _rgb_or_grey(_as_image(array, "EXR")).astype("<f2" if half else "<f4")
+    atomic_write(path, exr_bytes(array, half), values)
 
 
 # ------------------------------------------------------------------------------------------
@@ -862,14 +909,12 @@ def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     image = _as_image(image, "image")
     if image.shape[2] > 4:
         image = image[:, :, :4]
+    kind = image.dtype.kind
+    if kind in "ub":
+        image = decode_unorm(image)
     c = image.shape[2]
     alpha = image[:, :, 3 if c == 4 else 1] if c in (2, 4) else None
     colour = image[:, :, :3] if c >= 3 else np.repeat(image[:, :, :1], 3, axis=2)
-    kind = image.dtype.kind
-    if kind in "ub":
-        scale = 1.0 if kind == "b" else float(np.iinfo(image.dtype).max)
-        colour = srgb_to_linear(colour / scale)
-        alpha = None if alpha is None else alpha / scale
     out = np.empty(image.shape[:2] + (4,), np.float32)
     out[:, :, :3] = colour
     out[:, :, 3] = 1.0 if alpha is None else alpha
@@ -889,9 +934,10 @@ def _encode(array, ext: str, **kwargs) -> bytes:
 
 def write_png(path: PathLike, array) -> None:
     """Linear float -> sRGB 8-bit PNG (rgb, alpha dropped; grey for one channel)."""
-    atomic_write(path, _encode(array, "png"))
+    atomic_write(path, _encode(array, "png"), _rgb_or_grey(_as_image(array, "PNG")))
 
 
 def write_jpg(path: PathLike, array, quality: int = 90) -> None:
     """Linear float -> sRGB 8-bit JPEG of the given quality (1..100)."""
-    atomic_write(path, _encode(array, "jpg", quality=int(min(max(quality, 1), 100))))
+    atomic_write(path, _encode(array, "jpg", quality=int(min(max(quality, 1), 100))),
+                 _rgb_or_grey(_as_image(array, "JPG")))

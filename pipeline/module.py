@@ -40,6 +40,8 @@ FORMAT_DTYPE = {"f16": np.float16, "f32": np.float32, "ui8": np.uint8, "u8": np.
 # what a param value must fit on the device: ints are GLSL `int`, floats are `float`
 INT32 = (-2**31, 2**31 - 1)
 FLT_MAX = 3.4028234663852886e38
+# vkdt's name for the param that names a module's file: never empty (Path("") is ".")
+FILE_PARAM = "filename"
 
 # The module hook protocol: every function the engine calls in a module's module.py, with its
 # signature and when it runs. pipeline/README.md ("Module hooks") lists the same, and
@@ -217,6 +219,8 @@ class Param:
             shown = clip(value if isinstance(value, str) else _number(value), 40)
             if self.choices is not None:
                 why = f"not {self.range_text()}"
+            elif self.type == "string" and not value:
+                shown, why = "empty", "but it names a file (empty would be the working folder)"
             elif self.type == "string":
                 why = f"longer than {self.count - 1} bytes"
             elif self.type == "float" and not math.isfinite(value):
@@ -229,6 +233,8 @@ class Param:
 
     def _allowed(self, value) -> bool:
         if self.type == "string" and len(value.encode()) >= self.count:
+            return False
+        if self.type == "string" and self.name == FILE_PARAM and not value:
             return False
         if self.choices is not None:
             return value in self.choices
@@ -454,9 +460,10 @@ class ModuleInstance:
         raise GraphError(f"module {self} has no param '{name}'", where=where,
                          hint=closest(name, self.cls.param_names()))
 
-    def param(self, name: str):
-        """A param's value: a scalar for count 1, a list otherwise, str for strings."""
-        value = self.values[name]
+    def param(self, name: str, where: str | None = None):
+        """A param's value: a scalar for count 1, a list otherwise, str for strings. An
+        unknown name is a GraphError naming the closest declared one."""
+        value = self.values[self.param_decl(name, where).name]
         if isinstance(value, str):
             return value
         return value[0] if len(value) == 1 else list(value)

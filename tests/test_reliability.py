@@ -537,3 +537,200 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
     restore()
     ok(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "photo.ckpt.npz"))
     assert (tmp_path / "mlp-w.lut").read_bytes() == (tmp_path / "full" / "mlp-w.lut").read_bytes()
+
+
+# ------------------------------------------------------------------------------------------
+# checkpoint contents are checked before they are used
+
+@pytest.fixture(scope="module")
+def fresh_build(full, device):
+    """A build of the tiny graph that could resume full.npz (9 frames > its 6)."""
+    d = full[0]
+    g = graph_from_lines(TINY.replace("filename:x.pfm", f"filename:{d / 'x.pfm'}"))
+    g.frames = 9
+    return Build(g, device)
+
+
+def damaged(full, path: Path, **change) -> Path:
+    z = arrays(full[0] / "full.npz")
+    for key, value in change.items():
+        key = key.replace("__", "/").replace("_", ".")
+        z[key] = np.full_like(z[key], value) if np.isscalar(value) else value
+    np.savez(path, **z)
+    return path
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"kpn-t:01__adam_m": np.nan}, r"state 'adam\.m' of kpn-t:01 holds nan at element 0"),
+    ({"kpn-t:01__adam_w": 1e30}, r"'adam\.w' of kpn-t:01 holds 1e\+30 .*beyond the f16"),
+    ({"kpn-t:01__adam_stats": np.inf}, r"'adam\.stats' of kpn-t:01 holds inf"),
+    ({"kpn-t:01__adam_v": -1.0}, r"'adam\.v' .* -1 .*never negative"),
+    ({"kpn-t:01__extra": np.zeros(3)}, r"'kpn-t:01/extra' has no place .*saves adam\.m"),
+    ({"kpn-t:01__@99_lsum_cur_0": np.zeros(16, np.uint8)}, r"'kpn-t:01/@99\.lsum\.cur\.0'"),
+    ({"kpn-t:01__adam_w": np.zeros(7, np.float64)}, r"adam\.w' is 56 bytes of float64"),
+])
+def test_checkpoint_state_is_checked(full, fresh_build, tmp_path, change, words):
+    """Non-finite state, weights beyond what the module outputs, a negative second moment,
+    keys the module does not save and entries of another type are refused, naming the file
+    (they used to be loaded or ignored, and the run went on)."""
+    from vkgraph.pipeline.checkpoint import Checkpoint
+
+    path = damaged(full, tmp_path / "bad.npz", **change)
+    with pytest.raises(GraphError, match=words) as e:
+        Checkpoint(path).restore(fresh_build)
+    assert e.value.where == str(path)
+
+
+def test_resume_of_non_finite_state_is_a_clean_error(full, tmp_path):
+    """The trial's case through the command: an all-NaN Adam state is exit 2, one line naming
+    the file, and nothing is written."""
+    cfg = scene(tmp_path)
+    z = {k: np.full_like(v, np.nan) if k.startswith("kpn-t:01/adam.") else v
+         for k, v in arrays(full[0] / "full.npz").items()}
+    np.savez(tmp_path / "nan.npz", **z)
+    line = error_line(vkgraph(tmp_path, "-g", str(cfg), *OUT, "--resume", "nan.npz",
+                              "--frames", "8"))
+    assert "nan.npz: state 'adam." in line and "holds nan" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.npz", "tiny.cfg", "x.pfm"]
+
+
+def test_checkpoint_entry_is_bounded_before_it_is_read(full, fresh_build, tmp_path):
+    """A small file whose entry decompresses to 256 MiB of zeros: refused from its header,
+    without the data being decompressed (it used to be read whole)."""
+    import tracemalloc
+    import zipfile
+
+    from vkgraph.pipeline.checkpoint import Checkpoint
+
+    path = damaged(full, tmp_path / "bomb.npz")
+    n = 64 << 20  # float32 elements
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        names = [i.filename for i in zf.infolist() if i.filename != "kpn-t:01/adam.m.npy"]
+        data = {name: zf.read(name) for name in names}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, raw in data.items():
+            zf.writestr(name, raw)
+        with zf.open("kpn-t:01/adam.m.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+            zeros = bytes(16 << 20)
+            for _ in range(n * 4 // len(zeros)):
+                f.write(zeros)
+    assert path.stat().st_size < 2 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(GraphError, match=r"'kpn-t:01/adam\.m' is 268435456 bytes"):
+            Checkpoint(path).restore(fresh_build)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak} bytes allocated"
+
+
+# ------------------------------------------------------------------------------------------
+# no writer emits NaN or Inf
+
+@pytest.mark.parametrize("name,fmt,chan", [("o-pfm", "pfm", "f32"), ("o-png", "png", "f32"),
+                                           ("o-jpg", "jpg", "f32"), ("o-exr", "exr", "f32"),
+                                           ("o-exr", "exr", "f16"), ("o-lut", "lut", "f32"),
+                                           ("o-lut", "lut", "f16"), ("o-lut", "lut", "ui8")])
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_every_writer_refuses_non_finite_data(tmp_path, monkeypatch, name, fmt, chan, bad):
+    """Each writer module given a NaN or Inf pixel: one error naming the file and the pixel,
+    the previous file byte for byte, nothing else written."""
+    from test_io_modules import FakeGraph, hook, sink
+
+    from vkgraph.pipeline.errors import RuntimeFailure
+
+    monkeypatch.chdir(tmp_path)
+    img = np.random.default_rng(1).random((8, 8, 4), dtype=np.float32)
+    m, c = sink(name, "rgba", chan, Roi(8, 8), filename="out")
+    hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img)
+    previous = (tmp_path / f"out.{fmt}").read_bytes()
+    img[5, 3, 1] = bad
+    with pytest.raises(RuntimeFailure, match=rf"out\.{fmt}: not written: the data holds "
+                       rf"{bad} at x=3 y=5 channel 1 \(a file never gets NaN or Inf\)"):
+        hook(m, "write_sink")(FakeGraph(tmp_path), m, c, img)
+    assert (tmp_path / f"out.{fmt}").read_bytes() == previous
+    assert [p.name for p in tmp_path.iterdir()] == [f"out.{fmt}"]
+
+
+def test_writers_refuse_values_their_format_cannot_hold(tmp_path):
+    """f32 weights beyond 65504 written as f16 would be Inf in the file: refused too, as is
+    NaN in the unwritten alpha channel not (the file does not hold it)."""
+    from vkgraph.pipeline.errors import RuntimeFailure
+
+    w = np.ones(64, np.float32)
+    w[9] = 1e30
+    with pytest.raises(RuntimeFailure, match=r"w\.lut: .*inf at element 9"):
+        F.write_lut(tmp_path / "w.lut", w, 1, "f16", 64, 1, ssbo=True)
+    F.write_lut(tmp_path / "w.lut", w, 1, "f32", 64, 1, ssbo=True)  # f32 holds it
+    img = np.ones((4, 4, 4), np.float32)
+    img[0, 0, 0] = 1e5
+    with pytest.raises(RuntimeFailure, match=r"x\.exr: .*inf at x=0 y=0 channel 0"):
+        F.write_exr(tmp_path / "x.exr", img, half=True)
+    img[0, 0, 0], img[1, 1, 3] = 1.0, np.nan
+    for write in (F.write_pfm, F.write_png, F.write_exr):
+        write(tmp_path / "a", img)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "w.lut"]
+
+
+EXPOSED = """frames:1
+module:i-pfm:main
+module:exposure:01
+module:o-pfm:main
+connect:i-pfm:main:output:exposure:01:input
+connect:exposure:01:output:o-pfm:main:input
+param:i-pfm:main:filename:x.pfm
+param:o-pfm:main:filename:main
+"""
+
+
+def test_a_graph_that_overflows_writes_nothing(tmp_path):
+    """exposure +127 stops on pixels of 10: Inf in the output. The run ends with exit 1 and
+    one line naming the file; the previous main.pfm stays."""
+    write_pfm(tmp_path / "x.pfm", np.full((4, 4, 3), 10.0, np.float32))
+    (tmp_path / "e.cfg").write_text(EXPOSED)
+    ok(vkgraph(tmp_path, "-g", "e.cfg"))
+    previous = (tmp_path / "main.pfm").read_bytes()
+    rc, out, err = vkgraph(tmp_path, "-g", "e.cfg", "--config", "param:exposure:01:exposure:127")
+    assert rc == 1, f"{out}\n{err}"
+    lines = [ln for ln in err.splitlines() if ln.startswith("vkgraph: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "main.pfm: not written" in lines[0] and "inf at x=0 y=0 channel 0" in lines[0]
+    assert (tmp_path / "main.pfm").read_bytes() == previous
+
+
+def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
+    """A denoiser output holding NaN (the H100's f16 path with diverged weights): the file
+    is reported failed, exit 1, no output file."""
+    from vkgraph.cli.main import main
+    from vkgraph.pipeline import denoise
+
+    F.write_lut(tmp_path / "w.lut", np.zeros(64, np.float16), 1, "f16", 64, 1, ssbo=True)
+    F.write_png(tmp_path / "a.png", np.full((8, 8, 3), 0.5, np.float32))
+    monkeypatch.setattr(denoise.Denoiser, "__call__",
+                        lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))
+    monkeypatch.chdir(tmp_path)
+    rc = main(["denoise", "a.png", "--weights", "w.lut", "--noise", "0", "0"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "a-denoised.png: not written" in err and "nan at x=0 y=0" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "w.lut"]
+
+
+# ------------------------------------------------------------------------------------------
+# i-lut: all of a file's channels, or an error
+
+def test_i_lut_refuses_image_data_of_more_than_four_channels(tmp_path):
+    """A 9-channel image .lut: an image wire holds 4, so it is refused naming the file (it
+    used to keep 4 of the 9 silently); as ssbo data all 9 are read."""
+    from test_io_modules import FakeGraph, instance, source
+
+    data = np.arange(2 * 3 * 9, dtype=np.float32).reshape(2, 3, 9)
+    F.write_lut(tmp_path / "nine.lut", data, 9, "f32", 3, 2)
+    with pytest.raises(GraphError, match=r"nine\.lut: 9 channels of image data"):
+        source(FakeGraph(tmp_path), instance("i-lut", filename="nine.lut"))
+    F.write_lut(tmp_path / "nine.lut", data, 9, "f32", 3, 2, ssbo=True)
+    out, got = source(FakeGraph(tmp_path), instance("i-lut", filename="nine.lut"))
+    assert out.chan == "ssbo" and np.array_equal(got, data.reshape(-1))

@@ -10,26 +10,34 @@
 A module is named "name:inst" (as in cfg lines). The first `run` builds the graph on the
 device (nodes, buffers, kernels, recorded commands); later runs continue from the frame
 reached, with the same buffers, so training goes on. Params set between runs take effect at
-the next frame; feeding a source an image of another size rebuilds at the next run.
+the next frame; feeding a source an image of another size, or `apply`, rebuilds at the next
+run, and the rebuilt graph starts with the state the old one reached (what a checkpoint
+holds: trained weights, optimiser moments, feedback buffers; pipeline/checkpoint.py: load).
+One session may be used from several threads: its calls that touch the device take turns.
 """
 
 from __future__ import annotations
 
+import logging
+import numbers
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
+from .pipeline import checkpoint
 from .pipeline.cfg import apply_line, read_cfg
 from .pipeline.denoise import HOST_MODULES
 from .pipeline.errors import GraphError
-from .pipeline.formats import write_lut
+from .pipeline.formats import decode_unorm, non_finite, write_lut
 from .pipeline.graph import Graph
 from .pipeline.module import ModuleInstance, Roi
 from .pipeline.registry import Registry, default_dirs
 from .pipeline.runner import Build
 
 Progress = Callable[[int, int, dict], None]
+log = logging.getLogger("vkgraph")
 
 
 def registry(modules: Iterable[str | Path] = (), host: bool = True) -> Registry:
@@ -48,6 +56,12 @@ class Session:
         self.profile = profile  # time every node (Build.timings), set before the first run
         self.build: Build | None = None
         self.frame = 0  # the next frame to run
+        self.closed = False
+        # the state (checkpoint.collect) of a build the graph changed under, for the next one
+        self._carried: dict[str, np.ndarray] | None = None
+        # run, read, feed ... from two threads at once would submit the same command lists
+        # twice and wait on each other's fences: they take turns instead
+        self._lock = threading.RLock()
 
     # -- loading
     @classmethod
@@ -68,6 +82,7 @@ class Session:
 
     @property
     def device(self):
+        self._check_open("device")
         if self._device is None:
             from .pipeline.vk import Device
 
@@ -82,11 +97,18 @@ class Session:
         self._device, self._own_device = device, False
 
     def close(self) -> None:
-        """Release the device (when the session opened it)."""
-        self.build = None
-        if self._own_device and self._device is not None:
-            self._device.close()
-            self._device = None
+        """Release the device (when the session opened it). The session cannot run again."""
+        with self._lock:
+            self.build = self._carried = None
+            self.closed = True
+            if self._own_device and self._device is not None:
+                self._device.close()
+                self._device = None
+
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise GraphError(f"Session.{what}: the session is closed (its device and "
+                             "trained state are released; load a new Session)")
 
     def __enter__(self) -> Session:
         return self
@@ -103,60 +125,96 @@ class Session:
     def apply(self, lines: Iterable[str], where: str = "line", lenient: bool = False) -> None:
         """Apply cfg lines to the graph (`module:`, `connect:`, `param:`, `frames:` ...), as
         a cfg file's; errors name `where` and the line's number (from 1)."""
-        for i, line in enumerate(lines, 1):
-            apply_line(self.graph, line, f"{where} {i}", lenient)
-        self.build = None  # the graph may have changed
+        with self._lock:
+            self._check_open("apply")
+            self._graph_changed()
+            for i, line in enumerate(lines, 1):
+                apply_line(self.graph, line, f"{where} {i}", lenient)
+
+    def _graph_changed(self) -> None:
+        """The next run builds the graph again; the state the current build reached goes
+        with it (prepare)."""
+        if self.build is not None and self.frame > 0:
+            self._carried = checkpoint.collect(self.build)
+        self.build = None
 
     def set(self, module: str, param: str, value) -> None:
         """Set a param (a number, a list, a string), checked against its range."""
         self.module(module).set_param(param, value, "Session.set")
 
     def get(self, module: str, param: str):
-        return self.module(module).param(param)
+        """A param's value (a number, a list, a string)."""
+        return self.module(module).param(param, "Session.get")
 
     def feed(self, source: str, image: np.ndarray) -> None:
-        """Give a source module a numpy image (h, w) or (h, w, channels), linear float, in
-        place of its file: a source that is not `i-array` is replaced by one (same instance
-        name, same wires)."""
-        image = np.ascontiguousarray(image, np.float32)
-        if image.ndim not in (2, 3):
-            raise GraphError(f"feed {source}: expected an image (h, w[, c]), got shape "
-                             f"{image.shape}")
-        m = self.module(source)
-        if m.name != "i-array":
-            if not m.cls.is_source:
-                raise GraphError(f"feed {source}: {m} is not a source module")
-            readers = self.graph.readers(m, m.connectors[0].name)
-            wires = [(r.name, r.inst, rc.name, rc.feedback) for r, rc in readers]
-            self.graph.remove_module(m.name, m.inst)
-            m = self.graph.add_module("i-array", m.inst)
-            for name, inst, conn, fb in wires:
-                self.graph.connect("i-array", m.inst, "output", name, inst, conn, fb)
-            self.build = None  # the graph changed
-        old = m.data.get("image")
-        m.data["image"] = image
-        if self.build is not None:
-            if old is None or old.shape[:2] != image.shape[:2]:
-                self.build = None  # other sizes everywhere downstream
-            else:
-                self.build._sources_uploaded = False  # upload again at the next frame
+        """Give a source module a numpy image (h, w) or (h, w, channels) in place of its
+        file: a source that is not `i-array` is replaced by one (same instance name, same
+        wires). Float data is linear; unsigned integers (uint8, uint16: what image decoders
+        give) are taken as the file readers take 8- and 16-bit files: divided by the dtype's
+        largest value, colour sRGB-decoded to linear, alpha (channel 2 of 2, 4 of 4) kept
+        linear. Signed integers, complex numbers and NaN/Inf values are refused."""
+        image = feed_image(source, image)
+        with self._lock:
+            self._check_open("feed")
+            m = self.module(source)
+            if m.name != "i-array":
+                if not m.cls.is_source:
+                    raise GraphError(f"feed {source}: {m} is not a source module")
+                self._graph_changed()
+                readers = self.graph.readers(m, m.connectors[0].name)
+                wires = [(r.name, r.inst, rc.name, rc.feedback) for r, rc in readers]
+                self.graph.remove_module(m.name, m.inst)
+                m = self.graph.add_module("i-array", m.inst)
+                for name, inst, conn, fb in wires:
+                    self.graph.connect("i-array", m.inst, "output", name, inst, conn, fb)
+            old = m.data.get("image")
+            m.data["image"] = image
+            if self.build is not None:
+                if old is None or old.shape[:2] != image.shape[:2]:
+                    self._graph_changed()  # other sizes everywhere downstream
+                else:
+                    self.build._sources_uploaded = False  # upload again at the next frame
 
     # -- running
     def prepare(self, restore: Callable[[Build], int] | None = None) -> Build:
         """Build the graph on the device now (`run` does it when it has to): nodes, buffers,
         kernels, recorded commands, for the graph's `frames`. restore(build) -> frame loads
         saved state into the fresh build and says where to go on (pipeline/checkpoint.py:
-        prepare); the next `run` starts there."""
-        if self.build is None:
-            for m in self.graph.modules.values():  # sizes come from this build's ROI passes
-                for c in m.connectors:
-                    if c.is_output:
-                        c.roi = Roi()
-            self.build = Build(self.graph, self.device, profile=self.profile)
-        if restore is not None:
-            self.frame = restore(self.build)
-            self.build.first_frame = self.build.frame = self.frame
-        return self.build
+        prepare); the next `run` starts there. Without `restore`, a graph built again
+        (after `apply`, or `feed` of another size) starts with the state the previous build
+        reached and goes on from its frame; where that state does not fit the changed graph
+        (another network size, a module gone), a warning says so and the graph runs again
+        from frame 0, its first-frame initialisation included."""
+        with self._lock:
+            self._check_open("prepare")
+            if self.build is None:
+                carried, self._carried = self._carried, None
+                self.build = self._new_build()
+                if carried is not None and restore is None:
+                    restore = lambda build: self._carry(build, carried)  # noqa: E731
+            if restore is not None:
+                self.frame = restore(self.build)
+                self.build.first_frame = self.build.frame = self.frame
+            return self.build
+
+    def _new_build(self) -> Build:
+        for m in self.graph.modules.values():  # sizes come from this build's ROI passes
+            for c in m.connectors:
+                if c.is_output:
+                    c.roi = Roi()
+        return Build(self.graph, self.device, profile=self.profile)
+
+    def _carry(self, build: Build, arrays: dict[str, np.ndarray]) -> int:
+        """Load the state of the build before into `build`; the frame to go on from."""
+        build.frame = self.frame - 1
+        try:
+            checkpoint.load(build, arrays, "Session")
+            return self.frame
+        except GraphError as e:
+            log.warning("Session: the state reached at frame %d does not fit the changed "
+                        "graph (%s): it runs again from frame 0", self.frame, e.message)
+        self.build = self._new_build()  # nothing half-loaded
+        return 0
 
     def run(self, frames: int = 1, progress: Progress | None = None, *,
             every_frame_sinks: bool = False, on_frame: Callable[[Build, int], None] | None = None,
@@ -171,12 +229,19 @@ class Session:
         so. Frames may run several to a submission (Build.run_frames): with `progress` or
         an on_frame without `sync`, every frame is its own; sync(frame) -> bool names the
         frames whose own state on_frame needs (a checkpoint), the others may be batched."""
+        if isinstance(frames, bool) or not isinstance(frames, numbers.Integral):
+            raise GraphError(f"run: frames must be a whole number, got {frames!r}")
         if frames < 1:
             raise GraphError(f"run: frames must be at least 1, got {frames}")
-        end = self.frame + frames
-        if self.build is None:
-            self.graph.frames = end
+        with self._lock:
+            self._check_open("run")
+            if self.build is None:
+                self.graph.frames = self.frame + frames
+            return self._run(int(frames), progress, every_frame_sinks, on_frame, stop, sync)
+
+    def _run(self, frames, progress, every_frame_sinks, on_frame, stop, sync) -> Session:
         build = self.prepare()
+        end = self.frame + frames  # (after prepare: a graph that starts again starts at 0)
         build.frames = max(build.frames, end)
         callbacks = [self._reached]
         if progress is not None:
@@ -199,6 +264,7 @@ class Session:
         return self.build is not None and self.build.interrupted
 
     def _built(self) -> Build:
+        self._check_open("read")
         if self.build is None:
             raise GraphError("the graph has not run yet (Session.run)")
         return self.build
@@ -206,21 +272,27 @@ class Session:
     def read(self, module: str, connector: str) -> np.ndarray:
         """A module connector's data after the last frame: an image (h, w, channels)
         float32, or an ssbo as a 1-D array of its format."""
-        build = self._built()
-        m = self.module(module)
-        m.connector(connector, "Session.read")
-        backing = m.backing.get(connector)
-        if backing is None:
-            raise GraphError(f"{m}: connector '{connector}' has no buffer in this graph "
-                             "(an unconnected input, or a module that did not run)")
-        node, conn = backing
-        return build.read(node, conn)
+        with self._lock:
+            build = self._built()
+            m = self.module(module)
+            m.connector(connector, "Session.read")
+            backing = m.backing.get(connector)
+            if backing is None:
+                raise GraphError(f"{m}: connector '{connector}' has no buffer in this graph "
+                                 "(an unconnected input, or a module that did not run)")
+            node, conn = backing
+            return build.read(node, conn)
 
     def save_weights(self, path: str | Path, module: str | None = None,
                      connector: str = "w") -> Path:
         """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
         with the text the module published on it (its metadata "text"). Default module: the
-        one trainable module."""
+        one trainable module. Non-finite weights are refused (RuntimeFailure, nothing
+        written)."""
+        with self._lock:
+            return self._save_weights(Path(path), module, connector)
+
+    def _save_weights(self, path: Path, module: str | None, connector: str) -> Path:
         if module is None:
             found = [str(m) for m in self._built().active
                      if m.cls.hook("state") and connector in m.cls.connector_names()]
@@ -232,7 +304,6 @@ class Session:
         data = self.read(module, connector)
         c = m.connector(connector)
         fmt = c.format if c.format in ("f16", "f32", "ui8") else "f32"
-        path = Path(path)
         if c.is_ssbo:
             wd, ht = c.roi.wd, c.roi.ht
             if wd * ht != data.size:
@@ -242,3 +313,27 @@ class Session:
             ht, wd, ch = data.shape
             write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=c.meta.get("text"))
         return path
+
+
+def feed_image(source: str, image) -> np.ndarray:
+    """Session.feed's image as float32 (h, w, c) linear: see there."""
+    arr = np.asarray(image)
+    if arr.ndim not in (2, 3) or 0 in arr.shape:
+        raise GraphError(f"feed {source}: expected an image (h, w[, c]), got shape "
+                         f"{arr.shape}")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    kind = arr.dtype.kind
+    if kind in "ub":
+        return decode_unorm(arr)
+    if kind != "f":
+        what = {"i": "signed integers", "c": "complex numbers"}.get(kind, f"{arr.dtype} data")
+        raise GraphError(f"feed {source}: the image holds {what} ({arr.dtype}); give linear "
+                         "float data, or unsigned 8/16-bit sRGB data as image files hold")
+    with np.errstate(over="ignore"):  # a float64 beyond float32: inf, refused below
+        out = np.ascontiguousarray(arr, np.float32)
+    found = non_finite(out)
+    if found is not None:
+        raise GraphError(f"feed {source}: the image holds {found[1]} (as float32); "
+                         "every value must be finite")
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import fit_channels, read_cached, read_lut
 from vkgraph.pipeline.module import Roi
 
@@ -24,8 +25,13 @@ def modify_roi_out(graph, module) -> None:
         # a storage buffer of wd*ht elements; several channels are laid out side by side
         out.chan = "ssbo"
         out.roi = Roi(info.wd * info.channels, info.ht)
+    elif info.channels not in _CHAN:  # an image wire holds 4; keeping 4 would lose the rest
+        raise GraphError(f"{info.channels} channels of image data: an image connector holds "
+                         "at most 4 (r, rg, rgba), so the others would be lost (a .lut of "
+                         "ssbo data, datatype +16, is read whole)",
+                         where=str(graph.resolve(module.param("filename"))))
     else:
-        out.chan = _CHAN.get(info.channels, "rgba")
+        out.chan = _CHAN[info.channels]
         out.roi = Roi(info.wd, info.ht)
     if text is not None:
         out.meta["text"] = text  # for readers: kpn matches it, o-lut writes it back
