@@ -1,0 +1,367 @@
+"""Architecture candidates for the kpn denoiser, prototyped in PyTorch before any shader is
+written: which change buys the most held-out PSNR for the least work on the device?
+
+Every variant shares kpn-t's photo recipe (graphs/train-photo.cfg): a Laplacian pyramid of 4
+levels, per pixel and level an MLP without biases (leaky ReLU 0.001, 6 hidden layers) reading
+noise-normalised features (log2(1 + Y(|D|) / sigma), a constant bias feature), predicting
+softmax taps and a band gain sigmoid(K_15) applied to the level's detail; L1 loss; Adam
+(2e-3, beta1 0.9, eps 1e-8), gradient clip 1, a cosine decay; batches of 16 tiles of 128x128
+from the training photographs (graphs/photos/train.txt), each with its own crop, flip,
+exposure (2^U(-2, 2)) and noise draw (a, b log-uniform over three decades below 0.5 of vkdt's
+range). The candidates change one thing each:
+
+  base      the recipe above (the shipped architecture: an 8x8 window of luminance features,
+            one 15-tap star for all three channels)
+  chroma    the detail in an orthonormal opponent space (luma, two chroma axes: white noise
+            stays white and keeps its std); one kernel and gain for luma, another for both
+            chroma channels (32 outputs instead of 16)
+  ctx       chroma, and features with reach: a centred 7x7 window of luma SNR at the level,
+            3x3 at the next coarser level around the parent pixel, a 5-point chroma SNR star
+  dense     ctx with dense 5x5 filters (25 taps) instead of the 15-tap star
+  wide      ctx with hidden width 128
+  l2        ctx with an L2 loss (what PSNR measures) instead of L1
+  cascade   two ctx stages: the second computes its features from the first's output (a
+            pilot estimate, as BM3D's second step does) and filters the noisy input's detail;
+            trained jointly (the loss of both outputs, no gradient through the pilot)
+  cascade3  three such stages
+  signed    ctx with signed luma features, sign(Y(D)) log2(1 + |Y(D)| / sigma), instead of
+            the luminance of |D| (a line and an edge differ in sign patterns)
+  signed2   signed, two stages
+
+Held-out evaluation: bench/quality.py's photographs and noise (true a, b), PSNR in linear
+[0, 1]. Prints one table (mean PSNR per level, training seconds) and writes --json.
+
+    python3 bench/kpn_arch.py --variants base,chroma,ctx --steps 6000 --json $OUT/arch.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vkgraph.pipeline import heldout  # noqa: E402
+from vkgraph.pipeline.datasets import image_set  # noqa: E402
+from vkgraph.pipeline.formats import read_image  # noqa: E402
+
+LUMA = (0.2627, 0.6780, 0.0593)
+LEAK = 0.001
+STAR = [(0, -2)] + [(dx, -1) for dx in range(-2, 3)] + [(-1, 0), (0, 0), (1, 0)] + \
+    [(dx, 1) for dx in range(-2, 3)] + [(0, 2)]
+DENSE = [(dx, dy) for dy in range(-2, 3) for dx in range(-2, 3)]
+# orthonormal opponent basis: rows luma, red-blue, green-magenta
+OPP = np.array([[1, 1, 1], [1, 0, -1], [1, -2, 1]], np.float64)
+OPP /= np.linalg.norm(OPP, axis=1, keepdims=True)
+
+VARIANTS = {
+    "base": dict(chroma=False, ctx=False, taps=STAR, width=64),
+    "chroma": dict(chroma=True, ctx=False, taps=STAR, width=64),
+    "ctx": dict(chroma=True, ctx=True, taps=STAR, width=64),
+    "dense": dict(chroma=True, ctx=True, taps=DENSE, width=64),
+    "wide": dict(chroma=True, ctx=True, taps=STAR, width=128),
+    "l2": dict(chroma=True, ctx=True, taps=STAR, width=64, loss="l2"),
+    "cascade": dict(chroma=True, ctx=True, taps=STAR, width=64, stages=2),
+    "cascade3": dict(chroma=True, ctx=True, taps=STAR, width=64, stages=3),
+    "signed": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True),
+    "signed2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, stages=2),
+}
+
+
+def band_noise(levels: int) -> list[float]:
+    from vkgraph.modules.kpn_t.module import band_noise as bn
+
+    return list(bn(levels + 1))
+
+
+class Kpn:
+    def __init__(self, torch, cfg: dict, levels: int, dev: str, seed: int):
+        self.t, self.cfg, self.levels, self.dev = torch, cfg, levels, dev
+        self.band = band_noise(levels)
+        self.taps = cfg["taps"]
+        self.nk = len(self.taps) + 1
+        self.nout = self.nk * (2 if cfg["chroma"] else 1)
+        w, g = cfg["width"], torch.Generator().manual_seed(seed)
+        dims = [64] + [w] * 6 + [self.nout]
+        self.W = []
+        for i in range(7):
+            bound = math.sqrt(6.0 / (dims[i] + dims[i + 1])) if i < 6 else math.sqrt(6 / (2 * w))
+            self.W.append(((torch.rand(dims[i + 1], dims[i], generator=g) * 2 - 1) * bound)
+                          .to(dev).requires_grad_())
+        self.luma = torch.tensor(LUMA, device=dev).view(1, 3, 1, 1)
+        self.opp = torch.tensor(OPP, dtype=torch.float32, device=dev)
+        b = torch.tensor([1.0, 4, 6, 4, 1], device=dev) / 16
+        self.k5 = (b[:, None] * b[None, :]).view(1, 1, 5, 5)
+
+    # ---- pyramid (mirrored borders: -1 -> 0)
+    def pad(self, x, r):
+        t = self.t
+        x = t.cat([x[..., :r].flip(-1), x, x[..., -r:].flip(-1)], -1)
+        return t.cat([x[..., :r, :].flip(-2), x, x[..., -r:, :].flip(-2)], -2)
+
+    def sub(self, M):
+        n, c, h, w = M.shape
+        y = self.t.nn.functional.conv2d(self.pad(M, 2).reshape(n * c, 1, h + 4, w + 4),
+                                        self.k5, stride=2)
+        return y.reshape(n, c, y.shape[-2], y.shape[-1])
+
+    def up(self, C, h, w):
+        t = self.t
+
+        def axis(C, n, d):
+            nxt = t.cat([C.narrow(d, 1, C.shape[d] - 1), C.narrow(d, C.shape[d] - 1, 1)], d)
+            out = t.stack([C, 0.5 * (C + nxt)], d + 1)
+            shape = list(C.shape)
+            shape[d] *= 2
+            return out.reshape(shape).narrow(d, 0, n)
+
+        return axis(axis(C, w, 3), h, 2)
+
+    def window(self, s, offs):
+        """(n, len(offs), h, w): s (n, 1, h, w) at p + offset, mirrored."""
+        r = max(max(abs(dx), abs(dy)) for dx, dy in offs)
+        p = self.pad(s, r)
+        h, w = s.shape[-2:]
+        return self.t.cat([p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] for dx, dy in offs], 1)
+
+    # ---- one image batch X (n, 3, h, w) with its per-image (a, b) -> output (n, 3, h, w)
+    def pyramid(self, X):
+        M = [X]
+        for _ in range(self.levels + 1):
+            M.append(self.sub(M[-1]))
+        return M, [M[i] - self.up(M[i + 1], *M[i].shape[-2:]) for i in range(self.levels + 1)]
+
+    def forward(self, X, a, b, guide=None):
+        """The denoised X; with `guide` (a pilot estimate of the clean X) the features are
+        computed from the guide's detail instead of X's."""
+        t, L = self.t, self.levels
+        var = (a.view(-1, 1, 1, 1) + 65535.0 * (X * self.luma).sum(1, keepdim=True)
+               .clamp_min(0) * b.view(-1, 1, 1, 1)) / 65535.0**2
+        V = [var]
+        for _ in range(L + 1):
+            V.append(self.sub(V[-1]))
+        M, D = self.pyramid(X)
+        FD = D if guide is None else self.pyramid(guide)[1]
+        snr, csnr = [], []
+        for i in range(L + 1):
+            sig = (self.band[i] * V[i].clamp_min(0).sqrt()).clamp_min(1e-6)
+            if self.cfg.get("signed"):
+                y = (FD[i] * self.luma).sum(1, keepdim=True)
+                snr.append(t.sign(y) * t.log2(1 + y.abs() / sig))
+            else:
+                snr.append(t.log2(1 + (FD[i].abs() * self.luma).sum(1, keepdim=True) / sig))
+            if self.cfg["ctx"]:
+                c = t.einsum("kc,nchw->nkhw", self.opp[1:], FD[i]).norm(dim=1, keepdim=True)
+                csnr.append(t.log2(1 + c / sig))
+        feats = []
+        for i in range(L):
+            if self.cfg["ctx"]:
+                h, w = D[i].shape[-2:]
+                coarse = self.window(snr[i + 1], [(dx, dy) for dy in (-1, 0, 1)
+                                                  for dx in (-1, 0, 1)])
+                coarse = coarse.repeat_interleave(2, -1).repeat_interleave(2, -2)[..., :h, :w]
+                f = t.cat([t.ones_like(snr[i]),
+                           self.window(snr[i], [(dx, dy) for dy in range(-3, 4)
+                                                for dx in range(-3, 4)]),
+                           coarse,
+                           self.window(csnr[i], [(0, -1), (-1, 0), (0, 0), (1, 0), (0, 1)])], 1)
+            else:
+                f = self.window(snr[i], [(c // 8 - 4, c % 8 - 4) for c in range(64)])
+                f = t.cat([t.ones_like(f[:, :1]), f[:, 1:]], 1)
+            feats.append(f.permute(0, 2, 3, 1).reshape(-1, 64))
+        h = t.cat(feats, 0)
+        for i in range(6):
+            h = t.nn.functional.leaky_relu(h @ self.W[i].T, LEAK)
+        K = h @ self.W[6].T
+        out, start = None, 0
+        Ks = []
+        for i in range(L):
+            n, _, hh, ww = D[i].shape
+            Ks.append(K[start:start + n * hh * ww].reshape(n, hh, ww, -1).permute(0, 3, 1, 2))
+            start += n * hh * ww
+        out = self.up(M[L], *M[L - 1].shape[-2:]) + self.filt(D[L - 1], Ks[L - 1])
+        for i in range(L - 2, -1, -1):
+            out = self.up(out, *M[i].shape[-2:]) + self.filt(D[i], Ks[i])
+        return out
+
+    def filt(self, D, K):
+        t, nt = self.t, self.nk - 1
+        if self.cfg["chroma"]:
+            Do = t.einsum("kc,nchw->nkhw", self.opp, D)
+            y = self.apply1(Do[:, :1], K[:, :self.nk])
+            c = self.apply1(Do[:, 1:], K[:, self.nk:2 * self.nk])
+            return t.einsum("kc,nkhw->nchw", self.opp, t.cat([y, c], 1))
+        del nt
+        return self.apply1(D, K)
+
+    def apply1(self, D, K):
+        t, nt = self.t, self.nk - 1
+        s = t.softmax(K[:, :nt], 1)
+        g = t.sigmoid(K[:, nt:nt + 1])
+        r = 2
+        p = self.pad(D, r)
+        h, w = D.shape[-2:]
+        acc = 0
+        for k, (dx, dy) in enumerate(self.taps):
+            acc = acc + s[:, k:k + 1] * p[:, :, r + dy:r + dy + h, r + dx:r + dx + w]
+        return acc * g
+
+
+class Cascade:
+    """Stages of Kpn: stage k > 0 takes its features from stage k - 1's output."""
+
+    def __init__(self, torch, cfg: dict, levels: int, dev: str, seed: int):
+        self.stages = [Kpn(torch, cfg, levels, dev, seed + 17 * k)
+                       for k in range(cfg.get("stages", 1))]
+        self.W = [w for s in self.stages for w in s.W]
+
+    def outputs(self, X, a, b):
+        outs = [self.stages[0].forward(X, a, b)]
+        for s in self.stages[1:]:
+            outs.append(s.forward(X, a, b, guide=outs[-1].detach()))
+        return outs
+
+    def forward(self, X, a, b):
+        return self.outputs(X, a, b)[-1]
+
+
+def load_training(torch, dev):
+    listing = ROOT / "graphs" / "photos" / "train.txt"
+    imgs = []
+    for path in image_set(str(listing), lambda n: listing.parent / n):
+        x = read_image(path)[..., :3].astype(np.float32)
+        if min(x.shape[:2]) >= 128:
+            imgs.append(torch.tensor(x, device=dev).permute(2, 0, 1).contiguous())
+    return imgs
+
+
+def batch(torch, imgs, rng, n=16, tile=128, dev="cuda"):
+    X, R, A, B = [], [], [], []
+    for _ in range(n):
+        img = imgs[rng.integers(len(imgs))]
+        h, w = img.shape[-2:]
+        y, x = rng.integers(h - tile + 1), rng.integers(w - tile + 1)
+        t = img[:, y:y + tile, x:x + tile]
+        f = rng.integers(4)
+        if f & 1:
+            t = t.flip(-1)
+        if f & 2:
+            t = t.flip(-2)
+        t = t * float(2.0 ** rng.uniform(-2, 2))
+        a = 0.5 * 65535000.0 * 10 ** (-3 * rng.random())
+        b = 0.5 * 1000.0 * 10 ** (-3 * rng.random())
+        std = ((a + 65535.0 * t.clamp_min(0) * b) ** 0.5) / 65535.0
+        X.append(t + std * torch.randn(t.shape, device=dev))
+        R.append(t)
+        A.append(a)
+        B.append(b)
+    return (torch.stack(X), torch.stack(R), torch.tensor(A, device=dev),
+            torch.tensor(B, device=dev))
+
+
+def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | None = None,
+          log_every: int = 500):
+    """Train one variant for `steps` (fewer if the first 50 steps say they would not fit
+    `budget` seconds: the cosine schedule then spans the steps that fit)."""
+    cfg = VARIANTS[name]
+    model = Cascade(torch, cfg, 4, dev, seed)
+    l2 = cfg.get("loss") == "l2"
+    opt = torch.optim.Adam(model.W, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
+    total = [steps]
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total[0]) / total[0])))
+    imgs = load_training(torch, dev)
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    losses = []
+    step = 0
+    while step < total[0]:
+        if step == 100 and budget:
+            torch.cuda.synchronize()
+            t100 = time.perf_counter()
+        if step == 300 and budget:
+            torch.cuda.synchronize()
+            rate = 200 / (time.perf_counter() - t100)
+            fit = 300 + int((budget - (time.perf_counter() - t0)) * rate)
+            if fit < total[0]:
+                print(f"{name}: {fit} steps fit the budget of {budget:.0f} s", flush=True)
+                total[0] = max(fit, 400)
+        X, R, A, B = batch(torch, imgs, rng, dev=dev)
+        loss = 0
+        for out in model.outputs(X, A, B):
+            loss = loss + (((out - R) ** 2) if l2 else (out - R).abs()).sum(1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.W, 1.0)
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == total[0] - 1:
+            losses.append((step, float(loss)))
+            print(f"{name}: step {step} loss {float(loss):.5f} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        step += 1
+    torch.cuda.synchronize()
+    return model, time.perf_counter() - t0, losses, total[0]
+
+
+def evaluate(torch, model, dev: str) -> dict:
+    out = {}
+    with torch.no_grad():
+        for path in heldout.photos():
+            clean = heldout.load_clean(path)
+            for li, (level, a, b) in enumerate(heldout.LEVELS):
+                noisy = heldout.add_noise(clean, a, b, heldout.seed_of(li))
+                X = torch.tensor(noisy[..., :3], dtype=torch.float32, device=dev)
+                y = model.forward(X.permute(2, 0, 1)[None], torch.tensor([a], device=dev),
+                                  torch.tensor([b], device=dev))
+                res = y[0].permute(1, 2, 0).double().cpu().numpy()
+                out[f"{path.stem}|{level}"] = {"psnr": heldout.psnr(res, clean),
+                                               "noisy": heldout.psnr(noisy, clean)}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="base,chroma,ctx,dense,wide")
+    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--budget", type=float, help="training seconds per variant at most")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = "cuda"
+    rows = {}
+    for name in args.variants.split(","):
+        model, secs, losses, steps = train(torch, name, args.steps, args.seed, dev,
+                                           args.budget)
+        ev = evaluate(torch, model, dev)
+        per = {lv: float(np.mean([v["psnr"] for k, v in ev.items() if k.endswith("|" + lv)]))
+               for lv, _, _ in heldout.LEVELS}
+        worst = min(v["psnr"] - v["noisy"] for v in ev.values())
+        rows[name] = {"levels": per, "worst_gain": worst, "seconds": secs, "steps": steps,
+                      "eval": ev,
+                      "losses": losses, "params": sum(w.numel() for w in model.W)}
+        print(f"{name}: " + " / ".join(f"{v:.2f}" for v in per.values())
+              + f" dB, worst gain {worst:+.2f}, {secs:.0f} s", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+    print("\n| variant | params | steps | low | mid | high | worst gain | train s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['params']} | {r['steps']} | "
+              + " | ".join(f"{v:.2f}" for v in r["levels"].values())
+              + f" | {r['worst_gain']:+.2f} | {r['seconds']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
