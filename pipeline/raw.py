@@ -1,0 +1,272 @@
+"""Camera raw files through LibRaw (PyPI `rawpy`, the optional extra `vkgraph[raw]`).
+
+    raw = read_raw("photo.dng")
+    raw.mosaic          # (h, w) float32: the visible area, (value - black) / (white - black)
+    raw.meta.cfa        # the colour (0 R, 1 G, 2 B) of each photosite of the top-left P x P
+    raw.meta.wb         # as-shot white-balance multipliers (r, g, b), green 1
+    raw.meta.rgb_cam    # white-balanced camera rgb -> linear Rec.709 (rows sum to 1)
+
+Normalisation: each photosite has the black level of its CFA position (LibRaw's per-channel
+black plus the common one) and the white level; the mosaic is (value - black) / (white -
+black), not clipped (the noise around black is data: clipping it would bias dark areas).
+
+Colour: LibRaw turns the file's camera-to-XYZ matrix (a DNG's ColorMatrix, or its own table
+for other formats) into `rgb_cam`, which maps white-balanced camera rgb to linear sRGB/Rec.709
+with white kept white (its rows sum to 1). `cam_xyz` = XYZ_FROM_RGB @ rgb_cam @ diag(wb) maps
+the raw (not balanced) camera rgb to CIE XYZ (D65).
+
+The camera's make, model and ISO (for its noise profile, pipeline/camnoise.py) are not all
+exposed by rawpy: make and model are read from LibRaw's own `libraw_iparams_t` through ctypes
+(the library rawpy ships); where that fails they are empty and the profile is estimated.
+
+A file LibRaw cannot read (truncated, not raw, unsupported, a JPEG named .NEF), a layout
+vkgraph does not handle (a non-CFA or four-colour sensor) or a size beyond MAX_PIXELS is one
+GraphError (exit 2) naming the file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GraphError
+from .formats import open_regular
+
+MAX_PIXELS = 1 << 28  # 268 megapixels: more is refused before LibRaw unpacks anything
+MAX_SIDE = 1 << 16
+RAW_EXTENSIONS = {".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2",
+                  ".raf", ".orf", ".rw2", ".pef", ".srw", ".3fr", ".fff", ".iiq", ".mos",
+                  ".mef", ".mrw", ".x3f", ".erf", ".kdc", ".dcr", ".rwl", ".raw"}
+# linear sRGB/Rec.709 (D65) -> CIE XYZ
+XYZ_FROM_RGB = np.array([[0.4124564, 0.3575761, 0.1804375],
+                         [0.2126729, 0.7151522, 0.0721750],
+                         [0.0193339, 0.1191920, 0.9503041]])
+MISSING = ("reading camera raw files needs rawpy (LibRaw): pip install 'vkgraph[raw]' "
+           "(or pip install rawpy)")
+
+
+@dataclass(frozen=True)
+class RawMeta:
+    """What a raw mosaic carries besides its pixels (i-raw publishes it as the connector
+    metadata "raw"; demosaic and the noise profile read it)."""
+
+    cfa: tuple[tuple[int, ...], ...]  # P x P colours (0 R, 1 G, 2 B) from the top-left
+    wb: tuple[float, float, float]  # white-balance multipliers, green 1
+    rgb_cam: tuple[tuple[float, ...], ...]  # 3 x 3: balanced camera rgb -> linear Rec.709
+    make: str = ""
+    model: str = ""
+    iso: float = 0.0
+
+    @property
+    def period(self) -> int:
+        """2 for Bayer, 6 for X-Trans."""
+        return len(self.cfa)
+
+    @property
+    def cam_xyz(self) -> np.ndarray:
+        """3 x 3: raw camera rgb (not white-balanced) -> CIE XYZ (D65)."""
+        return XYZ_FROM_RGB @ np.array(self.rgb_cam) @ np.diag(self.wb)
+
+    def colours(self, ht: int, wd: int) -> np.ndarray:
+        """(ht, wd) int: the colour of every photosite of a mosaic of that size."""
+        p = self.period
+        tile = np.array(self.cfa, np.int32)
+        return np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
+
+    @property
+    def camera(self) -> str:
+        return " ".join(s for s in (self.make, self.model) if s) or "unknown camera"
+
+
+@dataclass
+class RawImage:
+    mosaic: np.ndarray  # (h, w) float32
+    meta: RawMeta
+
+
+def import_rawpy():
+    try:
+        import rawpy
+    except ImportError:
+        raise GraphError(MISSING) from None
+    return rawpy
+
+
+def is_raw(path) -> bool:
+    """Does the file name say camera raw? (The CLI routes such files through read_raw.)"""
+    return Path(path).suffix.lower() in RAW_EXTENSIONS
+
+
+def _libraw_names(rawpy, path: Path) -> tuple[str, str]:
+    """(make, model) from LibRaw's libraw_iparams_t: char guard[4], then char make[64],
+    model[64] (the layout of LibRaw 0.18 and later). ("", "") where anything fails."""
+    try:
+        folder = Path(rawpy.__file__).parent
+        lib = next((p for p in sorted(folder.glob("libraw_r.so*")) if p.is_file()), None)
+        if lib is None:
+            lib = next(iter(sorted(folder.glob("libraw*.dll")) + sorted(folder.glob(
+                "libraw*.dylib"))), None)
+        if lib is None:
+            return "", ""
+        so = ctypes.CDLL(str(lib))
+        so.libraw_init.restype = ctypes.c_void_p
+        so.libraw_init.argtypes = [ctypes.c_uint]
+        so.libraw_open_file.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        so.libraw_get_iparams.restype = ctypes.c_void_p
+        so.libraw_get_iparams.argtypes = [ctypes.c_void_p]
+        so.libraw_close.argtypes = [ctypes.c_void_p]
+        handle = so.libraw_init(0)
+        if not handle:
+            return "", ""
+        try:
+            if so.libraw_open_file(handle, os.fsencode(path)) != 0:
+                return "", ""
+            base = so.libraw_get_iparams(handle)
+            names = [ctypes.string_at(base + off, 64).split(b"\0")[0] for off in (4, 68)]
+        finally:
+            so.libraw_close(handle)
+        make, model = (n.decode("latin-1").strip() for n in names)
+        ok = all(s.isprintable() for s in (make, model))
+        return (make, model) if ok else ("", "")
+    except (OSError, AttributeError, ValueError):
+        return "", ""
+
+
+def _cfa(raw, colours: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """The P x P pattern of colours 0/1/2 at the visible area's top-left; LibRaw's colour
+    indices name letters of color_desc ('RGBG': index 3 is the second green)."""
+    desc = raw.color_desc.decode("ascii", "replace")
+    letters = {"R": 0, "G": 1, "B": 2}
+    pattern = raw.raw_pattern
+    shape = np.asarray(pattern).shape if pattern is not None else ()
+    if shape not in ((2, 2), (6, 6)):
+        raise GraphError("not a Bayer (2x2) or X-Trans (6x6) colour filter array (a linear "
+                         "or RGB raw)")
+    p = shape[0]
+    ht, wd = colours.shape
+    if ht < p or wd < p:
+        raise GraphError(f"the visible area ({wd}x{ht}) is smaller than its {p}x{p} pattern")
+    top = colours[:p, :p]
+    cfa = np.vectorize(lambda i: letters[desc[i]])(top)
+    if {0, 1, 2} - set(cfa.ravel().tolist()):
+        raise GraphError("the colour filter array lacks red, green or blue")
+    return tuple(tuple(int(c) for c in row) for row in cfa)
+
+
+def _white_balance(raw) -> tuple[float, float, float]:
+    """As shot, else the camera's daylight multipliers, else none; green normalised to 1."""
+    for wb in (raw.camera_whitebalance, raw.daylight_whitebalance):
+        wb = np.asarray(wb[:3], np.float64)
+        if np.all(np.isfinite(wb)) and np.all(wb > 0):
+            return tuple(float(v) for v in wb / wb[1])
+    return (1.0, 1.0, 1.0)
+
+
+def _rgb_cam(raw) -> tuple[tuple[float, ...], ...]:
+    m = np.asarray(raw.color_matrix, np.float64)[:3, :3]
+    if not np.all(np.isfinite(m)) or not np.any(m):
+        m = np.eye(3)  # LibRaw knows no matrix: camera rgb is taken as Rec.709
+    return tuple(tuple(float(v) for v in row) for row in m)
+
+
+def _reason(e: Exception) -> str:
+    """LibRaw's message (rawpy gives it as bytes) after the error's class name."""
+    arg = e.args[0] if e.args else ""
+    text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+    return f"{type(e).__name__}: {text or 'no detail'}"
+
+
+def _open(path: Path, max_pixels: int):
+    """The file opened by LibRaw with its header checked (size, sensor layout), not yet
+    unpacked; the caller closes it."""
+    f, _ = open_regular(path, "raw file")  # a folder, device or missing file: GraphError
+    f.close()
+    rawpy = import_rawpy()
+    try:
+        raw = rawpy.imread(str(path))
+    except rawpy.LibRawError as e:
+        raise GraphError(f"not a raw file LibRaw reads ({_reason(e)})",
+                         where=str(path)) from None
+    except (OSError, ValueError) as e:
+        raise GraphError(f"cannot read raw file: {e}", where=str(path)) from None
+    try:
+        _check_header(raw, max_pixels)
+    except GraphError as e:
+        raw.close()
+        raise GraphError(e.message, where=str(path)) from None
+    return raw
+
+
+def _check_header(raw, max_pixels: int) -> None:
+    s = raw.sizes
+    if min(s.width, s.height, s.raw_width, s.raw_height) < 1:
+        raise GraphError("no image in the file (zero size)")
+    if max(s.raw_width, s.raw_height) > MAX_SIDE or s.raw_width * s.raw_height > max_pixels:
+        raise GraphError(f"declares {s.raw_width}x{s.raw_height} photosites, more than "
+                         f"vkgraph reads ({max_pixels} at most)")
+    desc = raw.color_desc.decode("ascii", "replace")
+    if raw.num_colors != 3 or any(ch not in "RGB" for ch in desc[:4].rstrip("\0")):
+        raise GraphError(f"a {desc!r} sensor; vkgraph reads RGB colour filter arrays only")
+
+
+def check_raw(path, max_pixels: int = MAX_PIXELS) -> None:
+    """GraphError when the file is not one vkgraph can use: the CLI checks its inputs before
+    it starts. A truncated file is only found by decoding it, so this reads the whole file;
+    the last file read is kept (read_raw's cache), so one input is decoded once."""
+    read_raw(path, max_pixels)
+
+
+_LAST: dict = {}  # (path, mtime, size, max_pixels) -> RawImage of the last file read
+
+
+def read_raw(path, max_pixels: int = MAX_PIXELS) -> RawImage:
+    """The normalised mosaic and its RawMeta (module docstring); GraphError naming the file
+    for anything LibRaw cannot read or vkgraph cannot use."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size, max_pixels)
+    except OSError:
+        key = None  # _open names the problem
+    if key is not None and key in _LAST:
+        return _LAST[key]
+    rawpy = import_rawpy()
+    with _open(path, max_pixels) as raw:
+        try:
+            image = _unpack(raw, path, rawpy)
+        except GraphError as e:
+            raise GraphError(e.message, where=str(path)) from None
+        except rawpy.LibRawError as e:  # the data, unpacked now, is broken or cut short
+            raise GraphError(f"cannot decode its raw data ({_reason(e)})",
+                             where=str(path)) from None
+    _LAST.clear()
+    if key is not None:
+        _LAST[key] = image
+    return image
+
+
+def _unpack(raw, path: Path, rawpy) -> RawImage:
+    values = np.asarray(raw.raw_image_visible)  # unpacks: LibRawError when cut short
+    colours = np.asarray(raw.raw_colors_visible)
+    if values.shape != colours.shape or values.ndim != 2:
+        raise GraphError("not a single-plane colour filter array (a linear or RGB raw)")
+    ht, wd = values.shape
+    cfa = _cfa(raw, colours)
+    black = np.asarray(raw.black_level_per_channel, np.float64)
+    white = float(raw.white_level)
+    if not np.all(white > black):
+        raise GraphError(f"white level {white:g} is not above the black levels "
+                         f"{', '.join(f'{b:g}' for b in black)}")
+    p = len(cfa)
+    # black per photosite: LibRaw's per-channel levels repeat with the CFA's period
+    tile = black[np.clip(colours[:p, :p], 0, 3)].astype(np.float32)
+    blk = np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
+    mosaic = (values.astype(np.float32) - blk) / (np.float32(white) - blk)
+    make, model = _libraw_names(rawpy, path)
+    meta = RawMeta(cfa=cfa, wb=_white_balance(raw), rgb_cam=_rgb_cam(raw), make=make,
+                   model=model, iso=float(raw.other.iso_speed or 0.0))
+    return RawImage(np.ascontiguousarray(mosaic, np.float32), meta)
