@@ -1,0 +1,47 @@
+// What both demosaic kernels share: bindings (0 the mosaic, one float per photosite; 1 the
+// rgba output), the push constants, the colour of a photosite, reflected borders, the
+// white-balanced sample and the colour matrix (modules/demosaic/README.md).
+#ifndef DEMOSAIC_CFA_GLSL
+#define DEMOSAIC_CFA_GLSL
+
+SSBO_IN(0, float, mosaic)
+IMG_OUT(1, img_out)
+
+layout(push_constant) uniform Push {
+  ivec4 cfa;   // x, y, z: the P x P colours (0 R, 1 G, 2 B) row by row, 2 bits each, 12 per
+               // int; w: P (2 Bayer, 6 X-Trans)
+  vec4 gain;   // white-balance gains of r, g, b
+  float m[9];  // the colour matrix, row by row: out = m * balanced camera rgb
+} pc;
+
+int cfa_colour(ivec2 p) {
+  int P = pc.cfa.w;
+  int k = (p.y % P) * P + (p.x % P);
+  return (pc.cfa[k / 12] >> (2 * (k % 12))) & 3;
+}
+
+// -1 -> 1, -2 -> 2, n -> n - 2: keeps a 2 x 2 pattern's colours at the borders (n >= 2)
+int reflect_index(int i, int n) {
+  int p = 2 * (n - 1);
+  i = abs(i) % p;
+  return i < n ? i : p - i;
+}
+
+ivec2 reflect2(ivec2 q) {
+  return ivec2(reflect_index(q.x, node.roi[0].x), reflect_index(q.y, node.roi[0].y));
+}
+
+// the photosite at q (reflected) times its colour's gain
+float balanced(ivec2 q) {
+  ivec2 s = reflect2(q);
+  return mosaic[s.x + s.y * node.roi[0].x] * pc.gain[cfa_colour(s)];
+}
+
+void store(ivec2 p, vec3 rgb) {
+  vec3 o = vec3(dot(vec3(pc.m[0], pc.m[1], pc.m[2]), rgb),
+                dot(vec3(pc.m[3], pc.m[4], pc.m[5]), rgb),
+                dot(vec3(pc.m[6], pc.m[7], pc.m[8]), rgb));
+  img_out[p.x + p.y * node.roi[1].x] = vec4(o, 1.0);
+}
+
+#endif
