@@ -31,7 +31,9 @@ log = logging.getLogger("vkgraph")
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
-WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".exr": "exr", ".pfm": "pfm"}
+WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".exr": "exr", ".pfm": "pfm",
+           ".tif": "tif", ".tiff": "tif"}
+RAW_OUT = ".exr"  # a raw input's output format unless -o names another
 JPG_QUALITY = 95
 CLIP = 200  # characters of a failed file's message
 
@@ -39,11 +41,17 @@ EXAMPLE = """example:
   vkgraph denoise photo.jpg                      # writes photo-denoised.jpg
   vkgraph denoise raw/*.png --outdir clean/ --noise 1e6 100
   vkgraph denoise shots/*.exr --outdir clean/ --ray     # on every GPU (local Ray)
+  vkgraph denoise photo.dng -o photo.tif         # camera raw (LibRaw): 16-bit sRGB TIFF
 
 --noise A B is the noise profile in cnngenin's units: Gaussian noise of
 std(x) = sqrt(A + 65535 x B) / 65535 at linear intensity x in [0, 1]
 (A: the constant part, B: the part that grows with the signal). Without it, (A, B) is
-estimated from each image and printed."""
+estimated from each image and printed. Camera raw files (DNG, NEF, CR2, ARW, RAF, ...;
+`pip install 'vkgraph[raw]'`) are demosaiced, denoised and converted to linear Rec.709
+with the camera's matrix; their noise profile is darktable's for the camera and ISO where
+darktable's noiseprofiles.json is installed, else estimated from the mosaic (--noise A B:
+the mosaic's, on [0, 1] between black and white level). They are written as EXR unless -o
+names .pfm (linear) or .png/.jpg/.tif (sRGB; TIFF 16-bit)."""
 
 
 def add_parser(sub) -> None:
@@ -82,6 +90,8 @@ def add_parser(sub) -> None:
 def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> list[Path]:
     """Where each input's result goes; UsageError for -o with several inputs, an unknown
     format, an output that is an input, or two inputs that would write the same file."""
+    from vkgraph.pipeline.raw import is_raw
+
     from .main import UsageError
 
     if output is not None and len(inputs) != 1:
@@ -93,6 +103,8 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
         outs = [Path(outdir) / p.name for p in inputs]
     else:
         outs = [p.with_name(f"{p.stem}-denoised{p.suffix}") for p in inputs]
+    outs = [o.with_suffix(RAW_OUT) if output is None and is_raw(p) else o
+            for p, o in zip(inputs, outs, strict=True)]
     for out in outs:
         if out.suffix.lower() not in WRITERS:
             raise UsageError(f"denoise: cannot write '{clip(printable(str(out)), CLIP)}': "
@@ -121,6 +133,10 @@ def write(path: Path, image) -> None:
         formats.write_jpg(path, image, quality=JPG_QUALITY)
     elif kind == "exr":
         formats.write_exr(path, image)
+    elif kind == "tif":
+        from vkgraph.pipeline.tiff import write_tiff16
+
+        write_tiff16(path, image)
     else:
         formats.write_pfm(path, image)
 
@@ -148,6 +164,11 @@ def cmd_denoise(args) -> int:
         import_ray()  # a missing extra is said before anything is created
     inputs = [Path(p) for p in args.inputs]
     outs = output_paths(inputs, args.output, args.outdir)
+    from vkgraph.pipeline.raw import check_raw, is_raw
+
+    for p in inputs:  # a raw file LibRaw cannot read (or vkgraph not use) is exit 2 now
+        if is_raw(p):
+            check_raw(p)
     weights = Path(args.weights) if args.weights else WEIGHTS
     if not weights.is_file():
         hint = "" if args.weights else (" (the shipped weights are missing from this "
@@ -313,7 +334,10 @@ def denoise_file(den, src: Path, dst: Path, noise) -> str:
     """Read, denoise and write one file; the line that reports it."""
     from vkgraph.pipeline.formats import read_image
     from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.pipeline.raw import is_raw
 
+    if is_raw(src):
+        return denoise_raw_file(den, src, dst, noise)
     t0 = time.perf_counter()
     image = read_image(src, finite=True)
     if noise is None:
@@ -327,3 +351,19 @@ def denoise_file(den, src: Path, dst: Path, noise) -> str:
     ht, wd = image.shape[:2]
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), "
             f"{time.perf_counter() - t0:.2f} s")
+
+
+def denoise_raw_file(den, src: Path, dst: Path, noise) -> str:
+    """A camera raw file demosaiced, denoised and colour-converted (pipeline/rawdenoise.py)."""
+    from vkgraph.pipeline.raw import read_raw
+    from vkgraph.pipeline.rawdenoise import demosaicer_of, denoise_raw
+
+    t0 = time.perf_counter()
+    raw = read_raw(src)
+    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise)
+    write(dst, out)
+    ht, wd = raw.mosaic.shape
+    a, b = profile.scalar()
+    pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
+    return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
+            f"({profile.source}), {time.perf_counter() - t0:.2f} s")

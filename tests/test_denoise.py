@@ -105,7 +105,7 @@ def test_usage_errors(tmp_path, capsys, weights):
     assert code == 2 and "is an input" in err
     code, _, err = run(capsys, tmp_path / "a.png", "--outdir", tmp_path, "--weights", weights)
     assert code == 2 and "is an input" in err
-    code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.tif", "--weights",
+    code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.bmp", "--weights",
                        weights)
     assert code == 2 and "cannot write" in err
     code, _, err = run(capsys, tmp_path / "a.png", "--noise", "-1", "0", "--weights", weights)
