@@ -67,8 +67,9 @@ def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
     if iso:
         tags.append((_PLACEHOLDER, "I", 1, 0, True))
     buf = io.BytesIO()
-    tifffile.imwrite(buf, counts, photometric=32803, extratags=tags, subfiletype=0,
-                     compression=None, metadata=None, byteorder="<")
+    with tifffile.TiffWriter(buf, byteorder="<") as tw:  # into memory: atomic_write writes
+        tw.write(counts, photometric=32803, extratags=tags, subfiletype=0, compression=None,
+                 metadata=None)
     data = bytearray(buf.getvalue())
     if iso:
         buf.seek(0)
