@@ -1,0 +1,151 @@
+"""Raw denoising quality: the held-out photographs as camera raw files (DNG), through vkgraph's
+raw chain and a classical one, at three realistic noise levels.
+
+Each held-out photograph (graphs/photos/held-out.txt; linear rgb, pipeline/heldout.py) is seen
+through the made-up camera of pipeline/dng.py (its colour matrix and white balance), sampled
+on an RGGB mosaic, given cnngenin's noise model on the mosaic normalised to [0, 1],
+std(x) = sqrt(a + 65535 x b) / 65535 (seeded, per level), and written as a 14-bit DNG (black
+512); every method reads the DNG back through LibRaw (pipeline/raw.py). Levels, from darktable's
+camera profiles (b ~ 0.3 at ISO 100 to ~120 for a small sensor at high ISO, a <= 1e4):
+
+* ISO 1600 (full frame): a 50, b 2;
+* ISO 12800 (full frame): a 800, b 15;
+* phone, high ISO: a 10000, b 100.
+
+Rows (PSNR in dB, peak 1, linear Rec.709 against the clean photograph, unclipped, mean over the
+photographs):
+
+* demosaic, noise-free: the noise-free mosaic's DNG demosaiced (Malvar-He-Cutler, the
+  `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
+* demosaic, noisy: the noisy DNG the same way, no denoising;
+* demosaic + kpn: `vkgraph denoise`'s chain (pipeline/rawdenoise.py: demosaic on the device,
+  kpn with the given weights and the balanced true profile, the camera matrix);
+* VST-BM3D (CFA) + demosaic: the generalized Anscombe transform of the true (a, b)
+  (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
+  the exact unbiased inverse, then the same demosaicer and matrix.
+
+    python bench/raw_quality.py [--weights W.lut] [--crop N] [--jobs J]
+
+--crop N takes a centred N x N crop of each photograph (quick runs; not comparable with
+full-size figures). BM3D runs on --jobs processes (default: the CPU count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/vst.py
+
+from vkgraph.pipeline import dng, heldout  # noqa: E402
+
+LEVELS = [("ISO 1600", 50.0, 2.0), ("ISO 12800", 800.0, 15.0), ("phone", 1.0e4, 100.0)]
+CFA = dng.BAYER["RGGB"]
+BLACK, WHITE = 512, 16383
+WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
+ROWS = ("clean", "noisy", "kpn", "bm3d")
+TITLES = {"clean": "demosaic, noise-free", "noisy": "demosaic, noisy",
+          "kpn": "demosaic + kpn (vkgraph denoise)",
+          "bm3d": "VST-BM3D (CFA planes) + demosaic"}
+
+
+def write_raw(folder: Path, name: str, mosaic: np.ndarray) -> Path:
+    path = folder / f"{name}.dng"
+    dng.write_dng(path, dng.mosaic_counts(mosaic, BLACK, WHITE), CFA, BLACK, WHITE,
+                  dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=100)
+    return path
+
+
+def develop(mosaic: np.ndarray, raw) -> np.ndarray:
+    """The reference demosaicer and the camera matrix: linear Rec.709."""
+    from vkgraph.modules.demosaic import reference as ref
+
+    return ref.colour(ref.demosaic(mosaic, raw.meta.cfa, raw.meta.wb), raw.meta.rgb_cam)
+
+
+def bm3d_cfa(path: str, a: float, b: float) -> np.ndarray:
+    """VST-BM3D on the four CFA planes of a DNG's mosaic, then the demosaicer."""
+    import bm3d
+    import vst
+
+    from vkgraph.pipeline.raw import read_raw
+
+    raw = read_raw(path)
+    z = raw.mosaic.astype(np.float64)
+    out = np.empty_like(z)
+    for y in range(2):
+        for x in range(2):
+            plane = vst.forward(z[y::2, x::2], a, b)
+            out[y::2, x::2] = vst.inverse(bm3d.bm3d(plane, 1.0), a, b)
+    return develop(out, raw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--weights", type=Path, default=WEIGHTS)
+    p.add_argument("--crop", type=int, default=None, metavar="N")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+
+    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.pipeline.raw import read_raw
+    from vkgraph.pipeline.rawdenoise import Demosaicer, denoise_raw
+    from vkgraph.pipeline.testing import session_device
+
+    device = session_device()
+    den = Denoiser(device, args.weights)
+    dem = Demosaicer(device)
+    scores: dict[tuple[str, int], list[float]] = {}
+    kpn_seconds = 0.0
+    # spawned workers: rawpy's LibRaw (OpenMP) can deadlock in a forked process
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
+            args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        folder = Path(tmp)
+        jobs = []
+        for path in heldout.photos():
+            clean = heldout.centre_crop(heldout.load_clean(path), args.crop)
+            mosaic = dng.camera_mosaic(clean, CFA)
+            raw = read_raw(write_raw(folder, f"{path.stem}-clean", mosaic))
+            noise_free = heldout.psnr(develop(raw.mosaic, raw), clean)
+            for li, (_, a, b) in enumerate(LEVELS):
+                scores.setdefault(("clean", li), []).append(noise_free)
+                noisy_dng = write_raw(folder, f"{path.stem}-{li}",
+                                      heldout.add_noise(mosaic, a, b, heldout.seed_of(li)))
+                jobs.append((li, clean, pool.submit(bm3d_cfa, str(noisy_dng), a, b)))
+                noisy = read_raw(noisy_dng)
+                scores.setdefault(("noisy", li), []).append(
+                    heldout.psnr(develop(noisy.mosaic, noisy), clean))
+                t0 = time.perf_counter()
+                out, _, _ = denoise_raw(den, dem, noisy, (a, b))
+                kpn_seconds += time.perf_counter() - t0
+                scores.setdefault(("kpn", li), []).append(heldout.psnr(out, clean))
+        for li, clean, job in jobs:
+            scores.setdefault(("bm3d", li), []).append(heldout.psnr(job.result(), clean))
+    size = f"{args.crop}x{args.crop} centre crops" if args.crop else "full size"
+    print(f"held-out photographs ({len(heldout.photos())}, {size}) as RGGB DNGs; mean PSNR "
+          f"in dB, linear Rec.709; device {device.info.name}")
+    head = "| | " + " | ".join(f"{n} (a {a:g}, b {b:g})" for n, a, b in LEVELS) + " | mean |"
+    print(head)
+    print("|---" * (len(LEVELS) + 2) + "|")
+    for row in ROWS:
+        per = [float(np.mean(scores[(row, li)])) for li in range(len(LEVELS))]
+        print(f"| {TITLES[row]} | " + " | ".join(f"{v:.2f}" for v in per)
+              + f" | {np.mean(per):.2f} |")
+    print(f"demosaic + kpn: {kpn_seconds:.1f} s for all {len(scores[('kpn', 0)]) * len(LEVELS)} "
+          f"files (demosaic, denoise, matrix; BM3D ran beside it on {args.jobs} processes)")
+    return 0 if all(math.isfinite(v) for vs in scores.values() for v in vs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
