@@ -71,12 +71,6 @@ class RawMeta:
         """3 x 3: raw camera rgb (not white-balanced) -> CIE XYZ (D65)."""
         return XYZ_FROM_RGB @ np.array(self.rgb_cam) @ np.diag(self.wb)
 
-    def colours(self, ht: int, wd: int) -> np.ndarray:
-        """(ht, wd) int: the colour of every photosite of a mosaic of that size."""
-        p = self.period
-        tile = np.array(self.cfa, np.int32)
-        return np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
-
     @property
     def camera(self) -> str:
         return " ".join(s for s in (self.make, self.model) if s) or "unknown camera"
