@@ -22,6 +22,7 @@ import numpy as np
 
 from .camnoise import NoiseProfile, profile_for
 from .denoise import HOST_MODULES
+from .errors import GraphError
 from .graph import Graph
 from .raw import RawImage
 from .registry import DEFAULT_DIR, Registry
@@ -29,16 +30,45 @@ from .runner import Build
 
 
 class Demosaicer:
-    """modules/demosaic on numpy mosaics, on one device."""
+    """modules/demosaic on numpy mosaics, on one device. A mosaic whose rgba output a storage
+    buffer of the device cannot span (16 bytes a pixel: 8 megapixels on the CPU driver's
+    128 MiB) runs in bands of rows that start on the pattern's grid and reach REACH rows
+    (rounded up to whole patterns) beyond the rows they keep, so the bands give exactly the
+    whole mosaic's result."""
 
-    def __init__(self, device):
+    REACH = 2  # the kernels read 5 x 5 neighbourhoods
+
+    def __init__(self, device, max_pixels: int | None = None):
         self.device = device
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         self.builds: dict[tuple, tuple[Build, Graph]] = {}
+        if max_pixels is None:
+            span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
+            max_pixels = span // 16 if span else 1 << 62
+        self.max_pixels = max_pixels
 
     def __call__(self, raw: RawImage, wb: bool = True, colour: bool = False) -> np.ndarray:
         """(h, w, 3) float32: balanced (wb) and demosaiced, in camera rgb or (colour) linear
         Rec.709."""
+        ht, wd = raw.mosaic.shape
+        if ht * wd <= self.max_pixels:
+            return self._run(raw, wb, colour)
+        p = raw.meta.period
+        margin = -(-self.REACH // p) * p
+        rows = (self.max_pixels // wd - 2 * margin) // p * p
+        if rows < p:
+            raise GraphError(f"cannot demosaic a {wd}x{ht} mosaic on this device: its "
+                             f"buffers hold {self.max_pixels} pixels, less than "
+                             f"{rows + 2 * margin} rows of {wd}")
+        out = np.empty((ht, wd, 3), np.float32)
+        for k0 in range(0, ht, rows):
+            k1 = min(ht, k0 + rows)
+            y0, y1 = max(0, k0 - margin), min(ht, k1 + margin)
+            band = RawImage(np.ascontiguousarray(raw.mosaic[y0:y1]), raw.meta)
+            out[k0:k1] = self._run(band, wb, colour)[k0 - y0:k1 - y0]
+        return out
+
+    def _run(self, raw: RawImage, wb: bool, colour: bool) -> np.ndarray:
         ht, wd = raw.mosaic.shape
         key = (wd, ht, raw.meta, wb, colour)
         if key not in self.builds:

@@ -22,8 +22,8 @@ from vkgraph.pipeline import camnoise, dng  # noqa: E402
 from vkgraph.pipeline.errors import GraphError  # noqa: E402
 from vkgraph.pipeline.formats import read_image, read_pfm, srgb_to_linear  # noqa: E402
 from vkgraph.pipeline.heldout import add_noise, psnr  # noqa: E402
-from vkgraph.pipeline.raw import RawMeta, check_raw, read_raw  # noqa: E402
-from vkgraph.pipeline.testing import dispatch  # noqa: E402
+from vkgraph.pipeline.raw import RawImage, RawMeta, check_raw, read_raw  # noqa: E402
+from vkgraph.pipeline.testing import dispatch, session_device  # noqa: E402
 
 PATTERNS = [*dng.BAYER.items(), ("X-Trans", dng.XTRANS)]
 BLACK = np.array([[500, 510], [520, 530]])  # a different black level per Bayer position
@@ -145,6 +145,23 @@ def test_demosaic_kernel_matches_reference(name, cfa):
             want = ref.colour(want, matrix)
         assert np.abs(out[..., :3] - want).max() < 1e-5
         assert np.all(out[..., 3] == 1)
+
+
+@pytest.mark.parametrize("cfa", [dng.BAYER["GBRG"], dng.XTRANS])
+def test_demosaic_in_bands_equals_the_whole(cfa):
+    """A mosaic larger than the device's buffers runs in bands of rows: the same result."""
+    from vkgraph.pipeline.rawdenoise import Demosaicer
+
+    rng = np.random.default_rng(4)
+    raw = RawImage(rng.random((50, 24)).astype(np.float32),
+                   RawMeta(cfa=tuple(tuple(r) for r in cfa), wb=(1.8, 1.0, 1.3),
+                           rgb_cam=((1.2, -0.1, -0.1), (-0.2, 1.3, -0.1), (0, -0.3, 1.3))))
+    whole = Demosaicer(session_device())(raw, colour=True)
+    bands = Demosaicer(session_device(), max_pixels=24 * 22)
+    assert np.array_equal(bands(raw, colour=True), whole)
+    assert len(bands.builds) >= 2  # it did cut the mosaic
+    want = ref.colour(ref.demosaic(raw.mosaic, cfa, raw.meta.wb), raw.meta.rgb_cam)
+    assert np.abs(whole - want).max() < 1e-5
 
 
 def test_demosaic_keeps_the_photosites_and_is_exact_on_flat_colour():
