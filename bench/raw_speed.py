@@ -1,0 +1,68 @@
+"""Wall time of `vkgraph denoise photo.dng -o out.exr` on a full-size raw file, decode included.
+
+A synthetic 24-megapixel RGGB DNG (6000 x 4000, 14-bit; a smooth picture with noise a 800,
+b 15 through pipeline/dng.py's camera) is written once, then denoised by the command's own
+function in this process (the device opened and the shaders compiled by a first run, which
+is not counted), --repeat times; each row is one run: read (LibRaw), noise profile, demosaic,
+kpn, camera matrix, EXR write.
+
+    python bench/raw_speed.py [--size 6000x4000] [--repeat 3] [--noise]
+
+--noise gives the true profile (skips the estimate from the mosaic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vkgraph.pipeline import dng  # noqa: E402
+
+
+def picture(wd: int, ht: int) -> np.ndarray:
+    y, x = np.mgrid[0:ht, 0:wd].astype(np.float32)
+    return np.stack([0.3 + 0.2 * np.sin(x / 97 + c) * np.cos(y / 61) for c in range(3)], -1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="6000x4000")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--noise", action="store_true")
+    args = p.parse_args(argv)
+    wd, ht = (int(v) for v in args.size.split("x"))
+
+    from vkgraph.cli.denoise import WEIGHTS, denoise_raw_file
+    from vkgraph.pipeline import raw as rawmod
+    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.pipeline.heldout import add_noise
+    from vkgraph.pipeline.testing import session_device
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "photo.dng", Path(tmp) / "out.exr"
+        mosaic = add_noise(dng.camera_mosaic(picture(wd, ht), dng.BAYER["RGGB"]), 800, 15, 1)
+        dng.write_dng(src, dng.mosaic_counts(mosaic, 512, 16383), dng.BAYER["RGGB"], 512,
+                      16383, dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=6400)
+        device = session_device()
+        den = Denoiser(device, WEIGHTS)
+        noise = (800.0, 15.0) if args.noise else None
+        denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
+        print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
+        for i in range(args.repeat):
+            rawmod._LAST.clear()  # decode every time
+            t0 = time.perf_counter()
+            line = denoise_raw_file(den, src, dst, noise)
+            print(f"run {i}: {time.perf_counter() - t0:.3f} s wall ({line.split(': ', 1)[1]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
