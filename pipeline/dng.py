@@ -35,7 +35,11 @@ def _rationals(values, den: int = 1_000_000) -> tuple[int, ...]:
 
 
 def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
-              make: str = "vkgraph", model: str = "synthetic", iso: int = 0) -> bytes:
+              make: str = "vkgraph", model: str = "synthetic", iso: int = 0,
+              active_area: tuple[int, int, int, int] | None = None) -> bytes:
+    """The file's bytes (module docstring); active_area (top, left, bottom, right): the
+    photosites that see light, the rest a masked margin (the CFA pattern starts at its
+    top-left)."""
     import io
 
     import tifffile
@@ -64,6 +68,8 @@ def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
         (50728, "2I", 3, _rationals(neutral), True),  # AsShotNeutral
         (50778, "H", 1, 21, True),  # CalibrationIlluminant1: D65
     ]
+    if active_area is not None:
+        tags.append((50829, "I", 4, tuple(int(v) for v in active_area), True))  # ActiveArea
     if iso:
         tags.append((_PLACEHOLDER, "I", 1, 0, True))
     buf = io.BytesIO()
@@ -87,9 +93,9 @@ def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
 
 
 def write_dng(path, counts, cfa, black, white, color_matrix, neutral, make="vkgraph",
-              model="synthetic", iso=0) -> Path:
+              model="synthetic", iso=0, active_area=None) -> Path:
     atomic_write(path, dng_bytes(counts, cfa, black, white, color_matrix, neutral, make,
-                                 model, iso))
+                                 model, iso, active_area))
     return Path(path)
 
 

@@ -74,6 +74,19 @@ def test_read_levels_pattern_and_metadata(tmp_path, name, cfa):
     assert xyz / xyz[1] == pytest.approx([0.9505, 1.0, 1.089], abs=2e-3)
 
 
+@pytest.mark.parametrize("cfa", [dng.BAYER["GRBG"], dng.XTRANS])
+def test_read_keeps_the_visible_area(tmp_path, cfa):
+    """A masked margin (DNG ActiveArea) is cut off; the pattern starts at the visible area."""
+    mosaic = np.random.default_rng(2).random((30, 40))
+    counts = dng.mosaic_counts(mosaic, 512, 4095)
+    counts[:2] = counts[:, :4] = 100  # the masked photosites: below black
+    dng.write_dng(tmp_path / "a.dng", counts, cfa, 512, 4095, dng.CAMERA_MATRIX,
+                  dng.CAMERA_NEUTRAL, active_area=(2, 4, 30, 40))
+    raw = read_raw(tmp_path / "a.dng")
+    assert raw.mosaic.shape == (28, 36) and raw.meta.cfa == tuple(tuple(r) for r in cfa)
+    assert np.abs(raw.mosaic - mosaic[2:, 4:]).max() <= 0.5 / (4095 - 512) + 1e-6
+
+
 def hostile_files(tmp_path):
     good = dng.dng_bytes(np.full((32, 32), 600, np.uint16), dng.BAYER["RGGB"], 512, 4095,
                          dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL)
