@@ -342,3 +342,11 @@ def test_raw_graph_matches_reference(tmp_path):
         "param:i-pfm:main:filename:out.pfm"]) + "\n")
     code, _, err = vkgraph(tmp_path, "-g", "h.cfg", "--format", "o-pfm", "--filename", "x")
     assert code == 2 and "demosaic:01:input wants y" in err and "Traceback" not in err
+    # a hostile file in a graph: one line, exit 2
+    from vkgraph.pipeline.formats import write_jpg
+
+    write_jpg(tmp_path / "a.NEF", np.full((16, 16, 3), 0.5, np.float32))
+    (tmp_path / "n.cfg").write_text((tmp_path / "g.cfg").read_text().replace("a.dng", "a.NEF"))
+    code, _, err = vkgraph(tmp_path, "-g", "n.cfg", "--format", "o-pfm", "--filename", "y")
+    assert code == 2 and "a.NEF: not a raw file LibRaw reads" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "y.pfm").exists()
