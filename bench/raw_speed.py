@@ -4,11 +4,12 @@ A synthetic 24-megapixel RGGB DNG (6000 x 4000, 14-bit; a smooth picture with no
 b 15 through pipeline/dng.py's camera) is written once, then denoised by the command's own
 function in this process (the device opened and the shaders compiled by a first run, which
 is not counted), --repeat times; each row is one run: read (LibRaw), noise profile, demosaic,
-kpn, camera matrix, EXR write.
+kpn, camera matrix, EXR write. A last row times the same stages one by one.
 
-    python bench/raw_speed.py [--size 6000x4000] [--repeat 3] [--noise]
+    python bench/raw_speed.py [--size 6000x4000] [--repeat 3] [--noise] [--stages-only]
 
---noise gives the true profile (skips the estimate from the mosaic).
+--noise gives the true profile (skips the estimate from the mosaic); --stages-only times the
+stages without kpn and without the whole runs (what the CPU driver can do in minutes).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="6000x4000")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--noise", action="store_true")
+    p.add_argument("--stages-only", action="store_true")
     args = p.parse_args(argv)
     wd, ht = (int(v) for v in args.size.split("x"))
 
@@ -52,15 +54,58 @@ def main(argv: list[str] | None = None) -> int:
         dng.write_dng(src, dng.mosaic_counts(mosaic, 512, 16383), dng.BAYER["RGGB"], 512,
                       16383, dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=6400)
         device = session_device()
-        den = Denoiser(device, WEIGHTS)
-        noise = (800.0, 15.0) if args.noise else None
-        denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
         print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
-        for i in range(args.repeat):
-            rawmod._LAST.clear()  # decode every time
-            t0 = time.perf_counter()
-            line = denoise_raw_file(den, src, dst, noise)
-            print(f"run {i}: {time.perf_counter() - t0:.3f} s wall ({line.split(': ', 1)[1]})")
+        noise = (800.0, 15.0) if args.noise else None
+        den = Denoiser(device, WEIGHTS)
+        if not args.stages_only:
+            denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
+            for i in range(args.repeat):
+                rawmod._LAST.clear()  # decode every time
+                t0 = time.perf_counter()
+                line = denoise_raw_file(den, src, dst, noise)
+                print(f"run {i}: {time.perf_counter() - t0:.3f} s wall "
+                      f"({line.split(': ', 1)[1]})")
+        print("stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages(
+            den, src, dst, noise, not args.stages_only).items()))
+    return 0
+
+
+def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
+    """The chain of denoise_raw_file one stage at a time (the demosaic build made first)."""
+    from vkgraph.cli.denoise import write
+    from vkgraph.pipeline import raw as rawmod
+    from vkgraph.pipeline.camnoise import profile_for
+    from vkgraph.pipeline.rawdenoise import demosaicer_of, to_rec709
+
+    out: dict[str, float] = {}
+    rawmod._LAST.clear()
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        out[name] = now - t
+        t = now
+
+    raw = rawmod.read_raw(src)
+    lap("read")
+    a, b = profile_for(raw, noise).balanced(raw.meta.wb).scalar()
+    lap("profile")
+    dem = demosaicer_of(den)
+    dem(raw)
+    t = time.perf_counter()
+    rgb = dem(raw)
+    lap("demosaic")
+    if kpn:
+        rgb = den(rgb, a, b)
+        lap("kpn")
+    rgb = to_rec709(rgb, raw)
+    lap("matrix")
+    write(dst, rgb)
+    lap(f"write {dst.suffix}")
+    return out
+
+
     return 0
 
 
