@@ -147,6 +147,7 @@ def test_demosaic_kernel_matches_reference(name, cfa):
     rng = np.random.default_rng(1)
     h, w = 21, 30  # odd sizes: the pattern is cut at the borders
     mosaic = rng.random((h, w)).astype(np.float32)
+    mosaic[::5, ::3] = 1.0  # saturated photosites
     matrix = ((1.5, -0.3, -0.2), (-0.2, 1.4, -0.2), (0.0, -0.5, 1.5))
     meta = RawMeta(cfa=tuple(tuple(r) for r in cfa), wb=(2.0, 1.0, 1.5), rgb_cam=matrix)
     for wb, colour in ((True, True), (False, False)):
@@ -175,6 +176,14 @@ def test_demosaic_in_bands_equals_the_whole(cfa):
     assert len(bands.builds) >= 2  # it did cut the mosaic
     want = ref.colour(ref.demosaic(raw.mosaic, cfa, raw.meta.wb), raw.meta.rgb_cam)
     assert np.abs(whole - want).max() < 1e-5
+
+
+def test_clipped_highlights_stay_white():
+    """Saturated photosites (the white level) balance to white, not to the gains' tint."""
+    cfa = dng.BAYER["RGGB"]
+    mosaic = np.full((12, 12), 1.0)
+    out = ref.demosaic(mosaic, cfa, (2.1, 1.0, 1.6))
+    assert np.array_equal(out, np.ones((12, 12, 3), np.float32))
 
 
 def test_demosaic_keeps_the_photosites_and_is_exact_on_flat_colour():

@@ -50,10 +50,11 @@ def colours_of(cfa, ht: int, wd: int) -> np.ndarray:
 
 
 def balance(mosaic: np.ndarray, cfa, gains) -> np.ndarray:
-    """Each photosite times the white-balance gain of its colour."""
+    """Each photosite times the white-balance gain of its colour; a saturated one (>= 1, the
+    white level) is 1 whatever its gain."""
     ht, wd = mosaic.shape
-    return (np.asarray(mosaic, np.float64)
-            * np.asarray(gains, np.float64)[colours_of(cfa, ht, wd)])
+    z = np.asarray(mosaic, np.float64)
+    return np.where(z >= 1.0, 1.0, z * np.asarray(gains, np.float64)[colours_of(cfa, ht, wd)])
 
 
 def _correlate(z: np.ndarray, f: np.ndarray) -> np.ndarray:

@@ -31,10 +31,12 @@ ivec2 reflect2(ivec2 q) {
   return ivec2(reflect_index(q.x, node.roi[0].x), reflect_index(q.y, node.roi[0].y));
 }
 
-// the photosite at q (reflected) times its colour's gain
+// the photosite at q (reflected) times its colour's gain; a saturated photosite (at the
+// white level, 1) is white whatever its gain, so clipped highlights stay white
 float balanced(ivec2 q) {
   ivec2 s = reflect2(q);
-  return mosaic[s.x + s.y * node.roi[0].x] * pc.gain[cfa_colour(s)];
+  float m = mosaic[s.x + s.y * node.roi[0].x];
+  return m >= 1.0 ? 1.0 : m * pc.gain[cfa_colour(s)];
 }
 
 void store(ivec2 p, vec3 rgb) {
