@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
     from .main import integer
 
     p = sub.add_parser(
-        "denoise", help="denoise PNG/JPG/EXR/PFM photos with trained kpn weights",
+        "denoise", help="denoise PNG/JPG/EXR/PFM photos and camera raw files with kpn",
         description="Denoise images with kpn and a .lut of kpn-t weights. Each output has\n"
         "the input's format (PNG/JPG: sRGB 8-bit, EXR/PFM: linear float). Without -o or\n"
         "--outdir, IN.ext is written to IN-denoised.ext beside it. Inputs are never\n"
