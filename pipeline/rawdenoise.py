@@ -36,7 +36,7 @@ class Demosaicer:
     (rounded up to whole patterns) beyond the rows they keep, so the bands give exactly the
     whole mosaic's result."""
 
-    REACH = 2  # the kernels read 5 x 5 neighbourhoods
+    REACH = 4  # 5 x 5 neighbourhoods, of X-Trans's green plane made from 5 x 5 ones
 
     def __init__(self, device, max_pixels: int | None = None):
         self.device = device

@@ -1,5 +1,5 @@
 """demosaic: a raw mosaic (i-raw's output) to rgb: white balance, Malvar-He-Cutler for Bayer
-or a tent interpolation for X-Trans, then the camera matrix (README.md here)."""
+or green then colour differences for X-Trans, then the camera matrix (README.md here)."""
 
 from __future__ import annotations
 
@@ -45,10 +45,18 @@ def push_values(meta: RawMeta, wb: bool, colour: bool) -> list:
 def create_nodes(graph, module) -> None:
     meta = raw_meta(graph, module)
     roi = module.connector("output").roi
-    kernel = "bayer" if meta.period == 2 else "xtrans"
-    node = graph.add_node(module, kernel, (roi.wd, roi.ht), [
-        ("input", "read", "y", "f32", None),
-        ("output", "write", "rgba", "f32", Roi(roi.wd, roi.ht))],
-        push=push_values(meta, bool(module.param("wb")), bool(module.param("colour"))))
+    size = (roi.wd, roi.ht)
+    push = push_values(meta, bool(module.param("wb")), bool(module.param("colour")))
+    mosaic = ("input", "read", "y", "f32", None)
+    rgb = ("output", "write", "rgba", "f32", Roi(*size))
+    if meta.period == 2:
+        node = graph.add_node(module, "bayer", size, [mosaic, rgb], push=push)
+    else:  # X-Trans: green everywhere first, then red and blue as colour differences
+        green = graph.add_node(module, "xtrans_g", size,
+                               [mosaic, ("g", "write", "y", "f32", Roi(*size))], push=push)
+        node = graph.add_node(module, "xtrans", size,
+                              [mosaic, ("g", "read", "y", "f32", None), rgb], push=push)
+        graph.bind(module, "input", green, "input")
+        graph.node_connect(green, "g", node, "g")
     graph.bind(module, "input", node, "input")
     graph.bind(module, "output", node, "output")

@@ -88,29 +88,53 @@ def bayer(mosaic: np.ndarray, cfa) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def xtrans(mosaic: np.ndarray, cfa) -> np.ndarray:
-    """The X-Trans interpolation: a photosite keeps its own colour; each other colour is the
-    mean of that colour's photosites in the 5 x 5 window, weighted by the tent
-    (3 - |dx|) (3 - |dy|)."""
-    z = np.asarray(mosaic, np.float64)
+def tent_mean(z: np.ndarray, col: np.ndarray, c: int) -> np.ndarray:
+    """At every pixel, the mean of z over the colour-c photosites of the 5 x 5 window,
+    weighted by the tent (3 - |dx|) (3 - |dy|) (0 where the window has none)."""
     ht, wd = z.shape
-    col = colours_of(cfa, ht, wd)
     ys, xs = np.arange(ht), np.arange(wd)
-    num = np.zeros((ht, wd, 3))
-    den = np.zeros((ht, wd, 3))
+    num = np.zeros((ht, wd))
+    den = np.zeros((ht, wd))
     r = XTRANS_REACH
     for dy in range(-r, r + 1):
         for dx in range(-r, r + 1):
             idx = np.ix_(reflect_index(ys + dy, ht), reflect_index(xs + dx, wd))
             w = (r + 1 - abs(dx)) * (r + 1 - abs(dy))
-            for c in range(3):
-                hit = col[idx] == c
-                num[..., c] += np.where(hit, w * z[idx], 0.0)
-                den[..., c] += np.where(hit, w, 0.0)
-    out = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
-    for c in range(3):
-        out[..., c] = np.where(col == c, z, out[..., c])
+            hit = col[idx] == c
+            num += np.where(hit, w * z[idx], 0.0)
+            den += np.where(hit, w, 0.0)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def tent(mosaic: np.ndarray, cfa) -> np.ndarray:
+    """Each colour interpolated on its own (tent_mean), a photosite keeping its own colour:
+    bilinear interpolation on any pattern (the baseline the tests compare with)."""
+    z = np.asarray(mosaic, np.float64)
+    col = colours_of(cfa, *z.shape)
+    return np.stack([np.where(col == c, z, tent_mean(z, col, c)) for c in range(3)],
+                    -1).astype(np.float32)
+
+
+def xtrans(mosaic: np.ndarray, cfa) -> np.ndarray:
+    """The X-Trans interpolation, in two passes: green everywhere, g = the photosite's own
+    or tent_mean of the green ones; then red and blue as colour differences, c = g +
+    tent_mean of (z - g) over the colour-c photosites (a photosite keeps its own colour).
+    Colour differences vary more slowly than the colours, so they interpolate better."""
+    z = np.asarray(mosaic, np.float64)
+    col = colours_of(cfa, *z.shape)
+    g = xtrans_green(z, cfa).astype(np.float64)
+    out = np.empty(z.shape + (3,))
+    out[..., 1] = g
+    for c in (0, 2):
+        out[..., c] = np.where(col == c, z, g + tent_mean(z - g, col, c))
     return out.astype(np.float32)
+
+
+def xtrans_green(mosaic: np.ndarray, cfa) -> np.ndarray:
+    """The first pass alone: xtrans_g.comp's `g` (float32, as the buffer holds it)."""
+    z = np.asarray(mosaic, np.float64)
+    col = colours_of(cfa, *z.shape)
+    return np.where(col == 1, z, tent_mean(z, col, 1)).astype(np.float32)
 
 
 def demosaic(mosaic: np.ndarray, cfa, gains=(1.0, 1.0, 1.0)) -> np.ndarray:

@@ -3,6 +3,8 @@
 #include "vkgraph.glsl"
 #include "cfa.glsl"
 
+IMG_OUT(1, img_out)
+
 // Malvar-He-Cutler gradient-corrected bilinear demosaicing of a Bayer mosaic (any phase):
 // a photosite keeps its own colour; each missing colour is a 5 x 5 filter (x 8) of the
 // balanced mosaic (modules/demosaic/README.md has the four filters).
@@ -34,5 +36,5 @@ void main() {
     rgb[1] = (4.0 * c0 + 2.0 * cross1 - cross2) / 8.0;
     rgb[2 - c] = (6.0 * c0 + 2.0 * diag - 1.5 * cross2) / 8.0;
   }
-  store(p, rgb);
+  img_out[p.x + p.y * node.roi[1].x] = vec4(to_output(rgb), 1.0);
 }

@@ -1,11 +1,10 @@
-// What both demosaic kernels share: bindings (0 the mosaic, one float per photosite; 1 the
-// rgba output), the push constants, the colour of a photosite, reflected borders, the
-// white-balanced sample and the colour matrix (modules/demosaic/README.md).
+// What the demosaic kernels share: the mosaic (binding 0, one float per photosite), the
+// push constants, the colour of a photosite, reflected borders, the white-balanced sample
+// and the colour matrix (modules/demosaic/README.md). Each kernel declares its outputs.
 #ifndef DEMOSAIC_CFA_GLSL
 #define DEMOSAIC_CFA_GLSL
 
 SSBO_IN(0, float, mosaic)
-IMG_OUT(1, img_out)
 
 layout(push_constant) uniform Push {
   ivec4 cfa;   // x, y, z: the P x P colours (0 R, 1 G, 2 B) row by row, 2 bits each, 12 per
@@ -39,11 +38,11 @@ float balanced(ivec2 q) {
   return m >= 1.0 ? 1.0 : m * pc.gain[cfa_colour(s)];
 }
 
-void store(ivec2 p, vec3 rgb) {
-  vec3 o = vec3(dot(vec3(pc.m[0], pc.m[1], pc.m[2]), rgb),
-                dot(vec3(pc.m[3], pc.m[4], pc.m[5]), rgb),
-                dot(vec3(pc.m[6], pc.m[7], pc.m[8]), rgb));
-  img_out[p.x + p.y * node.roi[1].x] = vec4(o, 1.0);
+// the output colour: the matrix times the balanced camera rgb
+vec3 to_output(vec3 rgb) {
+  return vec3(dot(vec3(pc.m[0], pc.m[1], pc.m[2]), rgb),
+              dot(vec3(pc.m[3], pc.m[4], pc.m[5]), rgb),
+              dot(vec3(pc.m[6], pc.m[7], pc.m[8]), rgb));
 }
 
 #endif
