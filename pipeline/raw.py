@@ -10,10 +10,10 @@ Normalisation: each photosite has the black level of its CFA position (LibRaw's 
 black plus the common one) and the white level; the mosaic is (value - black) / (white -
 black), not clipped (the noise around black is data: clipping it would bias dark areas).
 
-Colour: LibRaw turns the file's camera-to-XYZ matrix (a DNG's ColorMatrix, or its own table
-for other formats) into `rgb_cam`, which maps white-balanced camera rgb to linear sRGB/Rec.709
-with white kept white (its rows sum to 1). `cam_xyz` = XYZ_FROM_RGB @ rgb_cam @ diag(wb) maps
-the raw (not balanced) camera rgb to CIE XYZ (D65).
+Colour: LibRaw turns the file's colour matrix (a DNG's ColorMatrix, XYZ to camera rgb, or
+its own table for other formats) into `rgb_cam`, which maps white-balanced camera rgb to
+linear sRGB/Rec.709 with white kept white (its rows sum to 1). `cam_xyz` =
+XYZ_FROM_RGB @ rgb_cam @ diag(wb) maps the raw (not balanced) camera rgb to CIE XYZ (D65).
 
 The camera's make, model and ISO (for its noise profile, pipeline/camnoise.py) are not all
 exposed by rawpy: make and model are read from LibRaw's own `libraw_iparams_t` through ctypes
@@ -21,7 +21,9 @@ exposed by rawpy: make and model are read from LibRaw's own `libraw_iparams_t` t
 
 A file LibRaw cannot read (truncated, not raw, unsupported, a JPEG named .NEF), a layout
 vkgraph does not handle (a non-CFA or four-colour sensor) or a size beyond MAX_PIXELS is one
-GraphError (exit 2) naming the file.
+GraphError (exit 2) naming the file. A truncated file is only found by decoding it, so
+`check_raw` (the CLI's check before it starts) decodes; `read_raw` keeps the last file it
+read, so a file checked and then denoised is decoded once.
 """
 
 from __future__ import annotations
