@@ -4,7 +4,8 @@ with synchronization validation on: not one message.
 The layers must be enabled before the process creates its Vulkan instance, so the graphs run
 in one child process (VKGRAPH_VALIDATION=1), through `vkgraph cli` in that process, one after
 the other: train-kpn writes mlp-w.lut, which continue-kpn and denoise read. To keep this
-quick on the CPU driver, image inputs are 32x32 crops (a training set: two of them), cnngenin
+quick on the CPU driver, image inputs are 32x32 crops (a training set: two of them; a raw
+file, a 36x36 corner of its mosaic written as a DNG of its own), cnngenin
 uses the whole (cropped) image or, from a set, two tiles of 16x16, mlp-t trains on batches of
 256, and each graph runs 2 frames (both buffer parities);
 every display is written (so every view node runs). Two deliberate mistakes first prove the
@@ -71,6 +72,15 @@ for name in sys.argv[1:]:
             out = Path.cwd() / f"{path.stem}-{mod}-{inst}.pfm"
             write_pfm(out, crop)
             cfg.append(f"param:{mod}:{inst}:filename:{out}")  # i-img reads PFM too
+        elif mod == "i-raw":  # a 36x36 corner of the raw file, as a DNG of its own
+            from vkgraph.pipeline import dng
+            from vkgraph.pipeline.raw import read_raw
+
+            raw = read_raw(resolve_name(m.param("filename"), lambda n: path.parent / n))
+            out = Path.cwd() / f"{path.stem}-{inst}.dng"
+            dng.write_dng(out, dng.mosaic_counts(raw.mosaic[:36, :36], 0, 65535), raw.meta.cfa,
+                          0, 65535, dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL)
+            cfg.append(f"param:{mod}:{inst}:filename:{out}")
         elif mod == "i-set":
             folder = Path.cwd() / f"{path.stem}-set"
             folder.mkdir(exist_ok=True)
