@@ -1205,10 +1205,11 @@ def tiff_bytes(array, depth: str = "u8", exif: bytes | None = None,
     import tifffile
 
     px = _samples(array, "TIFF", depth)
-    out = io.BytesIO()
-    tifffile.imwrite(out, px, photometric="rgb" if px.ndim == 3 else "minisblack",
-                     compression="zlib", iccprofile=icc or None, metadata=None,
-                     software=False, extratags=_tiff_tags(exif))
+    out = io.BytesIO()  # in memory: the file itself is written by atomic_write
+    with tifffile.TiffWriter(out) as tiff:
+        tiff.write(px, photometric="rgb" if px.ndim == 3 else "minisblack",
+                   compression="zlib", iccprofile=icc or None, metadata=None, software=False,
+                   extratags=_tiff_tags(exif))
     return out.getvalue()
 
 

@@ -303,3 +303,12 @@ def test_denoise_quality_flag_and_formats(denoised, tmp_path):
             assert got == (q or F.JPG_QUALITY), (name, got)
         else:
             assert Image.open(tmp_path / dst).format == "WEBP"
+
+
+def test_writers_refuse_a_quality_out_of_range(tmp_path):
+    """1..100, as o-jpg's range says: an error, never a silent clamp."""
+    for q in (0, 101):
+        for write in (F.write_jpg, F.write_webp):
+            with pytest.raises(GraphError, match="outside 1..100"):
+                write(tmp_path / "x.out", np.zeros((4, 4, 3), np.float32), q)
+    assert not list(tmp_path.iterdir())
