@@ -312,3 +312,15 @@ def test_writers_refuse_a_quality_out_of_range(tmp_path):
             with pytest.raises(GraphError, match="outside 1..100"):
                 write(tmp_path / "x.out", np.zeros((4, 4, 3), np.float32), q)
     assert not list(tmp_path.iterdir())
+
+
+def test_new_writers_refuse_non_finite_pixels(tmp_path):
+    from vkgraph.pipeline.errors import RuntimeFailure
+
+    img = np.full((4, 4, 3), 0.5, np.float32)
+    img[1, 2, 0] = np.nan
+    for name, write in (("x.tif", F.write_tiff), ("x.webp", F.write_webp),
+                        ("x.png", lambda p, a: F.write_png(p, a, "u16"))):
+        with pytest.raises(RuntimeFailure, match="NaN"):
+            write(tmp_path / name, img)
+    assert not list(tmp_path.iterdir())
