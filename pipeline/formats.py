@@ -1,15 +1,16 @@
 """Image and `.lut` files: PFM, vkdt `.lut`, PNG/JPEG/TIFF/WebP (Pillow, tifffile), OpenEXR
 (the OpenEXR wheel); atomic writes.
 
-Pure Python and numpy; modules and the CLI call these. Readers take a path and return float32
-(or the lut's own dtype) arrays laid out row-major, top row first, never flipped. Every bad
-input raises `GraphError` with one line naming the file, the byte offset and what was
-expected; writers go through `atomic_write`, so an interrupted or failing write leaves the
-previous file untouched, and data holding a NaN or Inf is refused there (RuntimeFailure,
-nothing written). Readers take regular files only (a device such as /dev/zero, a pipe
-or a folder is refused before a byte is read), check the data size a header declares
-against the file and against READ_MAX before reading the data, and read in chunks, so a
-long read stays interruptible.
+Python, numpy and the image libraries; modules and the CLI call these. Readers take a path
+and return float32 (or the lut's own dtype) arrays laid out row-major, top row first, never
+flipped. Every bad input raises `GraphError` with one line naming the file, the byte offset
+(where our own parser finds the fault; Pillow, tifffile and OpenEXR give their reason
+instead) and what was expected; writers go through `atomic_write`, so an interrupted or
+failing write leaves the previous file untouched, and data holding a NaN or Inf is refused
+there (RuntimeFailure, nothing written). Readers take regular files only (a device such as
+/dev/zero, a pipe or a folder is refused before a byte is read), check the data size a
+header declares against the file and against READ_MAX before reading the data, and read in
+chunks, so a long read stays interruptible.
 
 Photographs keep what they carry (`decode_image` -> `ImageMeta`, `write_like`): EXIF, with
 the Orientation applied to the pixels and reset to 1; the ICC profile; the bit depth; a
@@ -1267,8 +1268,7 @@ def write_like(path: PathLike, array, meta: ImageMeta | None = None,
     if kind == "png":
         write_png(path, array, depth, meta.exif, meta.icc)
     elif kind == "jpg":
-        write_jpg(path, array, q, meta.exif, meta.icc,
-                  meta.subsampling if quality is None else None)
+        write_jpg(path, array, q, meta.exif, meta.icc, meta.subsampling)
     elif kind == "webp":
         write_webp(path, array, q, meta.exif, meta.icc)
     elif kind == "tiff":
