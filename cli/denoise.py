@@ -1,8 +1,11 @@
 """`vkgraph denoise`: denoise photographs with kpn and trained weights, file in, file out.
 
-Each input (PNG/JPG sRGB, EXR/PFM linear; `read_image` makes all of them linear float) is
-denoised by pipeline/denoise.py's Denoiser and written in the same format (PNG/JPG sRGB 8-bit,
-EXR/PFM float), atomically. The noise profile is --noise A B, or estimated per image
+Each input (PNG/JPEG/TIFF/WebP sRGB, EXR/PFM linear, float TIFF linear; `decode_image` makes
+all of them linear float, upright) is denoised by pipeline/denoise.py's Denoiser and written
+atomically in the format its output name says, like its input (`write_like`): EXIF (with
+Orientation 1, as the pixels are upright now) and ICC profile carried, 16-bit and float
+inputs written 16-bit/float where the format has it, JPEG at the input's quality. The noise
+profile is --noise A B, or estimated per image
 (pipeline/noise.py) and printed. A file that fails is reported in one line and the others
 still run: exit 1 if any failed, 2 for usage errors, 130 after Ctrl-C/SIGTERM (the current
 file is finished first).
@@ -26,20 +29,21 @@ from collections import deque
 from pathlib import Path
 
 from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable
+from vkgraph.pipeline.formats import IMAGE_WRITERS, JPG_QUALITY
 
 log = logging.getLogger("vkgraph")
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
-WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".exr": "exr", ".pfm": "pfm",
-           ".tif": "tif", ".tiff": "tif"}
+WRITERS = IMAGE_WRITERS  # an output's extension -> its format
+QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
 RAW_OUT = ".exr"  # a raw input's output format unless -o names another
-JPG_QUALITY = 95
 CLIP = 200  # characters of a failed file's message
 
 EXAMPLE = """example:
   vkgraph denoise photo.jpg                      # writes photo-denoised.jpg
   vkgraph denoise raw/*.png --outdir clean/ --noise 1e6 100
+  vkgraph denoise scan.tif -o scan.webp --quality 90
   vkgraph denoise shots/*.exr --outdir clean/ --ray     # on every GPU (local Ray)
   vkgraph denoise photo.dng -o photo.tif         # camera raw (LibRaw): 16-bit sRGB TIFF
 
@@ -59,11 +63,17 @@ def add_parser(sub) -> None:
     from .main import integer
 
     p = sub.add_parser(
-        "denoise", help="denoise PNG/JPG/EXR/PFM photos and camera raw files with kpn",
-        description="Denoise images with kpn and a .lut of kpn-t weights. Each output has\n"
-        "the input's format (PNG/JPG: sRGB 8-bit, EXR/PFM: linear float). Without -o or\n"
-        "--outdir, IN.ext is written to IN-denoised.ext beside it. Inputs are never\n"
-        "overwritten.", epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "denoise", help="denoise PNG/JPEG/TIFF/WebP/EXR/PFM photos and camera raw files with "
+        "trained kpn weights",
+        description="Denoise images with kpn and a .lut of kpn-t weights. Without -o or\n"
+        "--outdir, IN.ext is written to IN-denoised.ext beside it, in the input's format.\n"
+        "Inputs are never overwritten. An output keeps what its input carries where its\n"
+        "format can: EXIF (the pixels turned upright, Orientation 1), the ICC profile,\n"
+        "16 bits (PNG, TIFF; float TIFF stays float, EXR half stays half) and a JPEG's\n"
+        f"quality (else {JPG_QUALITY}). A camera raw file (DNG, NEF, CR2, ARW, ...) is\n"
+        "demosaiced, denoised and colour-converted; it is written as linear EXR unless -o\n"
+        "names another format (PNG/JPEG/TIFF are sRGB, 16-bit where the format has it).",
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="IN", help="images to denoise")
     out = p.add_mutually_exclusive_group()
     out.add_argument("-o", "--output", metavar="OUT",
@@ -74,6 +84,8 @@ def add_parser(sub) -> None:
                    f"{WEIGHTS.relative_to(ROOT)})")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
+    p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
+                   f"quality 1..100 (default: a JPEG input's own, else {JPG_QUALITY})")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
                    "(default: what the weights' .lut says, else 4)")
     p.add_argument("--progress", action="store_true",
@@ -123,22 +135,14 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
     return outs
 
 
-def write(path: Path, image) -> None:
-    from vkgraph.pipeline import formats
+def check_quality(quality: int | None, outs: list[Path]) -> None:
+    """--quality sets JPEG and WebP outputs: given with none of them, it is a mistake."""
+    from .main import UsageError
 
-    kind = WRITERS[path.suffix.lower()]
-    if kind == "png":
-        formats.write_png(path, image)
-    elif kind == "jpg":
-        formats.write_jpg(path, image, quality=JPG_QUALITY)
-    elif kind == "exr":
-        formats.write_exr(path, image)
-    elif kind == "tif":
-        from vkgraph.pipeline.tiff import write_tiff16
-
-        write_tiff16(path, image)
-    else:
-        formats.write_pfm(path, image)
+    if quality is not None and not any(WRITERS[p.suffix.lower()] in QUALITY_FORMATS
+                                       for p in outs):
+        raise UsageError("denoise: --quality sets JPEG and WebP outputs; none of the "
+                         "outputs is one")
 
 
 def one_line(text: str) -> str:
@@ -169,6 +173,7 @@ def cmd_denoise(args) -> int:
     for p in inputs:  # a raw file LibRaw cannot read (or vkgraph not use) is exit 2 now
         if is_raw(p):
             check_raw(p)
+    check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else WEIGHTS
     if not weights.is_file():
         hint = "" if args.weights else (" (the shipped weights are missing from this "
@@ -227,7 +232,7 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
         for src, dst in jobs:
             bar.set_postfix_str(src.name[:40], refresh=False)
             try:
-                ok, text = True, denoise_file(den, src, dst, args.noise)
+                ok, text = True, denoise_file(den, src, dst, args.noise, args.quality)
             except FILE_ERRORS as e:
                 ok, text = False, error_text(src, e)
             failed += not ok
@@ -259,10 +264,11 @@ class DenoiseWorker:
         info = self.device.info if self.device is not None else None
         return self.error, f"{info.name} {info.uuid}" if info else "no device"
 
-    def denoise(self, src: str, dst: str, noise) -> tuple[bool, str]:
+    def denoise(self, src: str, dst: str, noise, quality: int | None = None) \
+            -> tuple[bool, str]:
         """(ok, the file's line or its error), paths as the driver gave them."""
         try:
-            return True, denoise_file(self.den, Path(src), Path(dst), noise)
+            return True, denoise_file(self.den, Path(src), Path(dst), noise, quality)
         except FILE_ERRORS as e:
             return False, error_text(Path(src), e)
 
@@ -298,7 +304,8 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
             while idle and todo and not stop():
                 a = idle.pop()
                 src, dst = todo.popleft()
-                ref = a.denoise.remote(str(src.resolve()), str(dst.resolve()), args.noise)
+                ref = a.denoise.remote(str(src.resolve()), str(dst.resolve()), args.noise,
+                                       args.quality)
                 running[ref] = (a, src, dst)
             [ref], _ = ray.wait(list(running), num_returns=1)
             a, src, dst = running.pop(ref)
@@ -330,16 +337,34 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
             ray.shutdown()
 
 
-def denoise_file(den, src: Path, dst: Path, noise) -> str:
+def kept(meta, dst: Path, quality: int | None) -> str:
+    """What of the input the output keeps, for the file's line."""
+    kind = WRITERS[dst.suffix.lower()]
+    said = []
+    if meta.orientation != 1:
+        said.append(f"turned upright (EXIF orientation {meta.orientation})")
+    if meta.exif and kind in ("png", "jpg", "webp", "tiff"):
+        said.append("EXIF")
+    if meta.icc and kind in ("png", "jpg", "webp", "tiff"):
+        said.append("ICC profile")
+    if meta.depth != "u8" and kind in ("png", "tiff"):
+        said.append("float" if kind == "tiff" and meta.depth.startswith("f") else "16-bit")
+    if kind in QUALITY_FORMATS:
+        q = quality or (meta.quality if kind == "jpg" else None) or JPG_QUALITY
+        said.append(f"quality {q}")
+    return f", {', '.join(said)}" if said else ""
+
+
+def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None) -> str:
     """Read, denoise and write one file; the line that reports it."""
-    from vkgraph.pipeline.formats import read_image
+    from vkgraph.pipeline.formats import decode_image, write_like
     from vkgraph.pipeline.noise import estimate_noise
     from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
-        return denoise_raw_file(den, src, dst, noise)
+        return denoise_raw_file(den, src, dst, noise, quality)
     t0 = time.perf_counter()
-    image = read_image(src, finite=True)
+    image, meta = decode_image(src, finite=True)
     if noise is None:
         a, b = estimate_noise(image)
         how = "estimated"
@@ -347,21 +372,23 @@ def denoise_file(den, src: Path, dst: Path, noise) -> str:
         a, b = noise
         how = "given"
     out = den(image, a, b)
-    write(dst, out)
+    write_like(dst, out, meta, quality)
     ht, wd = image.shape[:2]
-    return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), "
-            f"{time.perf_counter() - t0:.2f} s")
+    return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how})"
+            f"{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
 
 
-def denoise_raw_file(den, src: Path, dst: Path, noise) -> str:
-    """A camera raw file demosaiced, denoised and colour-converted (pipeline/rawdenoise.py)."""
+def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None) -> str:
+    """A camera raw file demosaiced, denoised and colour-converted (pipeline/rawdenoise.py):
+    16-bit where the output format has it."""
+    from vkgraph.pipeline.formats import ImageMeta, write_like
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.rawdenoise import demosaicer_of, denoise_raw
 
     t0 = time.perf_counter()
     raw = read_raw(src)
     out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise)
-    write(dst, out)
+    write_like(dst, out, ImageMeta("raw", "u16"), quality)
     ht, wd = raw.mosaic.shape
     a, b = profile.scalar()
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"

@@ -1,14 +1,20 @@
-"""Image and `.lut` files: PFM, vkdt `.lut`, PNG/JPG (through imageio), OpenEXR; atomic writes.
+"""Image and `.lut` files: PFM, vkdt `.lut`, PNG/JPEG/TIFF/WebP (Pillow, tifffile), OpenEXR
+(the OpenEXR wheel); atomic writes.
 
-Pure Python and numpy; modules and the CLI call these. Readers take a path and return float32
-(or the lut's own dtype) arrays laid out row-major, top row first, never flipped. Every bad
-input raises `GraphError` with one line naming the file, the byte offset and what was
-expected; writers go through `atomic_write`, so an interrupted or failing write leaves the
-previous file untouched, and data holding a NaN or Inf is refused there (RuntimeFailure,
-nothing written). Readers take regular files only (a device such as /dev/zero, a pipe
-or a folder is refused before a byte is read), check the data size a header declares
-against the file and against READ_MAX before reading the data, and read in chunks, so a
-long read stays interruptible.
+Python, numpy and the image libraries; modules and the CLI call these. Readers take a path
+and return float32 (or the lut's own dtype) arrays laid out row-major, top row first, never
+flipped. Every bad input raises `GraphError` with one line naming the file, the byte offset
+(where our own parser finds the fault; Pillow, tifffile and OpenEXR give their reason
+instead) and what was expected; writers go through `atomic_write`, so an interrupted or
+failing write leaves the previous file untouched, and data holding a NaN or Inf is refused
+there (RuntimeFailure, nothing written). Readers take regular files only (a device such as
+/dev/zero, a pipe or a folder is refused before a byte is read), check the data size a
+header declares against the file and against READ_MAX before reading the data, and read in
+chunks, so a long read stays interruptible.
+
+Photographs keep what they carry (`decode_image` -> `ImageMeta`, `write_like`): EXIF, with
+the Orientation applied to the pixels and reset to 1; the ICC profile; the bit depth; a
+JPEG's quality, estimated from its quantisation tables.
 
 PFM as vkdt reads and writes it:
 
@@ -29,11 +35,14 @@ wd, uint32 ht), `wd*ht*channels` elements row-major, then optional text and a ne
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
 import secrets
 import stat
 import struct
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -600,236 +609,395 @@ def to_srgb8(array) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# OpenEXR (single-part scanline files; no, RLE, ZIPS and ZIP compression)
+# OpenEXR, through the OpenEXR wheel (the Academy Software Foundation's library): every
+# codec, scanline and tiled files; the first part of a multi-part file
 
 _EXR_MAGIC = b"\x76\x2f\x31\x01"
-_EXR_COMPRESSION = {0: "none", 1: "RLE", 2: "ZIPS", 3: "ZIP", 4: "PIZ", 5: "PXR24",
-                    6: "B44", 7: "B44A", 8: "DWAA", 9: "DWAB"}
-_EXR_LINES = {0: 1, 1: 1, 2: 1, 3: 16}
-_EXR_TYPES = {0: np.dtype("<u4"), 1: np.dtype("<f2"), 2: np.dtype("<f4")}
+EXR_COMPRESSIONS = ("none", "rle", "zips", "zip", "piz", "pxr24", "b44", "b44a", "dwaa",
+                    "dwab")
 
 
-def _exr_unpredict(buf: bytes) -> bytes:
-    """Undo OpenEXR's byte predictor and even/odd split (shared by ZIP and RLE)."""
-    t = np.frombuffer(buf, dtype=np.uint8).astype(np.int64)
-    if t.size:
-        t[1:] -= 128
-        t = np.cumsum(t) & 255
-    t = t.astype(np.uint8)
-    out = np.empty_like(t)
-    half = (t.size + 1) // 2
-    out[0::2] = t[:half]
-    out[1::2] = t[half:]
-    return out.tobytes()
+def _openexr():
+    try:
+        import OpenEXR
+    except ImportError:
+        raise RuntimeFailure("OpenEXR files need the OpenEXR wheel (pip install OpenEXR), "
+                             "which this installation lacks") from None
+    return OpenEXR
 
 
-def _exr_predict(raw: bytes) -> bytes:
-    r = np.frombuffer(raw, dtype=np.uint8)
-    t = np.concatenate([r[0::2], r[1::2]]).astype(np.int64)
-    d = t.copy()
-    d[1:] = (t[1:] - t[:-1] + 128) & 255
-    return d.astype(np.uint8).tobytes()
+def _quietly(call):
+    """(call's result or None, its exception or None, what native code printed meanwhile).
+    OpenEXR's binding prints some decoding failures (to Python's stdout) and then raises a
+    less telling error; captured, that text joins the one error line instead of standing
+    as a stray line of its own. The process's own stdout and stderr are captured too, for
+    what the C++ library may print."""
+    import tempfile
+
+    result = error = None
+    with tempfile.TemporaryFile() as tmp:
+        saved = []
+        for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+            try:
+                stream.flush()
+                saved.append((fd, os.dup(fd)))
+                os.dup2(tmp.fileno(), fd)
+            except (OSError, ValueError, AttributeError):  # no such stream to redirect
+                pass
+        printed = io.StringIO()  # what the binding prints through Python's sys.stdout
+        try:
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                result = call()
+        except Exception as e:  # the binding raises RuntimeError, ValueError, TypeError
+            error = e
+        finally:
+            _flush_c_stdio()  # C++'s std::cout writes into C's stdout buffer
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+        tmp.seek(0)
+        said = printed.getvalue() + tmp.read(4096).decode("utf-8", "replace")
+    return result, error, said
 
 
-def _exr_unrle(buf: bytes, expected: int) -> bytes:
-    out = bytearray()
-    i = 0
-    while i < len(buf) and len(out) < expected:
-        n = buf[i] - 256 if buf[i] > 127 else buf[i]
-        if n < 0:
-            out += buf[i + 1:i + 1 - n]
-            i += 1 - n
-        else:
-            out += buf[i + 1:i + 2] * (n + 1)
-            i += 2
-    return bytes(out)
+def _flush_c_stdio() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to ask: nothing buffered there to lose
+        pass
 
 
-class _ExrReader:
-    def __init__(self, path: PathLike, raw: bytes):
-        self.path, self.raw, self.pos = path, raw, 0
-
-    def take(self, n: int, what: str) -> bytes:
-        if self.pos + n > len(self.raw):
-            raise _fail(self.path, self.pos, f"expected {what}, found end of file")
-        data = self.raw[self.pos:self.pos + n]
-        self.pos += n
-        return data
-
-    def cstring(self, what: str) -> bytes:
-        end = self.raw.find(b"\0", self.pos, self.pos + 256)
-        if end < 0:
-            raise _fail(self.path, self.pos, f"expected {what} (a 0-terminated name)")
-        text = self.raw[self.pos:end]
-        self.pos = end + 1
-        return text
+def _exr_reason(error: Exception | None, said: str) -> str:
+    """One line from what the library printed and raised."""
+    parts = []
+    for text in (said, str(error) if error is not None else ""):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if not lines or "Invalid part index" in lines[0]:
+            continue
+        line = lines[0].replace("<python_buffer>", "")
+        line = re.sub(r"^Warning: Exception raised reading pixel data for part \d+ - ", "",
+                      line)
+        line = re.sub(r"^Unable to open '' for read: ", "", line).lstrip(": ")
+        parts.append(line)
+    return "; ".join(parts) or type(error).__name__
 
 
-def _exr_channels(path, value: bytes, offset: int) -> list[tuple[str, int]]:
-    chans = []
-    pos = 0
-    while pos < len(value) and value[pos] != 0:
-        end = value.find(b"\0", pos)
-        if end < 0 or end + 17 > len(value):
-            raise _fail(path, offset + pos, "expected a channel entry in 'channels'")
-        name = value[pos:end].decode("latin-1")
-        ptype, _, xs, ys = struct.unpack("<iB3xii", value[end + 1:end + 17])
-        if ptype not in _EXR_TYPES:
-            raise _fail(path, offset + end + 1, f"expected pixel type 0/1/2 for channel "
-                        f"'{name}', found {ptype}")
-        if xs != 1 or ys != 1:
-            raise _fail(path, offset + end + 9, f"subsampled channel '{name}' is not "
-                        "supported (expected sampling 1 1)")
-        chans.append((name, ptype))
-        pos = end + 17
-    return chans
+def _exr_load(path: PathLike, raw: bytes, header_only: bool) -> tuple[dict, dict]:
+    """(header, {name: channel}) of the file's first part."""
+    OpenEXR = _openexr()
+
+    def load():
+        f = OpenEXR.File(io.BytesIO(raw), separate_channels=True, header_only=header_only)
+        return f.header(), f.channels()
+
+    value, error, said = _quietly(load)
+    if error is not None or said.strip():
+        raise _fail(path, None, f"cannot decode OpenEXR file: {_exr_reason(error, said)}")
+    return value
 
 
 def read_exr(path: PathLike, finite: bool = False) -> np.ndarray:
-    """float32 (ht, wd, 4) rgba from a single-part scanline OpenEXR file (channels R G B
-    and optional A, or Y); compression none, RLE, ZIPS or ZIP."""
+    """float32 (ht, wd, 4) rgba from an OpenEXR file (channels R G B and optional A, or Y;
+    half, float or uint pixels; any compression, scanline or tiled; a multi-part file's
+    first part). A file the library finds damaged is an error, never black rows."""
     raw, _ = _read_bytes(path)
-    r = _ExrReader(path, raw)
-    if r.take(4, "OpenEXR magic") != _EXR_MAGIC:
+    return _read_exr(path, raw, finite)[0]
+
+
+def _read_exr(path: PathLike, raw: bytes, finite: bool) -> tuple[np.ndarray, bool]:
+    """(read_exr's image, whether its colour channels are half floats)."""
+    if raw[:4] != _EXR_MAGIC:
         raise _fail(path, 0, "expected OpenEXR magic 76 2f 31 01")
-    (version,) = struct.unpack("<I", r.take(4, "OpenEXR version"))
-    if version & 0xFF != 2:
-        raise _fail(path, 4, f"expected OpenEXR version 2, found {version & 0xFF}")
-    if version & 0x1A00:
-        raise _fail(path, 4, "only single-part scanline OpenEXR files are supported "
-                    "(this one is tiled, deep or multi-part)")
-    attrs: dict[str, tuple[bytes, int]] = {}
-    while True:
-        name = r.cstring("attribute name")
-        if not name:
-            break
-        r.cstring("attribute type")
-        (n,) = struct.unpack("<i", r.take(4, "attribute size"))
-        if n < 0:
-            raise _fail(path, r.pos - 4, f"expected a non-negative attribute size, found {n}")
-        start = r.pos
-        attrs[name.decode("latin-1")] = (r.take(n, f"{n} bytes of attribute value"), start)
-    for need in ("channels", "compression", "dataWindow"):
-        if need not in attrs:
-            raise _fail(path, r.pos, f"expected attribute '{need}' in the header")
-    for need, size in (("compression", 1), ("dataWindow", 16)):
-        value, at = attrs[need]
-        if len(value) < size:
-            raise _fail(path, at, f"expected {size} bytes of attribute '{need}', found "
-                        f"{len(value)}")
-    chans = _exr_channels(path, *attrs["channels"])
-    comp = attrs["compression"][0][0]
-    if comp not in _EXR_LINES:
-        raise _fail(path, attrs["compression"][1], f"compression "
-                    f"{_EXR_COMPRESSION.get(comp, comp)} is not supported (none, RLE, ZIPS "
-                    "or ZIP are)")
-    xmin, ymin, xmax, ymax = struct.unpack("<iiii", attrs["dataWindow"][0][:16])
-    wd, ht = xmax - xmin + 1, ymax - ymin + 1
+    header, _ = _exr_load(path, raw, header_only=True)
+    chans = {ch.name: ch for ch in header.get("channels", [])}
+    kind = str(header.get("type", "scanlineimage")).rsplit(".", 1)[-1]
+    if kind.startswith("deep"):
+        raise _fail(path, None, "deep OpenEXR files are not supported (one sample per pixel "
+                    "is)")
+    (xmin, ymin), (xmax, ymax) = header["dataWindow"]
+    wd, ht = int(xmax) - int(xmin) + 1, int(ymax) - int(ymin) + 1
     if wd < 1 or ht < 1:
-        raise _fail(path, attrs["dataWindow"][1], f"expected a non-empty data window, "
-                    f"found {wd}x{ht}")
+        raise _fail(path, None, f"expected a non-empty data window, found {wd}x{ht}")
     _check_declared(path, wd * ht * max(len(chans), 4) * 4, f"a {wd}x{ht} data window")
-    lines = _EXR_LINES[comp]
-    line_bytes = sum(_EXR_TYPES[t].itemsize for _, t in chans) * wd
-    nblocks = (ht + lines - 1) // lines
-    table = np.frombuffer(r.take(8 * nblocks, f"offset table of {nblocks} entries"), "<u8")
-    if ht * line_bytes > 1100 * len(raw):  # more than zlib's best ratio: a broken header
-        raise _fail(path, attrs["dataWindow"][1], f"expected a data window the file can "
-                    f"hold, found {wd}x{ht} in a file of {len(raw)} bytes")
-    planes = {name: np.zeros((ht, wd), np.float32) for name, _ in chans}
-    for b, offset in enumerate(table):
-        r.pos = int(offset)
-        head = r.take(8, f"scanline block {b}")
-        y, size = struct.unpack("<ii", head)
-        row = y - ymin
-        if not 0 <= row < ht or row % lines:
-            raise _fail(path, int(offset), f"expected a block's first line in the data "
-                        f"window, found y={y}")
-        n = min(lines, ht - row)
-        expected = n * line_bytes
-        data = r.take(size, f"{size} bytes of block data") if size >= 0 else b""
-        if size != expected and comp in (2, 3):
-            try:
-                data = _exr_unpredict(zlib.decompress(data))
-            except zlib.error:
-                raise _fail(path, int(offset) + 8, "expected zlib-compressed data") from None
-        elif size != expected and comp == 1:
-            data = _exr_unpredict(_exr_unrle(data, expected))
-        if len(data) != expected:
-            raise _fail(path, int(offset) + 8, f"expected {expected} bytes of pixels in the "
-                        f"block at y={y}, found {len(data)}")
-        pos = 0
-        for i in range(n):
-            for name, ptype in chans:
-                dt = _EXR_TYPES[ptype]
-                planes[name][row + i] = np.frombuffer(data, dt, wd, pos)
-                pos += wd * dt.itemsize
-    if all(c in planes for c in "RGB"):
-        rgb = [planes["R"], planes["G"], planes["B"]]
-    elif "Y" in planes:
-        rgb = [planes["Y"]] * 3
-    else:
-        raise _fail(path, attrs["channels"][1], "expected channels R, G, B (or Y), found "
-                    + " ".join(planes))
-    alpha = planes.get("A", np.ones((ht, wd), np.float32))
-    image = np.stack(rgb + [alpha], axis=2)
+    for name, ch in chans.items():
+        if ch.xSampling != 1 or ch.ySampling != 1:
+            raise _fail(path, None, f"subsampled channel '{name}' is not supported "
+                        "(expected sampling 1 1)")
+    names = set(chans)
+    if not ({"R", "G", "B"} <= names or "Y" in names):
+        raise _fail(path, None, "expected channels R, G, B (or Y), found "
+                    + " ".join(sorted(names)))
+    _, chans = _exr_load(path, raw, header_only=False)
+    planes = {name: np.asarray(ch.pixels) for name, ch in chans.items()}
+    if any(p.shape != (ht, wd) for p in planes.values()):
+        raise _fail(path, None, f"expected {wd}x{ht} pixels per channel, the library "
+                    "decoded " + ", ".join(f"{n} {p.shape}" for n, p in planes.items()))
+    rgb = ["R", "G", "B"] if {"R", "G", "B"} <= names else ["Y"] * 3
+    image = np.empty((ht, wd, 4), np.float32)
+    for c, name in enumerate(rgb):
+        image[:, :, c] = planes[name]
+    image[:, :, 3] = planes["A"] if "A" in planes else 1.0
     if finite:
         _check_finite(path, image, None, 4)
-    return image
+    return image, all(planes[n].dtype == np.float16 for n in rgb)
 
 
-def exr_bytes(array, half: bool = False) -> list[bytes]:
-    """A ZIP-compressed single-part scanline OpenEXR file: channels R G B (alpha dropped),
-    or Y for one-channel arrays; half or float pixels."""
+def exr_bytes(array, half: bool = False, compression: str = "zip") -> list[bytes]:
+    """A single-part scanline OpenEXR file: channels R G B (alpha dropped), or Y for
+    one-channel arrays; half or float pixels; compression one of EXR_COMPRESSIONS."""
+    if compression not in EXR_COMPRESSIONS:
+        raise GraphError(f"cannot write OpenEXR compression '{compression}': expected one "
+                         f"of {', '.join(EXR_COMPRESSIONS)}")
+    OpenEXR = _openexr()
     arr = _rgb_or_grey(_as_image(array, "EXR"))
-    ht, wd, c = arr.shape
-    ptype, dt = (1, np.dtype("<f2")) if half else (2, np.dtype("<f4"))
-    names = ["B", "G", "R"] if c == 3 else ["Y"]  # OpenEXR stores channels sorted by name
-    order = [2, 1, 0] if c == 3 else [0]
-
-    def attr(name: str, kind: str, value: bytes) -> bytes:
-        return name.encode() + b"\0" + kind.encode() + b"\0" + struct.pack("<i", len(value)) \
-            + value
-
-    chlist = b"".join(n.encode() + b"\0" + struct.pack("<iB3xii", ptype, 0, 1, 1)
-                      for n in names) + b"\0"
-    window = struct.pack("<iiii", 0, 0, wd - 1, ht - 1)
-    header = (_EXR_MAGIC + struct.pack("<I", 2)
-              + attr("channels", "chlist", chlist)
-              + attr("compression", "compression", bytes([3]))
-              + attr("dataWindow", "box2i", window)
-              + attr("displayWindow", "box2i", window)
-              + attr("lineOrder", "lineOrder", bytes([0]))
-              + attr("pixelAspectRatio", "float", struct.pack("<f", 1.0))
-              + attr("screenWindowCenter", "v2f", struct.pack("<ff", 0.0, 0.0))
-              + attr("screenWindowWidth", "float", struct.pack("<f", 1.0))
-              + b"\0")
     with np.errstate(over="ignore", invalid="ignore"):
-        planar = np.ascontiguousarray(arr[:, :, order].transpose(0, 2, 1), dtype=dt)
-    lines = _EXR_LINES[3]
-    blocks = []
-    for y in range(0, ht, lines):
-        raw = planar[y:y + lines].tobytes()
-        packed = zlib.compress(_exr_predict(raw), 6)
-        data = packed if len(packed) < len(raw) else raw
-        blocks.append(struct.pack("<ii", y, len(data)) + data)
-    table_at = len(header)
-    offsets, pos = [], table_at + 8 * len(blocks)
-    for block in blocks:
-        offsets.append(pos)
-        pos += len(block)
-    return [header, np.array(offsets, "<u8").tobytes(), *blocks]
+        px = arr.astype(np.float16 if half else np.float32)
+    names = ["R", "G", "B"] if px.shape[2] == 3 else ["Y"]
+    channels = {n: np.ascontiguousarray(px[:, :, c]) for c, n in enumerate(names)}
+    codec = getattr(OpenEXR, "NO_COMPRESSION" if compression == "none"
+                    else f"{compression.upper()}_COMPRESSION")
+    header = {"compression": codec, "type": OpenEXR.scanlineimage}
+    out = io.BytesIO()
+    _, error, said = _quietly(lambda: OpenEXR.File(header, channels).write(out))
+    if error is not None:
+        raise RuntimeFailure(f"cannot encode OpenEXR file: {_exr_reason(error, said)}")
+    return [out.getvalue()]
 
 
-def write_exr(path: PathLike, array, half: bool = False) -> None:
+def write_exr(path: PathLike, array, half: bool = False, compression: str = "zip") -> None:
     """Write linear float rgb (alpha dropped) as OpenEXR, f32 or f16 pixels."""
     with np.errstate(over="ignore", invalid="ignore"):  # beyond f16: inf, refused
         values = _rgb_or_grey(_as_image(array, "EXR")).astype("<f2" if half else "<f4")
-    atomic_write(path, exr_bytes(array, half), values)
+    atomic_write(path, exr_bytes(array, half, compression), values)
 
 
 # ------------------------------------------------------------------------------------------
-# PNG / JPG (imageio) and the generic reader
+# photographs: PNG, JPEG, TIFF, WebP (Pillow; tifffile for TIFF) and what a file carries
+
+
+@dataclass(frozen=True)
+class ImageMeta:
+    """What an image file carries besides its pixels: enough to write a result like it."""
+
+    format: str  # "png", "jpg", "tiff", "webp", "exr", "pfm", or Pillow's name of it
+    depth: str  # samples as stored: "u8", "u16", "f16" or "f32"
+    exif: bytes | None = None  # EXIF (Pillow's `exif=` form), Orientation reset to 1
+    icc: bytes | None = None  # ICC profile of the decoded colour (None after CMYK -> rgb)
+    quality: int | None = None  # a JPEG's quality, estimated from its quantisation tables
+    subsampling: int | None = None  # a JPEG's chroma subsampling (0 4:4:4, 1 4:2:2, 2 4:2:0)
+    orientation: int = 1  # the EXIF Orientation the decoded pixels were turned upright by
+
+
+_TIFF_MAGIC = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+_ORIENTATION = 0x0112
+# IFD0 tags that describe the photograph (not its pixel layout), with the Exif and GPS
+# sub-IFDs: what a TIFF's tags give to another format's EXIF
+_EXIF_DESCRIPTIVE = (270, 271, 272, 282, 283, 296, 305, 306, 315, 33432, 0x8769, 0x8825)
+_TIFF_TEXT_TAGS = (270, 271, 272, 305, 306, 315, 33432)  # the ones a TIFF writer takes back
+
+
+# EXIF Orientation -> (swap rows and columns, then reverse the rows, reverse the columns)
+_TURNS = {1: (False, False, False), 2: (False, False, True), 3: (False, True, True),
+          4: (False, True, False), 5: (True, False, False), 6: (True, False, True),
+          7: (True, True, True), 8: (True, True, False)}
+
+
+def orient(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """The pixels as they are meant to be seen, given EXIF Orientation 1..8 (the row-0 /
+    column-0 sides of the stored image): what Pillow's `ImageOps.exif_transpose` does, on
+    arrays of any sample type."""
+    swap, rows, cols = _TURNS.get(orientation, _TURNS[1])
+    p = np.swapaxes(pixels, 0, 1) if swap else pixels
+    if rows:
+        p = p[::-1]
+    if cols:
+        p = p[:, ::-1]
+    return np.ascontiguousarray(p)
+
+
+def _exif_upright(im, descriptive_only: bool = False) -> tuple[bytes | None, int]:
+    """(the image's EXIF with Orientation set to 1, the Orientation it had). A TIFF's IFD0
+    also holds its pixel layout: descriptive_only keeps the tags that describe the photo."""
+    from PIL import Image
+
+    try:
+        exif = im.getexif()
+        orientation = int(exif.get(_ORIENTATION, 1))
+        if descriptive_only:
+            kept = Image.Exif()
+            for tag in _EXIF_DESCRIPTIVE:
+                if tag in (0x8769, 0x8825):
+                    ifd = exif.get_ifd(tag)
+                    if ifd:
+                        kept[tag] = ifd
+                elif tag in exif and not (tag == 270 and str(exif[tag]).startswith("{")):
+                    kept[tag] = exif[tag]  # (a JSON description: tifffile's own metadata)
+            exif = kept
+        if not len(exif):
+            return None, orientation if 1 <= orientation <= 8 else 1
+        if _ORIENTATION in exif:
+            exif[_ORIENTATION] = 1
+        data = exif.tobytes()
+    except Exception:  # a damaged EXIF block is dropped, the pixels still count
+        return None, 1
+    return data, orientation if 1 <= orientation <= 8 else 1
+
+
+# ITU-T T.81 Annex K.1: the example luminance quantisation table (natural order), which the
+# IJG library scales by quality
+_JPEG_LUMA = np.array([
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
+    14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
+    18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99])
+
+
+def jpeg_quality(tables: dict) -> int | None:
+    """The quality (1..100) whose IJG-scaled Annex K luminance table is nearest to a JPEG's
+    first table (Pillow's `quantization`): IJG scales by 5000/q below 50, by 200 - 2q
+    above. Compared as sorted values, so the tables' entry order does not matter; a camera's
+    own tables get the nearest IJG quality."""
+    if not tables:
+        return None
+    table = np.sort(np.asarray(tables[min(tables)], np.int64).reshape(-1))
+    if table.size != 64:
+        return None
+    q = np.arange(1, 101)[:, None]
+    scale = np.where(q < 50, 5000 // q, 200 - 2 * q)
+    ijg = np.clip((_JPEG_LUMA[None, :] * scale + 50) // 100, 1, 255)
+    err = np.abs(np.sort(ijg, axis=1) - table[None, :]).sum(axis=1)
+    return int(np.argmin(err)) + 1
+
+
+def _cmyk_to_rgb(im, icc: bytes | None):
+    """A CMYK image as sRGB: through its ICC profile where it has one lcms can use, else
+    Pillow's conversion (r = (1 - c)(1 - k), ...)."""
+    if icc:
+        try:
+            from PIL import ImageCms
+
+            src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            return ImageCms.profileToProfile(im, src, ImageCms.createProfile("sRGB"),
+                                             outputMode="RGB")
+        except Exception:  # a profile lcms cannot use: the formula
+            pass
+    return im.convert("RGB")
+
+
+_PILLOW_TO = {"P": None, "PA": "RGBA", "RGBX": "RGB", "YCbCr": "RGB", "HSV": "RGB",
+              "LAB": "RGB", "RGBa": "RGBA", "La": "LA", "1": "L"}
+
+
+def _pillow_pixels(im, icc: bytes | None) -> tuple[np.ndarray, bytes | None]:
+    """(samples (ht, wd[, c]) as uint8, uint16 or float32, the ICC profile they are in) of
+    a Pillow image in any mode: grey, grey+alpha, rgb, rgba; CMYK is converted to sRGB (so
+    its CMYK profile no longer applies), a palette to its colours."""
+    mode = im.mode
+    if mode == "CMYK":
+        return np.asarray(_cmyk_to_rgb(im, icc)), None
+    if mode in _PILLOW_TO:
+        to = _PILLOW_TO[mode] or ("RGBA" if "transparency" in im.info else "RGB")
+        im = im.convert(to)
+    arr = np.asarray(im)
+    if mode == "I":  # 32-bit integers: 16-bit data that Pillow widened
+        if arr.size and (arr.min() < 0 or arr.max() > 65535):
+            raise ValueError("32-bit integer samples beyond 0..65535 are not supported")
+        arr = arr.astype(np.uint16)
+    elif arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
+        arr = arr.astype(np.uint16)  # I;16B etc.: native byte order
+    elif arr.dtype.kind == "f":
+        arr = arr.astype(np.float32)
+    return arr, icc
+
+
+def _format_name(name: str | None) -> str:
+    name = (name or "").lower()
+    return {"jpeg": "jpg", "mpo": "jpg"}.get(name, name)
+
+
+def _depth(pixels: np.ndarray) -> str:
+    if pixels.dtype.kind == "f":
+        return "f16" if pixels.dtype.itemsize == 2 else "f32"
+    return "u16" if pixels.dtype.itemsize == 2 else "u8"
+
+
+def _decode_pillow(path: PathLike, raw: bytes) -> tuple[np.ndarray, ImageMeta]:
+    from PIL import Image, JpegImagePlugin
+
+    try:
+        im = Image.open(io.BytesIO(raw))
+        fmt = _format_name(im.format)
+        icc = im.info.get("icc_profile") or None
+        exif, orientation = _exif_upright(im, descriptive_only=fmt == "tiff")
+        quality = subsampling = None
+        if fmt == "jpg":
+            quality = jpeg_quality(getattr(im, "quantization", None))
+            sampling = JpegImagePlugin.get_sampling(im)
+            subsampling = sampling if sampling >= 0 else None
+        pixels = _png16_colour(path, raw)  # Pillow keeps 8 of a 16-bit PNG's colour bits
+        if pixels is None:
+            pixels, icc = _pillow_pixels(im, icc)
+    except GraphError:
+        raise
+    except Exception as e:  # Pillow raises many kinds for a bad file
+        raise _fail(path, None, f"cannot decode image: {_reason(e)}") from None
+    pixels = orient(pixels, orientation)
+    return pixels, ImageMeta(fmt, _depth(pixels), exif, icc, quality, subsampling, orientation)
+
+
+def _decode_tiff(path: PathLike, raw: bytes) -> tuple[np.ndarray, ImageMeta]:
+    """TIFF through tifffile, which keeps 16-bit and float colour (Pillow has neither for
+    rgb): grey, rgb (either with alpha, chunky or planar) and CMYK; other photometric
+    interpretations (palette, YCbCr, ...) and codecs tifffile cannot decode go to Pillow."""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(io.BytesIO(raw)) as tif:
+            page = tif.pages[0]
+            photometric = int(page.photometric)
+            dtype = page.dtype
+            if photometric not in (0, 1, 2, 5) or dtype is None or (dtype.kind, dtype.itemsize) \
+                    not in (("u", 1), ("u", 2), ("f", 2), ("f", 4)):
+                return _decode_pillow(path, raw)
+            wd, ht = int(page.imagewidth), int(page.imagelength)
+            _check_declared(path, wd * ht * 16, f"{wd}x{ht} pixels")
+            try:
+                arr = page.asarray()
+            except Exception:  # e.g. a codec that needs imagecodecs: Pillow may have it
+                return _decode_pillow(path, raw)
+            axes = page.axes
+            tag = page.tags.get(34675)
+            icc = bytes(tag.value) if tag is not None and photometric != 5 else None
+            tag = page.tags.get(274)
+            orientation = int(tag.value) if tag is not None else 1
+    except GraphError:
+        raise
+    except Exception as e:  # tifffile raises many kinds for a bad file
+        raise _fail(path, None, f"cannot decode TIFF image: {_reason(e)}") from None
+    if "S" in axes and axes.index("S") < axes.index("Y"):  # planar: samples first
+        arr = np.moveaxis(arr, axes.index("S"), -1)
+    arr = arr.reshape(ht, wd, -1)
+    depth = _depth(arr)
+    if photometric == 0:  # min-is-white
+        arr = (np.iinfo(arr.dtype).max - arr) if arr.dtype.kind == "u" else 1.0 - arr
+    elif photometric == 5:  # CMYK (+ extra samples): rgb = (1 - c)(1 - k), ...
+        top = float(np.iinfo(arr.dtype).max) if arr.dtype.kind == "u" else 1.0
+        ink = arr[:, :, :4].astype(np.float64) / top
+        rgb = (1 - ink[:, :, :3]) * (1 - ink[:, :, 3:4])
+        arr = np.rint(rgb * top).astype(arr.dtype) if arr.dtype.kind == "u" else rgb
+    if arr.dtype.kind == "f":
+        arr = arr.astype(np.float32)
+    exif = None
+    try:
+        from PIL import Image
+
+        exif = _exif_upright(Image.open(io.BytesIO(raw)), descriptive_only=True)[0]
+    except Exception:  # the tags Pillow cannot parse: no EXIF to carry
+        pass
+    pixels = orient(arr, orientation if 1 <= orientation <= 8 else 1)
+    return pixels, ImageMeta("tiff", depth, exif, icc, orientation=orientation)
 
 
 def _png16_colour(path: PathLike, raw: bytes) -> np.ndarray | None:
@@ -865,7 +1033,7 @@ def _reason(e: BaseException) -> str:
         seen.add(id(e))
     msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
     if any(t in msg for t in ("cannot identify image", "can not handle", "find a backend")):
-        return "not a PNG, JPG or other image file that imageio (Pillow) can read"
+        return "not a PNG, JPEG, TIFF, WebP or other image file that Pillow can read"
     if type(e).__name__ == "DecompressionBombError":
         return f"{msg} (Pillow's guard against decompression bombs)"
     return msg
@@ -878,34 +1046,9 @@ def _check_png_size(path: PathLike, raw: bytes) -> None:
         _check_declared(path, wd * ht * 16, f"{wd}x{ht} pixels")
 
 
-def _decode_imageio(path: PathLike, raw: bytes) -> np.ndarray:
-    import imageio.v3 as iio
-
-    try:
-        image = iio.imread(raw, plugin="pillow")
-    except Exception as e:  # imageio raises many kinds for a bad file
-        raise _fail(path, None, f"cannot decode image: {_reason(e)}") from None
-    if image.ndim == 4:  # animations: the first frame
-        image = image[0]
-    return image
-
-
-def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
-    """float32 (ht, wd, 4) linear rgba from PFM, OpenEXR, or anything imageio reads (PNG,
-    JPG, ...). 8- and 16-bit colour is sRGB-decoded, alpha scaled linearly (1 when the file
-    has none); float data is taken as linear. finite=True: NaN/Inf pixels are an error."""
-    raw, _ = _read_bytes(path)
-    if not raw:
-        raise _fail(path, 0, "cannot decode image: the file is empty")
-    if raw[:2] in (b"PF", b"Pf"):
-        image = read_pfm(path, finite)
-    elif raw[:4] == _EXR_MAGIC:
-        return read_exr(path, finite)
-    else:
-        _check_png_size(path, raw)
-        image = _png16_colour(path, raw)
-        if image is None:
-            image = _decode_imageio(path, raw)
+def _linear_rgba(image: np.ndarray) -> np.ndarray:
+    """float32 (ht, wd, 4) linear rgba from decoded samples: integers are sRGB-decoded
+    (alpha scaled linearly), floats taken as linear; grey is repeated, missing alpha is 1."""
     image = _as_image(image, "image")
     if image.shape[2] > 4:
         image = image[:, :, :4]
@@ -918,26 +1061,219 @@ def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     out = np.empty(image.shape[:2] + (4,), np.float32)
     out[:, :, :3] = colour
     out[:, :, 3] = 1.0 if alpha is None else alpha
-    if finite and kind == "f":
-        _check_finite(path, out, None, 4)
     return out
 
 
-def _encode(array, ext: str, **kwargs) -> bytes:
-    import imageio.v3 as iio
+def decode_image(path: PathLike, finite: bool = False) -> tuple[np.ndarray, ImageMeta]:
+    """(float32 (ht, wd, 4) linear rgba, what the file carries) from PFM, OpenEXR, TIFF, or
+    anything Pillow reads (PNG, JPEG, WebP, ...). Integer colour is sRGB-decoded, alpha
+    scaled linearly (1 when the file has none); float data is taken as linear. EXIF
+    Orientation is applied (the pixels come upright); CMYK, palette and other modes become
+    rgb. finite=True: NaN/Inf pixels are an error."""
+    raw, _ = _read_bytes(path)
+    if not raw:
+        raise _fail(path, 0, "cannot decode image: the file is empty")
+    if raw[:2] in (b"PF", b"Pf"):
+        return _linear_rgba(read_pfm(path, finite)), ImageMeta("pfm", "f32")
+    if raw[:4] == _EXR_MAGIC:
+        image, half = _read_exr(path, raw, finite)
+        return image, ImageMeta("exr", "f16" if half else "f32")
+    if raw[:4] in _TIFF_MAGIC:
+        pixels, meta = _decode_tiff(path, raw)
+    else:
+        _check_png_size(path, raw)
+        pixels, meta = _decode_pillow(path, raw)
+    if pixels.ndim == 4:  # animations: the first frame
+        pixels = pixels[0]
+    image = _linear_rgba(pixels)
+    if finite and pixels.dtype.kind == "f":
+        _check_finite(path, image, None, 4)
+    return image, meta
 
-    arr = _as_image(array, ext.upper())
-    arr = _rgb_or_grey(arr)
-    pixels = to_srgb8(arr if arr.shape[2] == 3 else arr[:, :, 0])
-    return iio.imwrite("<bytes>", pixels, extension="." + ext, **kwargs)
+
+def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
+    """float32 (ht, wd, 4) linear rgba of an image file (see `decode_image`)."""
+    return decode_image(path, finite)[0]
 
 
-def write_png(path: PathLike, array) -> None:
-    """Linear float -> sRGB 8-bit PNG (rgb, alpha dropped; grey for one channel)."""
-    atomic_write(path, _encode(array, "png"), _rgb_or_grey(_as_image(array, "PNG")))
+# writers: linear float in, the file's encoding out
 
 
-def write_jpg(path: PathLike, array, quality: int = 90) -> None:
+DEPTHS = ("u8", "u16", "f32")
+
+
+def srgb_samples(array, depth: str = "u8") -> np.ndarray:
+    """Linear float rgb or grey -> sRGB-encoded uint8 or uint16 samples (ht, wd, c), clamped
+    to [0, 1]; NaN becomes 0."""
+    top = 65535.0 if depth == "u16" else 255.0
+    return np.rint(linear_to_srgb(array) * top).astype(np.uint16 if depth == "u16"
+                                                       else np.uint8)
+
+
+def _samples(array, what: str, depth: str) -> np.ndarray:
+    """(ht, wd) grey or (ht, wd, 3) rgb samples for a writer: sRGB integers, or linear f32."""
+    if depth not in DEPTHS:
+        raise GraphError(f"cannot write {what} of depth '{depth}': expected one of "
+                         f"{', '.join(DEPTHS)}")
+    arr = _rgb_or_grey(_as_image(array, what))
+    if depth == "f32":
+        with np.errstate(over="ignore", invalid="ignore"):
+            px = arr.astype(np.float32)
+    else:
+        px = srgb_samples(arr, depth)
+    return px[:, :, 0] if px.shape[2] == 1 else px
+
+
+def _check_quality(quality: int, what: str) -> int:
+    if not isinstance(quality, (int, np.integer)) or not 1 <= quality <= 100:
+        raise GraphError(f"cannot write {what}: quality {quality!r} is outside 1..100")
+    return int(quality)
+
+
+def _pillow_bytes(px: np.ndarray, fmt: str, **options) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(px).save(out, fmt, **{k: v for k, v in options.items() if v is not None})
+    return out.getvalue()
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png16_bytes(px: np.ndarray, exif: bytes | None = None, icc: bytes | None = None) -> bytes:
+    """A 16-bit PNG (grey, grey+alpha, rgb or rgba from px's channels) with the `Sub` row
+    filter, its ICC profile (iCCP) and EXIF (eXIf). Pillow writes no 16-bit colour."""
+    px = px[:, :, None] if px.ndim == 2 else px
+    ht, wd, c = px.shape
+    rows = np.ascontiguousarray(px, ">u2").view(np.uint8).reshape(ht, wd * c * 2)
+    sub = rows.copy()
+    sub[:, 2 * c:] -= rows[:, :-2 * c]  # each byte minus the same byte one pixel left
+    data = np.concatenate([np.ones((ht, 1), np.uint8), sub], axis=1)
+    ihdr = struct.pack(">IIBBBBB", wd, ht, 16, {1: 0, 2: 4, 3: 2, 4: 6}[c], 0, 0, 0)
+    parts = [b"\x89PNG\r\n\x1a\n", _png_chunk(b"IHDR", ihdr)]
+    if icc:
+        parts.append(_png_chunk(b"iCCP", b"ICC profile\0\0" + zlib.compress(icc)))
+    if exif:
+        parts.append(_png_chunk(b"eXIf", exif.removeprefix(b"Exif\0\0")))
+    parts += [_png_chunk(b"IDAT", zlib.compress(data.tobytes(), 6)), _png_chunk(b"IEND", b"")]
+    return b"".join(parts)
+
+
+def png_bytes(array, depth: str = "u8", exif: bytes | None = None,
+              icc: bytes | None = None) -> bytes:
+    px = _samples(array, "PNG", "u16" if depth == "f32" else depth)
+    if px.dtype == np.uint16:
+        return png16_bytes(px, exif, icc)
+    return _pillow_bytes(px, "PNG", exif=exif, icc_profile=icc)
+
+
+def jpg_bytes(array, quality: int = 90, exif: bytes | None = None, icc: bytes | None = None,
+              subsampling: int | None = None) -> bytes:
+    quality = _check_quality(quality, "JPEG")
+    return _pillow_bytes(_samples(array, "JPEG", "u8"), "JPEG", quality=quality, exif=exif,
+                         icc_profile=icc, subsampling=subsampling)
+
+
+def webp_bytes(array, quality: int = 95, exif: bytes | None = None,
+               icc: bytes | None = None) -> bytes:
+    quality = _check_quality(quality, "WebP")
+    return _pillow_bytes(_samples(array, "WebP", "u8"), "WEBP", quality=quality, exif=exif,
+                         icc_profile=icc)
+
+
+def _tiff_tags(exif: bytes | None) -> list[tuple]:
+    """The descriptive text tags of an EXIF block as tifffile's extra tags (a TIFF writer
+    cannot carry EXIF's sub-IFDs: exposure, ISO, GPS stay behind)."""
+    if not exif:
+        return []
+    from PIL import Image
+
+    tags = Image.Exif()
+    try:
+        tags.load(exif)
+    except Exception:  # a damaged block: nothing to carry
+        return []
+    return [(tag, "s", 0, tags[tag], True) for tag in _TIFF_TEXT_TAGS
+            if isinstance(tags.get(tag), str) and tags[tag].isascii()]
+
+
+def tiff_bytes(array, depth: str = "u8", exif: bytes | None = None,
+               icc: bytes | None = None) -> bytes:
+    """A zlib-compressed TIFF: sRGB 8/16-bit or linear f32 rgb (grey for one channel), with
+    its ICC profile and EXIF's descriptive tags (make, model, date, artist, ...)."""
+    import tifffile
+
+    px = _samples(array, "TIFF", depth)
+    out = io.BytesIO()  # in memory: the file itself is written by atomic_write
+    with tifffile.TiffWriter(out) as tiff:
+        tiff.write(px, photometric="rgb" if px.ndim == 3 else "minisblack",
+                   compression="zlib", iccprofile=icc or None, metadata=None, software=False,
+                   extratags=_tiff_tags(exif))
+    return out.getvalue()
+
+
+def _image_values(array, what: str) -> np.ndarray:
+    """The float data a writer encodes, for atomic_write's check of non-finite values."""
+    return _rgb_or_grey(_as_image(array, what))
+
+
+def write_png(path: PathLike, array, depth: str = "u8", exif: bytes | None = None,
+              icc: bytes | None = None) -> None:
+    """Linear float -> sRGB PNG (rgb, alpha dropped; grey for one channel), 8 or 16 bits
+    (depth u8/u16; f32 gives 16)."""
+    atomic_write(path, png_bytes(array, depth, exif, icc), _image_values(array, "PNG"))
+
+
+def write_jpg(path: PathLike, array, quality: int = 90, exif: bytes | None = None,
+              icc: bytes | None = None, subsampling: int | None = None) -> None:
     """Linear float -> sRGB 8-bit JPEG of the given quality (1..100)."""
-    atomic_write(path, _encode(array, "jpg", quality=int(min(max(quality, 1), 100))),
-                 _rgb_or_grey(_as_image(array, "JPG")))
+    atomic_write(path, jpg_bytes(array, quality, exif, icc, subsampling),
+                 _image_values(array, "JPEG"))
+
+
+def write_webp(path: PathLike, array, quality: int = 95, exif: bytes | None = None,
+               icc: bytes | None = None) -> None:
+    """Linear float -> sRGB 8-bit lossy WebP of the given quality (1..100)."""
+    atomic_write(path, webp_bytes(array, quality, exif, icc), _image_values(array, "WebP"))
+
+
+def write_tiff(path: PathLike, array, depth: str = "u8", exif: bytes | None = None,
+               icc: bytes | None = None) -> None:
+    """Linear float -> TIFF (see `tiff_bytes`)."""
+    atomic_write(path, tiff_bytes(array, depth, exif, icc), _image_values(array, "TIFF"))
+
+
+# a file name's extension -> the format written
+IMAGE_WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".tif": "tiff", ".tiff": "tiff",
+                 ".webp": "webp", ".exr": "exr", ".pfm": "pfm"}
+JPG_QUALITY = 95  # JPEG/WebP output of an input without a JPEG quality
+
+
+def write_like(path: PathLike, array, meta: ImageMeta | None = None,
+               quality: int | None = None) -> None:
+    """Write a linear float image in the format of path's extension (IMAGE_WRITERS), like
+    the input that `meta` describes: its EXIF (Orientation 1: the pixels are upright) and
+    ICC profile, its bit depth where the format has it (16-bit or float in -> 16-bit PNG,
+    16-bit or float TIFF; 8-bit stays 8-bit; EXR half stays half), and a JPEG input's
+    quality and subsampling; `quality` (1..100) overrides it, else JPG_QUALITY."""
+    kind = IMAGE_WRITERS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise GraphError(f"cannot write '{path}': expected one of "
+                         f"{', '.join(IMAGE_WRITERS)}")
+    meta = meta or ImageMeta("", "u8")
+    depth = "u8" if meta.depth == "u8" else "u16" if meta.depth == "u16" else "f32"
+    q = quality or meta.quality or JPG_QUALITY
+    if kind == "png":
+        write_png(path, array, depth, meta.exif, meta.icc)
+    elif kind == "jpg":
+        write_jpg(path, array, q, meta.exif, meta.icc, meta.subsampling)
+    elif kind == "webp":
+        write_webp(path, array, q, meta.exif, meta.icc)
+    elif kind == "tiff":
+        write_tiff(path, array, depth, meta.exif, meta.icc)
+    elif kind == "exr":
+        write_exr(path, array, half=meta.depth == "f16")
+    else:
+        write_pfm(path, array)

@@ -108,6 +108,13 @@ def test_usage_errors(tmp_path, capsys, weights):
     code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.bmp", "--weights",
                        weights)
     assert code == 2 and "cannot write" in err
+    code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.png", "--quality", "80",
+                       "--weights", weights)
+    assert code == 2 and "--quality sets JPEG and WebP outputs" in err
+    for q in ("0", "101", "9.5"):
+        code, _, err = run(capsys, tmp_path / "a.png", "-o", tmp_path / "x.jpg", "--quality",
+                           q, "--weights", weights)
+        assert code == 2 and "--quality" in err, q
     code, _, err = run(capsys, tmp_path / "a.png", "--noise", "-1", "0", "--weights", weights)
     assert code == 2 and "--noise" in err
     code, _, err = run(capsys, tmp_path / "a.png", "--weights", tmp_path / "none.lut")

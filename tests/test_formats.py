@@ -509,10 +509,10 @@ def test_exr_bad_files(tmp_path):
     path = tmp_path / "b.exr"
     raw = base64.b64decode(EXR_ZIP)
     pos = raw.index(b"compression\0compression\0") + 28
-    path.write_bytes(raw[:pos] + bytes([4]) + raw[pos + 1:])  # PIZ
+    path.write_bytes(raw[:pos] + bytes([4]) + raw[pos + 1:])  # ZIP data said to be PIZ
     with pytest.raises(GraphError) as e:
         F.read_image(path)
-    assert "PIZ is not supported" in error_line(e, path, pos)
+    assert "cannot decode OpenEXR file" in error_line(e, path)
     for cut in (6, 60, 300, 600):
         path.write_bytes(raw[:cut])
         with pytest.raises(GraphError) as e:
@@ -521,7 +521,7 @@ def test_exr_bad_files(tmp_path):
     path.write_bytes(raw[:593 + 8] + b"\0" * (len(raw) - 593 - 8))  # broken zlib stream
     with pytest.raises(GraphError) as e:
         F.read_exr(path)
-    assert "zlib" in error_line(e, path, 593 + 8)
+    assert "cannot decode OpenEXR file" in error_line(e, path)
     nan = image(2, 2)
     nan[1, 0, 1] = np.nan
     path.write_bytes(b"".join(bytes(p) for p in F.exr_bytes(nan)))  # (write_exr refuses it)

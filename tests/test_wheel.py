@@ -1,14 +1,17 @@
 """The wheel works anywhere: built from a copy of the repository, installed (not editable) in
 a fresh virtualenv, and run from a folder outside the repository: --version, modules,
 shaders --check, a shipped graph, a graph using a module from a --modules folder, denoise
-with the shipped weights. Offline: the wheel is built without build isolation and installed
-without dependencies; the new venv sees this environment's packages (numpy, vulkan, glslang)
+with the shipped weights, every file the shipped graphs read, and (slow) every shipped
+graph. Offline: the wheel is built without build isolation and installed without
+dependencies; the new venv sees this environment's packages (numpy, vulkan, glslang)
 through a .pth line, which adds the folder but runs none of its .pth files, so this
 checkout's editable install stays invisible there."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,8 +97,12 @@ def installed(tmp_path_factory):
     assert res.returncode == 0, res.stdout + res.stderr
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()"
                            "['purelib'])"], capture_output=True, text=True, check=True)
-    here = sysconfig.get_paths()["purelib"]
-    (Path(site.stdout.strip()) / "_test_deps.pth").write_text(here + "\n")
+    # this environment's package folders: its own, and those its .pth files add (a venv
+    # layered on a shared one), but not the checkout an editable install points at
+    here = [sysconfig.get_paths()["purelib"]] + [
+        p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    (Path(site.stdout.strip()) / "_test_deps.pth").write_text(
+        "".join(f"{p}\n" for p in dict.fromkeys(here)))
     return venv / "bin", wheel
 
 
@@ -188,3 +195,74 @@ def test_installed_command_runs_a_user_module(installed, tmp_path):
     # without the folder the module is unknown: exit 2, one line
     res = run(bin_dir, run_dir, "cli", "-g", "g.cfg")
     assert res.returncode == 2 and "unknown module 'bright'" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# every shipped graph from the installed wheel
+
+SOURCE = re.compile(r"^param:(i-[a-z]+):[^:]+:filename:(.+)$", re.M)
+WRITTEN = re.compile(r"^param:o-lut:[^:]+:filename:(.+)$", re.M)
+# --config overrides that make a graph a few seconds on the CPU driver; each runs 2 frames
+TINY = {"fit-*": ["param:mlp-t:01:batch:256"],
+        "gradcheck-mlp": ["param:mlp-t:01:batch:256"],
+        "train-photo": ["param:cnngenin:01:batch:2", "param:cnngenin:01:tile:32"]}
+
+
+def installed_graphs(bin_dir: Path) -> Path:
+    """The installed package's graphs/ (asked from outside the tree, so not this one's)."""
+    where = subprocess.run([str(bin_dir / "python"), "-c", "import vkgraph; "
+                            "print(vkgraph.DATA / 'graphs')"], cwd=bin_dir,
+                           capture_output=True, text=True, check=True, env=outside())
+    graphs = Path(where.stdout.strip())
+    assert graphs.is_relative_to(bin_dir.parent), graphs
+    return graphs
+
+
+def test_wheel_carries_every_file_a_graph_reads(installed):
+    """Each file a shipped graph's source modules name (and each file of an i-set list) is
+    in the installed package, beside the cfg as the graph names it; files another shipped
+    graph writes (continue-kpn reads train-kpn's mlp-w.lut) and pkg: names aside."""
+    graphs = installed_graphs(installed[0])
+    cfgs = sorted(graphs.glob("*.cfg"))
+    assert {p.name for p in cfgs} == {p.name for p in (ROOT / "graphs").glob("*.cfg")}
+    written = {f"{m}.lut" for p in cfgs for m in WRITTEN.findall(p.read_text())}
+    missing = []
+    for cfg in cfgs:
+        for module, name in SOURCE.findall(cfg.read_text()):
+            if name.startswith("pkg:") or name in written:
+                continue
+            path = cfg.parent / name
+            if not path.is_file():
+                missing.append(f"{cfg.name}: {module} {name}")
+            elif module == "i-set":
+                for line in path.read_text().splitlines():
+                    entry = line.strip()
+                    if entry and not entry.startswith(("#", "pkg:")) and \
+                            not (path.parent / entry).is_file():
+                        missing.append(f"{cfg.name}: {name}: {entry}")
+    assert not missing, missing
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_every_shipped_graph(installed, tmp_path, request):
+    """`vkgraph cli` from the installed wheel, outside the tree, over every shipped graph
+    for 2 frames (TINY sizes): each exits 0. train-kpn runs first: continue-kpn goes on from
+    its mlp-w.lut. Minutes on a shared CPU (denoise.cfg is a whole photograph), so it runs
+    with VKGRAPH_SLOW=1 or `-m slow`."""
+    from test_graphs_cli import slow_enabled
+
+    if not slow_enabled(request):
+        pytest.skip("minutes on lavapipe: VKGRAPH_SLOW=1 or -m slow runs it")
+    bin_dir, _ = installed
+    names = sorted(p.stem for p in installed_graphs(bin_dir).glob("*.cfg"))
+    names.sort(key=lambda n: n != "train-kpn")
+    failed = []
+    for name in names:
+        extra = next((v for k, v in TINY.items() if fnmatch.fnmatch(name, k)), [])
+        if name == "continue-kpn":
+            extra = [f"param:i-lut:w:filename:{tmp_path / 'mlp-w.lut'}"]
+        res = run(bin_dir, tmp_path, "-q", "cli", "-g", f"{name}.cfg", "--last-frame-only",
+                  "--config", "frames:2", *extra)
+        if res.returncode != 0:
+            failed.append(f"{name}: exit {res.returncode}: {res.stderr.strip()[-300:]}")
+    assert not failed, "\n".join(failed)
