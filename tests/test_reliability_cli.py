@@ -58,3 +58,89 @@ def test_shaders_check_needs_no_loader(no_loader, tmp_path):
     res = run_vkgraph("shaders", "--check", cwd=tmp_path, env=no_loader, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "kernel variants compile" in res.stdout
+
+
+# -- the shader cache ---------------------------------------------------------------------
+
+KERNEL = """#version 460
+layout(local_size_x = 64) in;
+layout(std430, set = 1, binding = 0) buffer O { float o[]; };
+void main() { o[gl_GlobalInvocationID.x] = 2.0 * float(gl_GlobalInvocationID.x); }
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path, monkeypatch):
+    """A small kernel file and an empty shader cache ($VKGRAPH_CACHE) for it."""
+    monkeypatch.setenv("VKGRAPH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "k" / "main.comp"
+    path.parent.mkdir()
+    path.write_text(KERNEL)
+    return path
+
+
+def fake_compiler(tmp_path, monkeypatch, keep_bytes: int) -> None:
+    """glslangValidator as it behaves on a full disk: exit 0 with the output file holding
+    only its first `keep_bytes` bytes."""
+    from vkgraph.pipeline.vk import compile as C
+
+    exe, env = C.glslang()
+    script = tmp_path / "glslang-full-disk"
+    script.write_text(f"""#!/bin/sh
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+"{exe}" "$@" || exit $?
+[ -n "$out" ] && head -c {keep_bytes} "$out" > "$out.cut" && mv "$out.cut" "$out"
+exit 0
+""")
+    script.chmod(0o755)
+    monkeypatch.setattr(C, "glslang", lambda: (str(script), env))
+
+
+@pytest.mark.parametrize("keep_bytes", [0, 20, 101])
+def test_full_disk_never_enters_the_shader_cache(kernel, tmp_path, monkeypatch, keep_bytes):
+    from vkgraph.pipeline.vk import ShaderCompileError, compile_glsl
+    from vkgraph.pipeline.vk.compile import cache_dir, spirv_complete
+
+    fake_compiler(tmp_path, monkeypatch, keep_bytes)
+    with pytest.raises(ShaderCompileError, match="is damaged.*disk full"):
+        compile_glsl(kernel)
+    assert list(cache_dir().iterdir()) == []  # nothing committed, no temp file left
+    monkeypatch.undo()  # space freed: the real compiler, the same cache
+    monkeypatch.setenv("VKGRAPH_CACHE", str(tmp_path / "cache"))
+    assert spirv_complete(compile_glsl(kernel))
+
+
+@pytest.mark.parametrize("cut", [0, 4, 37, -4])
+def test_damaged_cached_binary_is_compiled_again(kernel, caplog, cut):
+    from vkgraph.pipeline.vk import compile_glsl
+    from vkgraph.pipeline.vk.compile import cache_dir
+
+    good = compile_glsl(kernel)
+    (cached,) = cache_dir().glob("*.spv")
+    cached.write_bytes(good[:cut])
+    assert compile_glsl(kernel) == good
+    assert cached.read_bytes() == good
+    assert "damaged" in caplog.text and str(cached) in caplog.text
+
+
+@pytest.mark.parametrize("how", ["file", "read-only"])
+def test_unwritable_shader_cache_is_a_warning(kernel, tmp_path, monkeypatch, caplog, how):
+    import os
+
+    from vkgraph.pipeline.vk import compile_glsl
+    from vkgraph.pipeline.vk.compile import cache_dir, spirv_complete
+
+    if how == "file":  # $VKGRAPH_CACHE below a plain file: it cannot be made
+        (tmp_path / "plain").write_text("x")
+        root = tmp_path / "plain" / "cache"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        root = tmp_path / "ro"
+        root.mkdir(mode=0o500)
+    monkeypatch.setenv("VKGRAPH_CACHE", str(root))
+    assert spirv_complete(compile_glsl(kernel))
+    assert str(root) not in str(cache_dir())
+    warnings = [r for r in caplog.records if "shader cache" in r.getMessage()]
+    assert len(warnings) == 1 and "VKGRAPH_CACHE" in warnings[0].getMessage()
