@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from vkgraph.pipeline.errors import GraphError, VkgraphError, clip
+from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable, shorten
 from vkgraph.pipeline.module import INT32
 
 log = logging.getLogger("vkgraph")
@@ -185,8 +185,11 @@ def graph_path(name: str) -> Path:
     """A graph file: the path as given, else (a bare file name) one of the shipped graphs,
     so an installed vkgraph runs `vkgraph cli -g train-kpn.cfg` from any folder."""
     path = Path(name)
-    if path.exists():
-        return path
+    try:
+        if path.exists():
+            return path
+    except OSError as e:  # a name past NAME_MAX or PATH_MAX
+        raise GraphError(f"cannot read graph file: {e.strerror}", where=str(path)) from None
     from vkgraph import DATA
 
     shipped = DATA / "graphs" / path
@@ -474,6 +477,9 @@ def cmd_modules(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot show is escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     debug = os.environ.get("VKGRAPH_DEBUG", "") not in ("", "0")
     try:
@@ -528,11 +534,18 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
+    except OSError as e:  # the machine refused a file operation we did not expect to fail
+        if debug:
+            raise
+        name = f"{e.filename}: " if e.filename is not None else ""
+        print(f"vkgraph: error: {shorten(printable(name + (e.strerror or str(e))))}",
+              file=sys.stderr)
+        return 1
     except Exception as e:  # noqa: BLE001 - a bug of ours: one line, not a wall of text
         if debug:
             raise
-        print(f"vkgraph: internal error: {type(e).__name__}: {e} (set VKGRAPH_DEBUG=1 for "
-              "the traceback and please report it)", file=sys.stderr)
+        print(f"vkgraph: internal error: {shorten(printable(f'{type(e).__name__}: {e}'))} (set "
+              "VKGRAPH_DEBUG=1 for the traceback and please report it)", file=sys.stderr)
         return 1
 
 

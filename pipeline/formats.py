@@ -174,6 +174,13 @@ def _write_error(path: Path, e: OSError) -> Exception:
     return RuntimeFailure(f"cannot write file: {e.strerror or e}", where=str(path))
 
 
+def temp_name(path: Path) -> Path:
+    """A fresh name for a temp file beside `path`: `.<start of its name>.<pid>.<hex>.tmp`,
+    at most about 150 bytes whatever the target's length (a target of 255 bytes, NAME_MAX,
+    still gets its temp file)."""
+    return path.parent / f".{path.name[:32]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
 def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
                  where_in: str = "pixel") -> None:
     """Write `data` (bytes, or an iterable of bytes-like parts written in order) to `path`
@@ -199,7 +206,7 @@ def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
     except OSError:
         mode = None
     while True:
-        tmp = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp = temp_name(path)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break

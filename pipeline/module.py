@@ -81,11 +81,21 @@ PROTECTED = 16
 OPTIONAL = 1024  # a node input that may stay unconnected: it reads a zero buffer
 
 
+def as_bytes(text: str) -> bytes:
+    """A name or string value as the bytes it stands for: a file name from a command line that
+    is not UTF-8 (`bad\\xff.pfm`) holds the surrogate escapes that plain `encode()` refuses;
+    any other lone surrogate becomes '?'."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
 def check_name(token: str, what: str, where: str | None = None) -> str:
     """vkdt names are tokens of at most 8 bytes; we reject longer ones instead of truncating."""
     if not token:
         raise GraphError(f"empty {what} name", where=where)
-    if len(token.encode()) > MAX_NAME:
+    if len(as_bytes(token)) > MAX_NAME:
         raise GraphError(f"{what} name '{clip(token, 40)}' is longer than {MAX_NAME} characters",
                          where=where)
     return token
@@ -175,7 +185,7 @@ class Param:
         """Values from the cfg fields after the param name (vkdt: missing numbers are 0)."""
         if self.type == "string":
             text = ":".join(fields)
-            if len(text.encode()) >= self.count:
+            if len(as_bytes(text)) >= self.count:
                 raise GraphError(f"string for param '{self.name}' is longer than "
                                  f"{self.count - 1} bytes", where=where)
             return text
@@ -232,7 +242,7 @@ class Param:
             raise GraphError(f"param '{self.name}' of {owner} is {shown}, {why}", where=where)
 
     def _allowed(self, value) -> bool:
-        if self.type == "string" and len(value.encode()) >= self.count:
+        if self.type == "string" and len(as_bytes(value)) >= self.count:
             return False
         if self.type == "string" and self.name == FILE_PARAM and not value:
             return False
@@ -502,7 +512,7 @@ class ModuleInstance:
         for p in self.cls.params:
             v = self.values[p.name]
             if p.type == "string":
-                raw = v.encode()[: p.count - 1]
+                raw = as_bytes(v)[: p.count - 1]
                 out += raw + b"\0" * (p.nbytes() - len(raw))
             elif p.type == "float":
                 out += struct.pack(f"<{p.count}f", *v)

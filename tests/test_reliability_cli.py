@@ -6,6 +6,7 @@ case ends in one line on stderr and the documented exit status (0 ok, 1 runtime 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -40,7 +41,6 @@ def no_loader(tmp_path):
     fake = tmp_path / "fakevk" / "vulkan"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise OSError("Cannot find Vulkan SDK version")\n')
-    import os
 
     env = dict(os.environ)
     env["PYTHONPATH"] = str(fake.parent)
@@ -126,7 +126,6 @@ def test_damaged_cached_binary_is_compiled_again(kernel, caplog, cut):
 
 @pytest.mark.parametrize("how", ["file", "read-only"])
 def test_unwritable_shader_cache_is_a_warning(kernel, tmp_path, monkeypatch, caplog, how):
-    import os
 
     from vkgraph.pipeline.vk import compile_glsl
     from vkgraph.pipeline.vk.compile import cache_dir, spirv_complete
@@ -144,3 +143,59 @@ def test_unwritable_shader_cache_is_a_warning(kernel, tmp_path, monkeypatch, cap
     assert str(root) not in str(cache_dir())
     warnings = [r for r in caplog.records if "shader cache" in r.getMessage()]
     assert len(warnings) == 1 and "VKGRAPH_CACHE" in warnings[0].getMessage()
+
+
+# -- long and non-UTF-8 names -------------------------------------------------------------
+
+def copy_graph(folder: Path, out: str) -> Path:
+    """A graph reading x.pfm and writing `out`.pfm, in `folder`."""
+    import numpy as np
+
+    from vkgraph.pipeline.formats import write_pfm
+
+    write_pfm(folder / "x.pfm", np.full((4, 4, 3), 0.25, np.float32))
+    cfg = folder / "copy.cfg"
+    cfg.write_bytes(b"module:i-pfm:main\nmodule:o-pfm:out\n"
+                    b"connect:i-pfm:main:output:o-pfm:out:input\n"
+                    b"param:i-pfm:main:filename:x.pfm\nparam:o-pfm:out:filename:"
+                    + os.fsencode(out) + b"\n")
+    return cfg
+
+
+@pytest.mark.parametrize("length", [233, 251])
+def test_output_name_up_to_name_max_is_written(tmp_path, length):
+    from conftest import vkgraph
+
+    name = "n" * length  # + ".pfm": up to 255 bytes, the longest a file name may be
+    copy_graph(tmp_path, name)
+    rc, out, err = vkgraph(tmp_path, "-g", "copy.cfg", quiet=True)
+    assert rc == 0, err
+    assert (tmp_path / f"{name}.pfm").stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_non_utf8_name_with_an_ascii_terminal(tmp_path):
+    copy_graph(tmp_path, "out")
+    env = dict(os.environ, PYTHONIOENCODING="ascii", LC_ALL="C")
+    res = run_vkgraph("-q", "cli", "-g", "copy.cfg", "--config",
+                      "param:o-pfm:out:filename:" + os.fsdecode(b"bad\xff"), cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / b"bad\xff.pfm".decode(errors="surrogateescape")).is_file()
+    missing = os.fsdecode(b"gone\xff.cfg")
+    line = one_line(run_vkgraph("cli", "-g", missing, cwd=tmp_path, env=env), 2)
+    assert "gone\\udcff.cfg: no such graph file" in line
+
+
+@pytest.mark.parametrize("name", ["a/" * 3000 + "x.cfg", "a" * 300 + ".cfg"])
+def test_graph_name_past_path_max_is_a_usage_error(tmp_path, name):
+    line = one_line(run_vkgraph("cli", "-g", name, cwd=tmp_path), 2)
+    assert "File name too long" in line and len(line) < 400
+
+
+def test_clip_keeps_the_end_of_a_long_name():
+    from vkgraph.pipeline.errors import GraphError
+
+    name = "d" * 500 + "/tail.pfm"
+    line = GraphError(f"'{name}': cannot write file: Permission denied").line()
+    assert line.endswith("tail.pfm': cannot write file: Permission denied")
+    assert "more characters" in line and len(line) < 300

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import re
-import secrets
 import shutil
 import struct
 import subprocess
@@ -26,7 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import RuntimeFailure
-from ..formats import atomic_write
+from ..formats import atomic_write, temp_name
 
 TARGET_ENV = "vulkan1.3"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -163,7 +162,7 @@ def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
         log.warning("shader cache: %s is damaged (%d bytes, not a whole SPIR-V module); "
                     "compiling it again", out, len(spirv))
     exe, env = glslang()
-    tmp = out.with_name(f".vkg-{secrets.token_hex(6)}.tmp")
+    tmp = temp_name(out)
     cmd = [exe, "-V", "--target-env", TARGET_ENV, "-S", "comp", "-o", str(tmp)]
     cmd += [f"-I{d}" for d in incs]
     cmd += [f"-D{k}={v}" for k, v in defines.items()]
