@@ -199,3 +199,68 @@ def test_clip_keeps_the_end_of_a_long_name():
     line = GraphError(f"'{name}': cannot write file: Permission denied").line()
     assert line.endswith("tail.pfm': cannot write file: Permission denied")
     assert "more characters" in line and len(line) < 300
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    """`vkgraph ARGS` in this process: (exit status, stdout, stderr)."""
+    from vkgraph.cli.main import main
+
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def single(rc_out_err, rc: int) -> str:
+    got, out, err = rc_out_err
+    lines = err.strip().splitlines()
+    assert got == rc, f"exit {got}\n{out}\n{err}"
+    assert len(lines) == 1 and "internal error" not in lines[0], err
+    return lines[0]
+
+
+# -- denoise: weights, --levels and --noise checked once, up front ------------------------
+
+@pytest.fixture
+def photos(tmp_path):
+    """Three small inputs and variants of the shipped weights."""
+    import numpy as np
+
+    from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
+
+    for i in range(3):
+        write_pfm(tmp_path / f"in{i}.pfm", np.full((8, 8, 3), 0.3, np.float32))
+    data, _, text = read_lut(ROOT / "graphs" / "weights" / "kpn-photo.lut")
+    assert "4 pyramid levels" in text
+    write_lut(tmp_path / "small.lut", np.zeros((4, 4, 1), np.float16), 1, "f16", 4, 4)
+    write_lut(tmp_path / "lev99.lut", data, 1, "f16", 64, 448,
+              text=text.replace("4 pyramid levels", "99 pyramid levels"))
+    write_lut(tmp_path / "lev6.lut", data, 1, "f16", 64, 448,
+              text=text.replace("4 pyramid levels", "6 pyramid levels"))
+    bad = data.copy()
+    bad[3, 5, 0] = np.inf
+    write_lut(tmp_path / "inf.lut", bad, 1, "f16", 64, 448, text=text)
+    (tmp_path / "folder.lut").mkdir()
+    os.mkfifo(tmp_path / "fifo.lut")
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (("--weights", "small.lut"), "small.lut: holds 4x4x1 elements; kpn needs kpn-t's"),
+    (("--weights", "lev99.lut"), "the .lut's text says 99 pyramid levels"),
+    (("--weights", "lev6.lut", "--levels", "3"), "trained with 6 pyramid levels"),
+    (("--weights", "inf.lut"), "expected finite values, found inf at x=5 y=3"),
+    (("--weights", "folder.lut"), "it is a folder, not a regular file"),
+    (("--weights", "fifo.lut"), "it is a device, pipe or socket"),
+    (("--weights", "none.lut"), "weights 'none.lut' do not exist"),
+    (("--noise", "1", "1e300"), "--noise: param 'noise b' of kpn is 1e+300, beyond"),
+])
+def test_denoise_refuses_bad_weights_once(photos, capsys, monkeypatch, extra, needle):
+    from vkgraph.cli import denoise
+
+    monkeypatch.chdir(photos)
+    opened = []
+    monkeypatch.setattr(denoise, "run_here", lambda *a: opened.append(a) or (0, 3))
+    line = single(run_main(capsys, "denoise", "in0.pfm", "in1.pfm", "in2.pfm", "--outdir",
+                           "out", *extra), 2)
+    assert needle in line
+    assert opened == [] and not (photos / "out").exists()  # no device, no input decoded
