@@ -454,13 +454,20 @@ def cmd_modules(args) -> int:
     from vkgraph.pipeline.registry import Registry
 
     reg = Registry()
-    if not args.name:
+    if not args.name:  # a broken module is reported and the others still listed
+        broken = []
         for name in reg.names():
-            cls = reg.get(name)
+            try:
+                cls = reg.get(name)
+            except VkgraphError as e:
+                broken.append(e.line())
+                continue
             first = next((ln.lstrip("# ").strip() for ln in cls.readme().splitlines()
                           if ln.strip() and not ln.startswith("#")), "")
             print(f"{name:10s} {first[:88]}")
-        return 0
+        for line in broken:
+            print(f"vkgraph: error: {line}", file=sys.stderr)
+        return 2 if broken else 0
     cls = reg.get(args.name, where="modules")
     print(f"module {cls.name} ({cls.folder})\n\nconnectors:")
     for i, c in enumerate(cls.connectors):

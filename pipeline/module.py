@@ -16,8 +16,10 @@ A module class is declared in vkdt's line syntax:
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +27,7 @@ from types import ModuleType
 import numpy as np
 
 from . import loader
-from .errors import GraphError, clip, closest
+from .errors import GraphError, RuntimeFailure, clip, closest
 
 MAX_NAME = 8
 CONNECTOR_TYPES = ("read", "write", "source", "sink", "modify")
@@ -348,6 +350,42 @@ def parse_range_line(line: str, params: dict[str, Param], where: str) -> None:
         raise GraphError(f"the default of {e.message}", where=where) from None
 
 
+PACKAGE = Path(__file__).resolve().parent.parent  # the shipped modules are ours
+
+
+class ModuleHookError(RuntimeFailure):
+    pass
+
+
+def _guarded(cls: ModuleClass, name: str, fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (GraphError, RuntimeFailure):
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code failed
+            raise ModuleHookError(f"module '{cls.name}' hook '{name}' failed: {described(e)}",
+                                  where=last_frame_in(cls.folder, e)) from e
+    return call
+
+
+def described(e: BaseException) -> str:
+    """An exception of the user's code in a few words."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
+    return f"{type(e).__name__}: {e}"
+
+
+def last_frame_in(folder: Path, e: BaseException) -> str:
+    """`file:line` of the last frame of `e`'s traceback in a file of `folder` (the user's own
+    code), else `folder`."""
+    folder = folder.resolve()
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if Path(f.filename).resolve().is_relative_to(folder)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(folder)
+
+
 class ModuleClass:
     """What a folder in modules/ declares: connectors, params, hooks, readme."""
 
@@ -401,10 +439,16 @@ class ModuleClass:
         return frozenset(names)
 
     def hook(self, name: str):
-        """The module's function for hook `name` (one of HOOKS), or None."""
+        """The module's function for hook `name` (one of HOOKS), or None. A user's module
+        (not shipped with vkgraph) gets its hook guarded: an exception other than our
+        errors, or sys.exit(), is a RuntimeFailure naming the module, the hook and the last
+        line of the module's own code it passed, not an internal error of vkgraph."""
         if name not in HOOKS:
             raise KeyError(f"'{name}' is not a module hook (pipeline/module.py: HOOKS)")
-        return getattr(self.hooks, name, None) if self.hooks else None
+        fn = getattr(self.hooks, name, None) if self.hooks else None
+        if fn is None or self.folder.resolve().is_relative_to(PACKAGE):
+            return fn
+        return _guarded(self, name, fn)
 
     def readme(self) -> str:
         path = self.folder / "README.md"

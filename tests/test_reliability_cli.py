@@ -264,3 +264,57 @@ def test_denoise_refuses_bad_weights_once(photos, capsys, monkeypatch, extra, ne
                            "out", *extra), 2)
     assert needle in line
     assert opened == [] and not (photos / "out").exists()  # no device, no input decoded
+
+
+# -- user modules -------------------------------------------------------------------------
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A user module folder `mods/` with the working module `bright` of test_wheel, its
+    graph g.cfg and input; the test breaks the module as it likes."""
+    from test_wheel import USER_GRAPH, image, write_user_module
+
+    from vkgraph.pipeline.formats import write_pfm
+
+    write_user_module(tmp_path / "mods")
+    write_pfm(tmp_path / "in.pfm", image()[..., :3])
+    (tmp_path / "g.cfg").write_text(USER_GRAPH)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "mods"
+
+
+def test_a_user_hook_that_raises_names_module_hook_and_line(user_module, capsys):
+    (user_module / "bright" / "module.py").write_text(
+        "def helper(x):\n    return 1 / x\n\n\ndef modify_roi_out(graph, module):\n"
+        "    helper(0)\n")
+    line = single(run_main(capsys, "-q", "--modules", "mods", "cli", "-g", "g.cfg"), 1)
+    assert "module 'bright' hook 'modify_roi_out' failed: ZeroDivisionError" in line
+    assert f"{user_module.resolve()}/bright/module.py:2:" in line
+
+
+@pytest.mark.parametrize("where", ["import", "hook"])
+def test_sys_exit_in_a_user_module_is_an_error(user_module, capsys, where):
+    code = ("import sys\nsys.exit(0)\n" if where == "import" else
+            "import sys\n\n\ndef create_nodes(graph, module):\n    sys.exit(0)\n")
+    (user_module / "bright" / "module.py").write_text(code)
+    line = single(run_main(capsys, "-q", "--modules", "mods", "cli", "-g", "g.cfg"),
+                  2 if where == "import" else 1)
+    assert "module 'bright'" in line and "it called sys.exit(0)" in line
+    assert not (user_module.parent / "out.pfm").exists()
+
+
+def test_a_missing_user_kernel_names_every_folder_searched(user_module, capsys):
+    (user_module / "shaders" / "bright" / "main.comp").unlink()
+    line = single(run_main(capsys, "-q", "--modules", "mods", "cli", "-g", "g.cfg"), 2)
+    assert "kernel bright/main.comp not found" in line
+    for folder in ("mods/bright", "mods/shaders/bright", str(ROOT / "shaders" / "bright")):
+        assert folder in line
+
+
+def test_a_broken_user_module_leaves_the_others_listed(user_module, capsys):
+    (user_module / "bright" / "params").write_text("gain:floot:1:2\n")
+    rc, out, err = run_main(capsys, "--modules", "mods", "modules")
+    assert rc == 2
+    listed = [ln.split()[0] for ln in out.splitlines()]
+    assert "kpn-t" in listed and "i-pfm" in listed and "bright" not in listed
+    assert err.count("\n") == 1 and "bright/params:1: param type 'floot'" in err
