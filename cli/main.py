@@ -48,15 +48,22 @@ def integer(lo: int, hi: int = INT32[1]):
     return parse
 
 
-def positive(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got '{clip(text, 40)}'")
-    return value
+def number(lo: float, hi: float):
+    """An argparse type: a finite number in lo..hi."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"expected a number {lo:g}..{hi:g}, got "
+                                             f"'{clip(text, 40)}'")
+        return value
+    return parse
+
+
+# gradcheck's smallest step: below it a weight near 1 does not change in fp32 (ulp 6e-8)
+EPS_MIN = 1e-7
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -71,8 +78,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="unknown cfg commands, modules and params are warnings, not errors")
     p.add_argument("--profile", action="store_true",
                    help="print per-node GPU times of the last frame")
-    p.add_argument("--config", nargs=argparse.REMAINDER, default=[], metavar="LINE",
-                   help="extra cfg lines, applied last (all remaining arguments)")
+    p.add_argument("--config", nargs="*", action="extend", default=[], metavar="LINE",
+                   help="extra cfg lines, applied last (the arguments up to the next option; "
+                   "repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,9 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--count", type=integer(1), default=64, metavar="N",
                    help="weights to check (seeded sample, stratified by layer)")
     d.add_argument("--all", action="store_true", help="check every used weight")
-    d.add_argument("--eps", type=positive, default=None, metavar="H",
-                   help="finite-difference step (> 0)")
-    d.add_argument("--seed", type=int, default=1, help="seed of the weight sample")
+    d.add_argument("--eps", type=number(EPS_MIN, 1.0), default=None, metavar="H",
+                   help=f"finite-difference step ({EPS_MIN:g}..1; default 1e-5)")
+    d.add_argument("--seed", type=integer(0), default=1, metavar="N",
+                   help="seed of the weight sample (an integer >= 0)")
     d.add_argument("--plain", action="store_true",
                    help="difference the plain fp32 forward instead of the double-float one "
                         "(shows fp32 rounding noise)")
@@ -155,8 +164,12 @@ def output_slots(argv: list[str]) -> list[dict]:
     slots, cur = [], {}
     it = iter(argv)
     for a in it:
-        if a == "--config":
-            break
+        if a == "--config":  # its cfg lines run up to the next option
+            a = next(it, None)
+            while a is not None and not a.startswith("-"):
+                a = next(it, None)
+            if a is None:
+                break
         if a in ("--format", "--filename", "--output"):
             val = next(it, None)
             if a == "--output":
@@ -501,8 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         registry.USER_DIRS[:] = [Path(d).expanduser() for d in args.modules]
         for d in registry.user_dirs():
             if not d.is_dir():
-                raise UsageError(f"module folder '{clip(str(d), 200)}' does not exist "
-                                 f"(--modules or ${registry.ENV})")
+                from vkgraph.pipeline.formats import path_kind
+
+                kind = path_kind(d)
+                raise UsageError(f"module folder '{clip(printable(str(d)), 200)}' "
+                                 + (f"is {kind}, not a folder" if kind else "does not exist")
+                                 + f" (--modules or ${registry.ENV})")
         if args.command is None:
             parser.print_help()
             return 2

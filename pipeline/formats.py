@@ -34,8 +34,10 @@ import os
 import secrets
 import stat
 import struct
+import warnings
 import zlib
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,22 @@ READ_MAX = 4 << 30
 _CHUNK = 16 << 20  # bytes per read(): between two, Python handles a signal (Ctrl-C)
 
 
+def mode_kind(mode: int) -> str:
+    """What a file of st_mode `mode` is, in words."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+
+
+def path_kind(path: PathLike) -> str | None:
+    """What is at `path` (mode_kind's words), or None where nothing is or it cannot be
+    looked at."""
+    try:
+        return mode_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
 def open_regular(path: PathLike, what: str = "file"):
     """(open binary file, its size) for a regular file. A folder, device (/dev/zero) or
     pipe would be read without end or fail obscurely, so it is the user's bad path, as is a
@@ -72,8 +90,8 @@ def open_regular(path: PathLike, what: str = "file"):
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
-        raise _fail(path, None, f"cannot read {what}: it is {kind}, not a regular file")
+        raise _fail(path, None, f"cannot read {what}: it is {mode_kind(st.st_mode)}, not a "
+                    "regular file")
     return os.fdopen(fd, "rb"), st.st_size
 
 
@@ -851,15 +869,28 @@ def _png16_colour(path: PathLike, raw: bytes) -> np.ndarray | None:
     planes = []
     for order in ("B", "L"):
         try:
-            im = Image.open(io.BytesIO(raw))
-            tile = im.tile[0]
-            args = tile.args if isinstance(tile.args, str) else tile.args[0]
-            im.tile = [tile._replace(args=args.replace(";16B", ";16" + order))]
-            im.load()
+            with _pillow_quiet():
+                im = Image.open(io.BytesIO(raw))
+                tile = im.tile[0]
+                args = tile.args if isinstance(tile.args, str) else tile.args[0]
+                im.tile = [tile._replace(args=args.replace(";16B", ";16" + order))]
+                im.load()
         except Exception as e:  # any decoder failure is a bad file
             raise _fail(path, None, f"cannot decode PNG image: {_reason(e)}") from None
         planes.append(np.asarray(im, dtype=np.uint16))
     return planes[0] * 256 + planes[1]
+
+
+@contextmanager
+def _pillow_quiet():
+    """Pillow's DecompressionBombWarning silenced: vkgraph checks an image's size against
+    READ_MAX before decoding it (_check_png_size) and Pillow's own error still stops twice
+    its limit, so the warning would only print a Python warning on the user's terminal."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
 
 
 def _reason(e: BaseException) -> str:
@@ -889,7 +920,8 @@ def _decode_imageio(path: PathLike, raw: bytes) -> np.ndarray:
     import imageio.v3 as iio
 
     try:
-        image = iio.imread(raw, plugin="pillow")
+        with _pillow_quiet():
+            image = iio.imread(raw, plugin="pillow")
     except Exception as e:  # imageio raises many kinds for a bad file
         raise _fail(path, None, f"cannot decode image: {_reason(e)}") from None
     if image.ndim == 4:  # animations: the first frame

@@ -318,3 +318,110 @@ def test_a_broken_user_module_leaves_the_others_listed(user_module, capsys):
     listed = [ln.split()[0] for ln in out.splitlines()]
     assert "kpn-t" in listed and "i-pfm" in listed and "bright" not in listed
     assert err.count("\n") == 1 and "bright/params:1: param type 'floot'" in err
+
+
+# -- small ones ---------------------------------------------------------------------------
+
+def png16(rgb) -> bytes:
+    """A 16-bit rgb PNG of a (h, w, 3) big-endian uint16 array."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    ht, wd = rgb.shape[:2]
+    rows = b"".join(b"\0" + row.tobytes() for row in rgb)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", wd, ht, 16, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_pillow_bomb_warning_is_not_printed(tmp_path, monkeypatch):
+    """An image over Pillow's warning size (but under vkgraph's own READ_MAX) decodes
+    without a Python warning on stderr."""
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    from vkgraph.pipeline.formats import read_image, write_png
+
+    img = np.linspace(0, 1, 12 * 12 * 3, dtype=np.float32).reshape(12, 12, 3)
+    write_png(tmp_path / "a.png", img)
+    (tmp_path / "c16.png").write_bytes(png16((img * 65535).astype(">u2")))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 144 pixels: warned, not refused
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_image(tmp_path / "a.png").shape == (12, 12, 4)
+        assert read_image(tmp_path / "c16.png").shape == (12, 12, 4)
+
+
+def test_noise_of_huge_values_warns_nothing():
+    import warnings
+
+    import numpy as np
+
+    from vkgraph.pipeline.noise import estimate_noise
+
+    img = np.full((40, 40, 3), 3e38, np.float32)
+    img[::3] = -3e38
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a, b = estimate_noise(img)
+    assert np.isfinite(a) and np.isfinite(b)
+
+
+def test_module_folder_that_is_not_a_folder_says_what_it_is(tmp_path, capsys):
+    (tmp_path / "plain").write_text("x")
+    os.mkfifo(tmp_path / "pipe")
+    for name, kind in (("plain", "is a regular file, not a folder"),
+                       ("pipe", "is a device, pipe or socket, not a folder"),
+                       ("none", "does not exist")):
+        line = single(run_main(capsys, "--modules", str(tmp_path / name), "modules"), 2)
+        assert f"module folder '{tmp_path / name}' {kind}" in line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--eps", "1e-300"), "argument --eps: expected a number 1e-07..1, got '1e-300'"),
+    (("--eps", "nan"), "argument --eps: expected a number"),
+    (("--seed", "-5"), "argument --seed: expected an integer 0.."),
+])
+def test_gradcheck_bad_eps_and_seed_are_usage_errors(capsys, args, needle):
+    line = single(run_main(capsys, "gradcheck", "-g", "fit-poly.cfg", *args), 2)
+    assert needle in line
+
+
+def test_gradcheck_step_that_moves_no_weight_is_refused(monkeypatch):
+    """A step that a large weight does not feel in fp32 is an error, not a division by 0."""
+    import numpy as np
+
+    from vkgraph.cli.gradcheck import run_differences
+    from vkgraph.pipeline.errors import GraphError
+
+    class Probe:
+        def set(self, j, value):
+            pass
+
+        def forward_loss(self):
+            return 1.0
+
+    with pytest.raises(GraphError, match="does not change weight 0"):
+        run_differences(Probe(), np.array([1000.0], np.float32), np.array([0]), 1e-5, 0.0)
+
+
+def test_flags_after_config_are_taken(tmp_path, monkeypatch, capsys):
+    from vkgraph.cli.main import build_parser, output_slots
+
+    argv = ["cli", "-g", "x.cfg", "--config", "frames:2", "param:a:b:c:1",
+            "--last-frame-only", "--format", "o-pfm", "--config", "frames:3"]
+    args = build_parser().parse_args(argv)
+    assert args.config == ["frames:2", "param:a:b:c:1", "frames:3"]
+    assert args.last_frame_only
+    assert output_slots(argv) == [{"format": "o-pfm", "inst": "main"}]
+    copy_graph(tmp_path, "unused")
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run_main(capsys, "-q", "cli", "-g", "copy.cfg", "--config", "frames:2",
+                            "param:o-pfm:out:filename:late", "--last-frame-only")
+    assert rc == 0, err
+    assert (tmp_path / "late.pfm").is_file()
