@@ -425,3 +425,100 @@ def test_flags_after_config_are_taken(tmp_path, monkeypatch, capsys):
                             "param:o-pfm:out:filename:late", "--last-frame-only")
     assert rc == 0, err
     assert (tmp_path / "late.pfm").is_file()
+
+
+# -- sweep --------------------------------------------------------------------------------
+
+def test_sweep_frames_beyond_a_glsl_int_are_refused_up_front():
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.sweep import Space
+
+    cfg = ROOT / "graphs" / "train-kpn.cfg"
+    Space.parse({"frames": 2147483647}).check(cfg)
+    for frames in (1e12, {"grid": [10, 2147483648]}, {"choice": [0, 5]}):
+        with pytest.raises(GraphError, match=r"frames must be 1\.\.2147483647"):
+            Space.parse({"frames": frames}).check(cfg)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_sweep_space_nested_too_deeply_is_one_error(tmp_path, suffix):
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.sweep import Space
+
+    if suffix == ".yaml":
+        pytest.importorskip("yaml")
+    path = tmp_path / f"deep{suffix}"
+    path.write_text('{"frames": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(GraphError, match="nested too deeply"):
+        Space.load(path)
+
+
+def test_sweep_on_an_unreachable_cluster_is_one_line_soon(tmp_path, capsys, monkeypatch):
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    from vkgraph.pipeline import distributed
+
+    space = tmp_path / "s.json"
+    space.write_text('{"param:kpn-t:01:alpha": 0.001}')
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ("sweep", "-g", "train-kpn.cfg", "--space", str(space), "--out", str(tmp_path / "o"))
+    t0 = time.monotonic()
+    line = single(run_main(capsys, *args, "--ray", f"127.0.0.1:{port}"), 1)
+    assert f"cannot connect to the Ray cluster at '127.0.0.1:{port}'" in line
+    assert time.monotonic() - t0 < 30
+
+    def silent(*a, **k):  # a host that never answers
+        raise TimeoutError
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    line = single(run_main(capsys, *args, "--ray", "ray://198.51.100.7:10001"), 1)
+    assert "no answer within 10 s" in line
+    assert not distributed.import_ray().is_initialized()
+
+
+def test_sweep_stops_on_sigterm_with_its_table_and_quietly(tmp_path):
+    """A failed trial and then SIGTERM during the next one: exit 130, the table of both
+    written, and on stderr only vkgraph's own lines (no traceback, no Ray notices)."""
+    import csv
+    import json
+    import signal
+    import time
+
+    import numpy as np
+    from conftest import TINY_KPN_LINES
+
+    from vkgraph.pipeline.formats import write_pfm
+
+    pytest.importorskip("ray")
+    write_pfm(tmp_path / "x.pfm", np.random.default_rng(9).random((32, 32, 3)).astype(np.float32))
+    (tmp_path / "t.cfg").write_text("frames:6\n" + TINY_KPN_LINES + "\n")
+    (tmp_path / "s.json").write_text(json.dumps({
+        "frames": 100000,
+        "param:i-pfm:main:filename": {"grid": ["nothere.pfm", str(tmp_path / "x.pfm")]}}))
+    proc = subprocess.Popen([*VKGRAPH, "sweep", "-g", "t.cfg", "--space", "s.json",
+                             "--num-cpus", "1", "--out", "o"], cwd=tmp_path, text=True,
+                            env=vkgraph_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = []
+    try:
+        for ln in proc.stderr:
+            lines.append(ln)
+            if "[1/2] t00000 failed" in ln:
+                break
+        time.sleep(3)  # t00001 trains
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(lines) + err
+    assert proc.returncode == 130, err
+    assert all(ln.startswith(("sweep: ", "vkgraph: ")) for ln in err.splitlines()), err
+    assert "trial t00000 failed: GraphError:" in err and "nothere.pfm" in err
+    with open(tmp_path / "o" / "sweep.csv", newline="") as f:
+        status = {r["trial"]: r["status"] for r in csv.DictReader(f)}
+    assert status["t00000"] == "error" and status["t00001"] in ("not run", "stopped")
