@@ -522,3 +522,14 @@ def test_sweep_stops_on_sigterm_with_its_table_and_quietly(tmp_path):
     with open(tmp_path / "o" / "sweep.csv", newline="") as f:
         status = {r["trial"]: r["status"] for r in csv.DictReader(f)}
     assert status["t00000"] == "error" and status["t00001"] in ("not run", "stopped")
+
+
+def test_names_an_ascii_terminal_cannot_show_are_escaped(tmp_path):
+    from test_wheel import write_user_module
+
+    write_user_module(tmp_path / "mods")
+    (tmp_path / "mods" / "bright" / "README.md").write_text("# bright\n\nGain × 2, naïve.\n")
+    env = dict(os.environ, PYTHONIOENCODING="ascii", LC_ALL="C")
+    res = run_vkgraph("--modules", "mods", "modules", cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "Gain \\xd7 2, na\\xefve." in res.stdout
