@@ -16,7 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_KPN_LINES, VKGRAPH, graph_from_lines, vkgraph, vkgraph_env
+from conftest import (
+    TINY_KPN_LINES,
+    VKGRAPH,
+    graph_from_lines,
+    sigterm_when_ready,
+    vkgraph,
+    vkgraph_env,
+)
 from test_kpn_gpu import kpn_graph
 
 from vkgraph.pipeline import formats as F
@@ -148,18 +155,15 @@ def test_sigterm_stops_a_running_cli(tmp_path):
                             cwd=tmp_path, env=vkgraph_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,
                             text=True)
-    try:
+
+    def first_checkpoint():
         t0 = time.monotonic()
         while not (tmp_path / "ck.npz").exists():
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() - t0 < 120, "no checkpoint after 120 s"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    out, err = sigterm_when_ready(proc, first_checkpoint)
     assert proc.returncode == 130, err
     assert "interrupted after frame" in err and "Traceback" not in err
     done = int(arrays(tmp_path / "ck.npz")["frame"])

@@ -485,11 +485,10 @@ def test_sweep_stops_on_sigterm_with_its_table_and_quietly(tmp_path):
     written, and on stderr only vkgraph's own lines (no traceback, no Ray notices)."""
     import csv
     import json
-    import signal
     import time
 
     import numpy as np
-    from conftest import TINY_KPN_LINES
+    from conftest import TINY_KPN_LINES, sigterm_when_ready
 
     from vkgraph.pipeline.formats import write_pfm
 
@@ -503,18 +502,15 @@ def test_sweep_stops_on_sigterm_with_its_table_and_quietly(tmp_path):
                              "--num-cpus", "1", "--out", "o"], cwd=tmp_path, text=True,
                             env=vkgraph_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines = []
-    try:
+
+    def second_trial_trains():
         for ln in proc.stderr:
             lines.append(ln)
             if "[1/2] t00000 failed" in ln:
                 break
-        time.sleep(3)  # t00001 trains
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        time.sleep(3)
+
+    out, err = sigterm_when_ready(proc, second_trial_trains)
     err = "".join(lines) + err
     assert proc.returncode == 130, err
     assert all(ln.startswith(("sweep: ", "vkgraph: ")) for ln in err.splitlines()), err
