@@ -711,7 +711,8 @@ def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
     from vkgraph.cli.main import main
     from vkgraph.pipeline import denoise
 
-    F.write_lut(tmp_path / "w.lut", np.zeros(64, np.float16), 1, "f16", 64, 1, ssbo=True)
+    F.write_lut(tmp_path / "w.lut", np.zeros(64 * 448, np.float16), 1, "f16", 64, 448,
+                ssbo=True)  # kpn-t's size: denoise checks the weights before any input
     F.write_png(tmp_path / "a.png", np.full((8, 8, 3), 0.5, np.float32))
     monkeypatch.setattr(denoise.Denoiser, "__call__",
                         lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))

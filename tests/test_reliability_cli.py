@@ -236,9 +236,10 @@ def photos(tmp_path):
               text=text.replace("4 pyramid levels", "99 pyramid levels"))
     write_lut(tmp_path / "lev6.lut", data, 1, "f16", 64, 448,
               text=text.replace("4 pyramid levels", "6 pyramid levels"))
-    bad = data.copy()
-    bad[3, 5, 0] = np.inf
-    write_lut(tmp_path / "inf.lut", bad, 1, "f16", 64, 448, text=text)
+    write_lut(tmp_path / "inf.lut", data, 1, "f16", 64, 448, text=text)
+    with open(tmp_path / "inf.lut", "r+b") as f:  # writers refuse Inf: poke it into the file
+        f.seek(16 + 2 * (3 * 64 + 5))
+        f.write(np.array([np.inf], "<f2").tobytes())
     (tmp_path / "folder.lut").mkdir()
     os.mkfifo(tmp_path / "fifo.lut")
     return tmp_path
