@@ -392,6 +392,7 @@ class ModuleClass:
     def __init__(self, name: str, folder: Path):
         self.name = check_name(name, "module", str(folder))
         self.folder = folder
+        self.shipped = Path(folder).resolve().is_relative_to(PACKAGE)  # vkgraph's own code
         conn_file = folder / "connectors"
         if not conn_file.exists():
             raise GraphError("module has no 'connectors' file", where=str(folder))
@@ -446,7 +447,7 @@ class ModuleClass:
         if name not in HOOKS:
             raise KeyError(f"'{name}' is not a module hook (pipeline/module.py: HOOKS)")
         fn = getattr(self.hooks, name, None) if self.hooks else None
-        if fn is None or self.folder.resolve().is_relative_to(PACKAGE):
+        if fn is None or self.shipped:
             return fn
         return _guarded(self, name, fn)
 

@@ -141,6 +141,11 @@ def _generated_dir(generated: dict) -> Path:
     return folder
 
 
+# (cache file, hash of its bytes) already found whole in this process: walking a module's
+# instructions costs about a millisecond, hashing it a few microseconds
+_COMPLETE: set[tuple[str, bytes]] = set()
+
+
 def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
                  defines: dict | None = None, generated: dict | None = None) -> bytes:
     """SPIR-V for a compute shader, from the cache or freshly compiled. `generated` maps
@@ -157,7 +162,9 @@ def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
     out = cache_dir() / f"{path.parent.name}-{path.stem}-{key}.spv"
     if out.exists():
         spirv = out.read_bytes()
-        if spirv_complete(spirv):
+        seen = (str(out), hashlib.sha256(spirv).digest())
+        if seen in _COMPLETE or spirv_complete(spirv):
+            _COMPLETE.add(seen)
             return spirv
         log.warning("shader cache: %s is damaged (%d bytes, not a whole SPIR-V module); "
                     "compiling it again", out, len(spirv))
