@@ -186,7 +186,6 @@ def cmd_sweep(args) -> int:
     started = False
     try:
         started = distributed.connect(args.ray or None, args.num_cpus, args.num_gpus)
-        sigterm_as_sigint()  # ray.init puts its own handler (sys.exit) in place
         gpus = distributed.cluster_gpus()
         resources = {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1}
         if args.scheduler == "asha":

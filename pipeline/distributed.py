@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
+import threading
 
 from .errors import GraphError, RuntimeFailure
 
@@ -50,6 +52,10 @@ def connect(address: str | None = None, num_cpus: int | None = None,
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
         logging.ERROR)
     opts = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # ray.init replaces the SIGTERM handler by sys.exit(); the caller's (a graceful stop:
+    # the sweep's table, denoise's current file) comes back after it
+    main = threading.current_thread() is threading.main_thread()
+    term = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address:
             if num_cpus is not None or num_gpus is not None:
@@ -65,6 +71,9 @@ def connect(address: str | None = None, num_cpus: int | None = None,
         where = f"the Ray cluster at '{address}'" if address else "a local Ray instance"
         raise RuntimeFailure(f"cannot connect to {where}: "
                              f"{' '.join(str(e).split())[:200]}") from None
+    finally:
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
     return True
 
 

@@ -481,6 +481,30 @@ def test_sweep_on_an_unreachable_cluster_is_one_line_soon(tmp_path, capsys, monk
     assert not distributed.import_ray().is_initialized()
 
 
+def test_joining_ray_keeps_the_callers_sigterm_handler(monkeypatch):
+    """ray.init puts sys.exit() on SIGTERM; sweep and denoise --ray stop gracefully on it."""
+    import signal
+    import sys
+
+    ray = pytest.importorskip("ray")
+    from vkgraph.pipeline import distributed
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: signal.signal(
+        signal.SIGTERM, lambda *a: sys.exit(15)))
+
+    def mine(signum, frame):
+        pass
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert distributed.connect(num_cpus=1) is True
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def test_sweep_stops_on_sigterm_with_its_table_and_quietly(tmp_path):
     """A failed trial and then SIGTERM during the next one: exit 130, the table of both
     written, and on stderr only vkgraph's own lines (no traceback, no Ray notices)."""
