@@ -175,10 +175,7 @@ def cmd_denoise(args) -> int:
             check_raw(p)
     check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else WEIGHTS
-    if not weights.is_file():
-        hint = "" if args.weights else (" (the shipped weights are missing from this "
-                                        "checkout; give --weights W.lut)")
-        raise GraphError(f"denoise: weights '{weights}' do not exist{hint}")
+    check_up_front(args, weights)
     if args.outdir is not None:
         try:
             Path(args.outdir).mkdir(parents=True, exist_ok=True)
@@ -200,6 +197,25 @@ def cmd_denoise(args) -> int:
         print(f"vkgraph: {failed} of {len(inputs)} files failed", file=sys.stderr)
         return 1
     return 0
+
+
+def check_up_front(args, weights: Path) -> None:
+    """The weights, --levels and --noise checked once, before any input is decoded: a bad
+    one is one line and exit 2, not the same error for every file."""
+    from vkgraph.pipeline.denoise import check_weights
+    from vkgraph.pipeline.registry import Registry
+
+    if not weights.exists() and not args.weights:
+        raise GraphError(f"denoise: weights '{weights}' do not exist (the shipped weights are "
+                         "missing from this checkout; give --weights W.lut)")
+    try:
+        check_weights(weights, args.levels)
+    except GraphError as e:
+        raise GraphError(f"denoise: {e.line()}") from None
+    if args.noise is not None:  # what kpn's params hold (a finite float32)
+        params = {p.name: p for p in Registry().get("kpn").params}
+        for name, value in zip(("noise a", "noise b"), args.noise, strict=True):
+            params[name].check([value], "kpn", where="denoise: --noise")
 
 
 def report(bar, src: Path, ok: bool, text: str) -> None:

@@ -195,6 +195,9 @@ def run_differences(probe: Probe, w0: np.ndarray, idx: np.ndarray, eps: float, n
         for h in (eps, eps / 2):
             # the weight buffer is fp32: divide by the step the weights actually took
             wp, wm = np.float32(w + h), np.float32(w - h)
+            if wp == wm:
+                raise GraphError(f"--eps {eps:g}: a step of {h:g} does not change weight {j} "
+                                 f"({float(w):g}) in fp32; use a larger --eps")
             probe.set(j, wp)
             ep = probe.forward_loss()
             probe.set(j, wm)

@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from vkgraph.pipeline.errors import GraphError, VkgraphError, clip
+from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable, shorten
 from vkgraph.pipeline.module import INT32
 
 log = logging.getLogger("vkgraph")
@@ -48,15 +48,22 @@ def integer(lo: int, hi: int = INT32[1]):
     return parse
 
 
-def positive(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got '{clip(text, 40)}'")
-    return value
+def number(lo: float, hi: float):
+    """An argparse type: a finite number in lo..hi."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"expected a number {lo:g}..{hi:g}, got "
+                                             f"'{clip(text, 40)}'")
+        return value
+    return parse
+
+
+# gradcheck's smallest step: below it a weight near 1 does not change in fp32 (ulp 6e-8)
+EPS_MIN = 1e-7
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -71,8 +78,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="unknown cfg commands, modules and params are warnings, not errors")
     p.add_argument("--profile", action="store_true",
                    help="print per-node GPU times of the last frame")
-    p.add_argument("--config", nargs=argparse.REMAINDER, default=[], metavar="LINE",
-                   help="extra cfg lines, applied last (all remaining arguments)")
+    p.add_argument("--config", nargs="*", action="extend", default=[], metavar="LINE",
+                   help="extra cfg lines, applied last (the arguments up to the next option; "
+                   "repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,9 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--count", type=integer(1), default=64, metavar="N",
                    help="weights to check (seeded sample, stratified by layer)")
     d.add_argument("--all", action="store_true", help="check every used weight")
-    d.add_argument("--eps", type=positive, default=None, metavar="H",
-                   help="finite-difference step (> 0)")
-    d.add_argument("--seed", type=int, default=1, help="seed of the weight sample")
+    d.add_argument("--eps", type=number(EPS_MIN, 1.0), default=None, metavar="H",
+                   help=f"finite-difference step ({EPS_MIN:g}..1; default 1e-5)")
+    d.add_argument("--seed", type=integer(0), default=1, metavar="N",
+                   help="seed of the weight sample (an integer >= 0)")
     d.add_argument("--plain", action="store_true",
                    help="difference the plain fp32 forward instead of the double-float one "
                         "(shows fp32 rounding noise)")
@@ -155,8 +164,12 @@ def output_slots(argv: list[str]) -> list[dict]:
     slots, cur = [], {}
     it = iter(argv)
     for a in it:
-        if a == "--config":
-            break
+        if a == "--config":  # its cfg lines run up to the next option
+            a = next(it, None)
+            while a is not None and not a.startswith("-"):
+                a = next(it, None)
+            if a is None:
+                break
         if a in ("--format", "--filename", "--output"):
             val = next(it, None)
             if a == "--output":
@@ -185,8 +198,11 @@ def graph_path(name: str) -> Path:
     """A graph file: the path as given, else (a bare file name) one of the shipped graphs,
     so an installed vkgraph runs `vkgraph cli -g train-kpn.cfg` from any folder."""
     path = Path(name)
-    if path.exists():
-        return path
+    try:
+        if path.exists():
+            return path
+    except OSError as e:  # a name past NAME_MAX or PATH_MAX
+        raise GraphError(f"cannot read graph file: {e.strerror}", where=str(path)) from None
     from vkgraph import DATA
 
     shipped = DATA / "graphs" / path
@@ -451,13 +467,20 @@ def cmd_modules(args) -> int:
     from vkgraph.pipeline.registry import Registry
 
     reg = Registry()
-    if not args.name:
+    if not args.name:  # a broken module is reported and the others still listed
+        broken = []
         for name in reg.names():
-            cls = reg.get(name)
+            try:
+                cls = reg.get(name)
+            except VkgraphError as e:
+                broken.append(e.line())
+                continue
             first = next((ln.lstrip("# ").strip() for ln in cls.readme().splitlines()
                           if ln.strip() and not ln.startswith("#")), "")
             print(f"{name:10s} {first[:88]}")
-        return 0
+        for line in broken:
+            print(f"vkgraph: error: {line}", file=sys.stderr)
+        return 2 if broken else 0
     cls = reg.get(args.name, where="modules")
     print(f"module {cls.name} ({cls.folder})\n\nconnectors:")
     for i, c in enumerate(cls.connectors):
@@ -474,6 +497,9 @@ def cmd_modules(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot show is escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     debug = os.environ.get("VKGRAPH_DEBUG", "") not in ("", "0")
     try:
@@ -488,8 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         registry.USER_DIRS[:] = [Path(d).expanduser() for d in args.modules]
         for d in registry.user_dirs():
             if not d.is_dir():
-                raise UsageError(f"module folder '{clip(str(d), 200)}' does not exist "
-                                 f"(--modules or ${registry.ENV})")
+                from vkgraph.pipeline.formats import path_kind
+
+                kind = path_kind(d)
+                raise UsageError(f"module folder '{clip(printable(str(d)), 200)}' "
+                                 + (f"is {kind}, not a folder" if kind else "does not exist")
+                                 + f" (--modules or ${registry.ENV})")
         if args.command is None:
             parser.print_help()
             return 2
@@ -528,11 +558,18 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
+    except OSError as e:  # the machine refused a file operation we did not expect to fail
+        if debug:
+            raise
+        name = f"{e.filename}: " if e.filename is not None else ""
+        print(f"vkgraph: error: {shorten(printable(name + (e.strerror or str(e))))}",
+              file=sys.stderr)
+        return 1
     except Exception as e:  # noqa: BLE001 - a bug of ours: one line, not a wall of text
         if debug:
             raise
-        print(f"vkgraph: internal error: {type(e).__name__}: {e} (set VKGRAPH_DEBUG=1 for "
-              "the traceback and please report it)", file=sys.stderr)
+        print(f"vkgraph: internal error: {shorten(printable(f'{type(e).__name__}: {e}'))} (set "
+              "VKGRAPH_DEBUG=1 for the traceback and please report it)", file=sys.stderr)
         return 1
 
 

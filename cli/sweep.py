@@ -4,9 +4,12 @@ run, one GPU a trial; a table of the results (pipeline/sweep.py has the space fo
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -175,8 +178,14 @@ def cmd_sweep(args) -> int:
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search import BasicVariantGenerator
 
-    started = distributed.connect(args.ray or None, args.num_cpus, args.num_gpus)
+    # Tune logs each failed trial's traceback and a summary of them; the lines printed here
+    # (progress_lines, the table, one error line a failed trial) say the same in one line
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+    old_term = signal.getsignal(signal.SIGTERM)
+    sigterm_as_sigint()  # `kill` ends the sweep like Ctrl-C: the finished trials' table
+    started = False
     try:
+        started = distributed.connect(args.ray or None, args.num_cpus, args.num_gpus)
         gpus = distributed.cluster_gpus()
         resources = {"cpu": 1, "gpu": 1} if gpus else {"cpu": 1}
         if args.scheduler == "asha":
@@ -207,6 +216,8 @@ def cmd_sweep(args) -> int:
     finally:
         if started:
             ray.shutdown()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, old_term)
     table = rows(results, space.keys, args.metric)
     meta = {"graph": str(path), "space": str(Path(args.space).resolve()),
             "metric": args.metric, "scheduler": args.scheduler, "samples": args.samples,
@@ -234,6 +245,14 @@ def cmd_sweep(args) -> int:
     return 1 if count["error"] or not count["done"] else 0
 
 
+def sigterm_as_sigint() -> None:
+    """SIGTERM raises SIGINT: whatever handles Ctrl-C at that moment handles it (Tune's
+    handler during the trials: it stops them and returns the results; else
+    KeyboardInterrupt, exit 130)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+
+
 def progress_lines(total: int):
     """A Tune callback that prints one line as each trial ends (Tune itself stays quiet)."""
     from ray import tune
@@ -250,8 +269,9 @@ def progress_lines(total: int):
                      f"psnr {m['psnr']:.2f}" if isinstance(m.get("psnr"), float) else None,
                      f"{m['seconds']:.1f} s" if "seconds" in m else None,
                      m.get("device_uuid")]
-            print(f"sweep: [{self.ended}/{total}] {trial_name(trial)} {what}: "
-                  + ", ".join(p for p in parts if p), file=sys.stderr, flush=True)
+            parts = [p for p in parts if p]
+            print(f"sweep: [{self.ended}/{total}] {trial_name(trial)} {what}"
+                  + (": " + ", ".join(parts) if parts else ""), file=sys.stderr, flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._line(trial, "done" if (trial.last_result or {}).get("complete")

@@ -49,19 +49,8 @@ class Denoiser:
         can span); larger ones are tiled; profile: GPU timestamps per node (bench)."""
         self.device = device
         self.weights = Path(weights)
-        if not self.weights.is_file():
-            raise GraphError(f"weights '{self.weights}' do not exist")
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        # kpn takes apply and levels from the .lut's text itself (kpn-t writes them); the
-        # levels are needed here too, for the tile margin
-        text = read_lut(self.weights)[2]  # a bad file is an error now, not at the first image
-        kpn = self.registry.get("kpn")
-        from vkgraph.modules.kpn_t.module import trained_with  # kpn's code imports it too
-
-        trained = (trained_with(text)["levels"] if text
-                   else None)
-        default = next(p.default[0] for p in kpn.params if p.name == "levels")
-        self.levels = levels or trained or default
+        self.levels = check_weights(self.weights, levels, self.registry)
         self.explicit_levels = levels is not None
         if max_pixels is None:
             span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
@@ -130,6 +119,35 @@ class Denoiser:
                 res = self._run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
                 out[ky0:ky1, kx0:kx1] = res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0]
         return out
+
+
+def check_weights(weights: Path, levels: int | None = None, registry=None) -> int:
+    """kpn's pyramid levels for these weights, after checking what kpn would refuse at the
+    first image: a missing, unreadable or non-finite .lut, one not of kpn-t's size, levels
+    outside kpn's range (given, or from the .lut's text, said so) and a given `levels` the
+    text contradicts. GraphError, once, before any image is read."""
+    from vkgraph.modules.kpn.module import NW
+    from vkgraph.modules.kpn_t.module import trained_with
+
+    if not weights.exists():
+        raise GraphError(f"weights '{weights}' do not exist")
+    data, info, text = read_lut(weights, finite=True)
+    if data.size != NW:
+        raise GraphError(f"holds {info.wd}x{info.ht}x{info.channels} elements; kpn needs "
+                         "kpn-t's weights, 64x448 (a .lut written by kpn-t's w output)",
+                         where=str(weights))
+    kpn = (registry or Registry([DEFAULT_DIR])).get("kpn")
+    decl = next(p for p in kpn.params if p.name == "levels")
+    trained = trained_with(text)["levels"] if text else None
+    if trained is not None:
+        decl.check([trained], "kpn", where=f"{weights}: the .lut's text says {trained} "
+                   "pyramid levels")
+    if levels is not None:
+        decl.check([levels], "kpn")
+        if trained is not None and levels != trained:
+            raise GraphError(f"the weights were trained with {trained} pyramid levels (says "
+                             f"the .lut's text), not {levels}", where=str(weights))
+    return levels or trained or decl.default[0]
 
 
 def spans(n: int, core: int, margin: int) -> list[tuple[int, int, int, int]]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
+import threading
 
 from .errors import GraphError, RuntimeFailure
 
@@ -46,20 +48,54 @@ def connect(address: str | None = None, num_cpus: int | None = None,
     ray = import_ray()
     if ray.is_initialized():
         return False
+    # Ray's notice that it uses token authentication (its default) is not for our users
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR)
     opts = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # ray.init replaces the SIGTERM handler by sys.exit(); the caller's (a graceful stop:
+    # the sweep's table, denoise's current file) comes back after it
+    main = threading.current_thread() is threading.main_thread()
+    term = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address:
             if num_cpus is not None or num_gpus is not None:
                 raise GraphError("--num-cpus/--num-gpus size a local Ray instance; a cluster "
                                  "given with --ray ADDRESS has its own")
+            probe(address)
             ray.init(address=address, **opts)
         else:
+            if os.environ.get("RAY_ADDRESS"):  # ray.init joins that cluster
+                probe(os.environ["RAY_ADDRESS"])
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **opts)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"the Ray cluster at '{address}'" if address else "a local Ray instance"
         raise RuntimeFailure(f"cannot connect to {where}: "
                              f"{' '.join(str(e).split())[:200]}") from None
+    finally:
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
     return True
+
+
+CONNECT_TIMEOUT_S = 10.0  # Ray itself retries an unreachable cluster for minutes
+
+
+def probe(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """A TCP connection to the host:port of a cluster address (GCS `host:port` or a Ray
+    client's `ray://host:port`) within `timeout` seconds, else RuntimeFailure; other forms
+    ("auto", "local") are left to Ray."""
+    import socket
+
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = (f"no answer within {timeout:g} s" if isinstance(e, TimeoutError)
+               else e.strerror or type(e).__name__)
+        raise RuntimeFailure(f"cannot connect to the Ray cluster at '{address}': {why}") \
+            from None
 
 
 def cluster_gpus() -> int:

@@ -40,12 +40,15 @@ def printable(text: str) -> str:
 
 
 def clip(text, limit: int = ECHO_MAX) -> str:
-    """`text` (anything, shown with str) cut to `limit` characters, saying how much is left
-    out: an echoed name or value from a hostile input must not flood the terminal."""
+    """`text` (anything, shown with str) cut to about `limit` characters, saying how much is
+    left out: an echoed name or value from a hostile input must not flood the terminal. The
+    middle goes: a path's end (the file name) and what follows a name (": reason") stay."""
     text = str(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}...({len(text) - limit} more characters)"
+    tail = limit // 4
+    head = limit - tail
+    return f"{text[:head]}...({len(text) - limit} more characters)...{text[-tail:]}"
 
 
 _LONG_TOKEN = re.compile(rf"\S{{{ECHO_MAX + 1},}}")

@@ -43,8 +43,10 @@ import secrets
 import stat
 import struct
 import sys
+import warnings
 import zlib
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +72,22 @@ READ_MAX = 4 << 30
 _CHUNK = 16 << 20  # bytes per read(): between two, Python handles a signal (Ctrl-C)
 
 
+def mode_kind(mode: int) -> str:
+    """What a file of st_mode `mode` is, in words."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "a folder" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+
+
+def path_kind(path: PathLike) -> str | None:
+    """What is at `path` (mode_kind's words), or None where nothing is or it cannot be
+    looked at."""
+    try:
+        return mode_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
 def open_regular(path: PathLike, what: str = "file"):
     """(open binary file, its size) for a regular file. A folder, device (/dev/zero) or
     pipe would be read without end or fail obscurely, so it is the user's bad path, as is a
@@ -81,8 +99,8 @@ def open_regular(path: PathLike, what: str = "file"):
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
-        raise _fail(path, None, f"cannot read {what}: it is {kind}, not a regular file")
+        raise _fail(path, None, f"cannot read {what}: it is {mode_kind(st.st_mode)}, not a "
+                    "regular file")
     return os.fdopen(fd, "rb"), st.st_size
 
 
@@ -183,6 +201,13 @@ def _write_error(path: Path, e: OSError) -> Exception:
     return RuntimeFailure(f"cannot write file: {e.strerror or e}", where=str(path))
 
 
+def temp_name(path: Path) -> Path:
+    """A fresh name for a temp file beside `path`: `.<start of its name>.<pid>.<hex>.tmp`,
+    at most about 150 bytes whatever the target's length (a target of 255 bytes, NAME_MAX,
+    still gets its temp file)."""
+    return path.parent / f".{path.name[:32]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
 def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
                  where_in: str = "pixel") -> None:
     """Write `data` (bytes, or an iterable of bytes-like parts written in order) to `path`
@@ -208,7 +233,7 @@ def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
     except OSError:
         mode = None
     while True:
-        tmp = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp = temp_name(path)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
@@ -927,18 +952,19 @@ def _decode_pillow(path: PathLike, raw: bytes) -> tuple[np.ndarray, ImageMeta]:
     from PIL import Image, JpegImagePlugin
 
     try:
-        im = Image.open(io.BytesIO(raw))
-        fmt = _format_name(im.format)
-        icc = im.info.get("icc_profile") or None
-        exif, orientation = _exif_upright(im, descriptive_only=fmt == "tiff")
-        quality = subsampling = None
-        if fmt == "jpg":
-            quality = jpeg_quality(getattr(im, "quantization", None))
-            sampling = JpegImagePlugin.get_sampling(im)
-            subsampling = sampling if sampling >= 0 else None
-        pixels = _png16_colour(path, raw)  # Pillow keeps 8 of a 16-bit PNG's colour bits
-        if pixels is None:
-            pixels, icc = _pillow_pixels(im, icc)
+        with _pillow_quiet():
+            im = Image.open(io.BytesIO(raw))
+            fmt = _format_name(im.format)
+            icc = im.info.get("icc_profile") or None
+            exif, orientation = _exif_upright(im, descriptive_only=fmt == "tiff")
+            quality = subsampling = None
+            if fmt == "jpg":
+                quality = jpeg_quality(getattr(im, "quantization", None))
+                sampling = JpegImagePlugin.get_sampling(im)
+                subsampling = sampling if sampling >= 0 else None
+            pixels = _png16_colour(path, raw)  # Pillow keeps 8 of a 16-bit PNG's colour bits
+            if pixels is None:
+                pixels, icc = _pillow_pixels(im, icc)
     except GraphError:
         raise
     except Exception as e:  # Pillow raises many kinds for a bad file
@@ -1012,15 +1038,28 @@ def _png16_colour(path: PathLike, raw: bytes) -> np.ndarray | None:
     planes = []
     for order in ("B", "L"):
         try:
-            im = Image.open(io.BytesIO(raw))
-            tile = im.tile[0]
-            args = tile.args if isinstance(tile.args, str) else tile.args[0]
-            im.tile = [tile._replace(args=args.replace(";16B", ";16" + order))]
-            im.load()
+            with _pillow_quiet():
+                im = Image.open(io.BytesIO(raw))
+                tile = im.tile[0]
+                args = tile.args if isinstance(tile.args, str) else tile.args[0]
+                im.tile = [tile._replace(args=args.replace(";16B", ";16" + order))]
+                im.load()
         except Exception as e:  # any decoder failure is a bad file
             raise _fail(path, None, f"cannot decode PNG image: {_reason(e)}") from None
         planes.append(np.asarray(im, dtype=np.uint16))
     return planes[0] * 256 + planes[1]
+
+
+@contextmanager
+def _pillow_quiet():
+    """Pillow's DecompressionBombWarning silenced: vkgraph checks an image's size against
+    READ_MAX before decoding it (_check_png_size) and Pillow's own error still stops twice
+    its limit, so the warning would only print a Python warning on the user's terminal."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
 
 
 def _reason(e: BaseException) -> str:

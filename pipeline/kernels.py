@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphError, RuntimeFailure
+from .errors import GraphError
 from .nodes import Node
 from .paramblock import GENERATED, glsl_name, params_glsl
 from .paramblock import check_params as check_param_scalars
@@ -50,14 +50,12 @@ def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
     """`<kernel>.comp` of shader folder `shader`: in the user module directories `dirs`
     (user_kernel_roots), then in the shipped `shaders/`."""
     name = f"{kernel}.comp"
-    for root in user_kernel_roots(dirs):
-        path = root / shader / name
-        if path.is_file():
-            return path
-    path = SHADERS / shader / name
-    if not path.exists():
-        raise RuntimeFailure(f"kernel {path} does not exist")
-    return path
+    searched = [root / shader for root in user_kernel_roots(dirs)] + [SHADERS / shader]
+    for folder in searched:
+        if (folder / name).is_file():
+            return folder / name
+    raise GraphError(f"kernel {shader}/{name} not found; searched "
+                     + ", ".join(str(f) for f in searched))
 
 
 def compile_kernel(path: Path, defines: dict | None = None, params=(),

@@ -16,8 +16,10 @@ A module class is declared in vkdt's line syntax:
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +27,7 @@ from types import ModuleType
 import numpy as np
 
 from . import loader
-from .errors import GraphError, clip, closest
+from .errors import GraphError, RuntimeFailure, clip, closest
 
 MAX_NAME = 8
 CONNECTOR_TYPES = ("read", "write", "source", "sink", "modify")
@@ -81,11 +83,21 @@ PROTECTED = 16
 OPTIONAL = 1024  # a node input that may stay unconnected: it reads a zero buffer
 
 
+def as_bytes(text: str) -> bytes:
+    """A name or string value as the bytes it stands for: a file name from a command line that
+    is not UTF-8 (`bad\\xff.pfm`) holds the surrogate escapes that plain `encode()` refuses;
+    any other lone surrogate becomes '?'."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
 def check_name(token: str, what: str, where: str | None = None) -> str:
     """vkdt names are tokens of at most 8 bytes; we reject longer ones instead of truncating."""
     if not token:
         raise GraphError(f"empty {what} name", where=where)
-    if len(token.encode()) > MAX_NAME:
+    if len(as_bytes(token)) > MAX_NAME:
         raise GraphError(f"{what} name '{clip(token, 40)}' is longer than {MAX_NAME} characters",
                          where=where)
     return token
@@ -175,7 +187,7 @@ class Param:
         """Values from the cfg fields after the param name (vkdt: missing numbers are 0)."""
         if self.type == "string":
             text = ":".join(fields)
-            if len(text.encode()) >= self.count:
+            if len(as_bytes(text)) >= self.count:
                 raise GraphError(f"string for param '{self.name}' is longer than "
                                  f"{self.count - 1} bytes", where=where)
             return text
@@ -232,7 +244,7 @@ class Param:
             raise GraphError(f"param '{self.name}' of {owner} is {shown}, {why}", where=where)
 
     def _allowed(self, value) -> bool:
-        if self.type == "string" and len(value.encode()) >= self.count:
+        if self.type == "string" and len(as_bytes(value)) >= self.count:
             return False
         if self.type == "string" and self.name == FILE_PARAM and not value:
             return False
@@ -338,12 +350,49 @@ def parse_range_line(line: str, params: dict[str, Param], where: str) -> None:
         raise GraphError(f"the default of {e.message}", where=where) from None
 
 
+PACKAGE = Path(__file__).resolve().parent.parent  # the shipped modules are ours
+
+
+class ModuleHookError(RuntimeFailure):
+    pass
+
+
+def _guarded(cls: ModuleClass, name: str, fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (GraphError, RuntimeFailure):
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's code failed
+            raise ModuleHookError(f"module '{cls.name}' hook '{name}' failed: {described(e)}",
+                                  where=last_frame_in(cls.folder, e)) from e
+    return call
+
+
+def described(e: BaseException) -> str:
+    """An exception of the user's code in a few words."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
+    return f"{type(e).__name__}: {e}"
+
+
+def last_frame_in(folder: Path, e: BaseException) -> str:
+    """`file:line` of the last frame of `e`'s traceback in a file of `folder` (the user's own
+    code), else `folder`."""
+    folder = folder.resolve()
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if Path(f.filename).resolve().is_relative_to(folder)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(folder)
+
+
 class ModuleClass:
     """What a folder in modules/ declares: connectors, params, hooks, readme."""
 
     def __init__(self, name: str, folder: Path):
         self.name = check_name(name, "module", str(folder))
         self.folder = folder
+        self.shipped = Path(folder).resolve().is_relative_to(PACKAGE)  # vkgraph's own code
         conn_file = folder / "connectors"
         if not conn_file.exists():
             raise GraphError("module has no 'connectors' file", where=str(folder))
@@ -391,10 +440,16 @@ class ModuleClass:
         return frozenset(names)
 
     def hook(self, name: str):
-        """The module's function for hook `name` (one of HOOKS), or None."""
+        """The module's function for hook `name` (one of HOOKS), or None. A user's module
+        (not shipped with vkgraph) gets its hook guarded: an exception other than our
+        errors, or sys.exit(), is a RuntimeFailure naming the module, the hook and the last
+        line of the module's own code it passed, not an internal error of vkgraph."""
         if name not in HOOKS:
             raise KeyError(f"'{name}' is not a module hook (pipeline/module.py: HOOKS)")
-        return getattr(self.hooks, name, None) if self.hooks else None
+        fn = getattr(self.hooks, name, None) if self.hooks else None
+        if fn is None or self.shipped:
+            return fn
+        return _guarded(self, name, fn)
 
     def readme(self) -> str:
         path = self.folder / "README.md"
@@ -502,7 +557,7 @@ class ModuleInstance:
         for p in self.cls.params:
             v = self.values[p.name]
             if p.type == "string":
-                raw = v.encode()[: p.count - 1]
+                raw = as_bytes(v)[: p.count - 1]
                 out += raw + b"\0" * (p.nbytes() - len(raw))
             elif p.type == "float":
                 out += struct.pack(f"<{p.count}f", *v)

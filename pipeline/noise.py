@@ -108,7 +108,13 @@ def estimate_noise(img: np.ndarray) -> tuple[float, float]:
     looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
     16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0). See the module
     docstring for the method and its measured accuracy."""
-    img = np.asarray(img)
+    # huge values (a float file's 1e38) overflow in the residual: those blocks are not
+    # finite and left out below, so numpy's warnings about them are noise
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _estimate(np.asarray(img))
+
+
+def _estimate(img: np.ndarray) -> tuple[float, float]:
     if img.ndim == 2:
         img = img[:, :, None]
     chans = img[:, :, :3]

@@ -11,11 +11,10 @@ kernels lie beside them (`<name>/main.comp`) or in `shaders/<name>/` of the same
 from __future__ import annotations
 
 import os
-import traceback
 from pathlib import Path
 
 from .errors import GraphError, closest
-from .module import ModuleClass
+from .module import ModuleClass, described, last_frame_in
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "modules"
 ENV = "VKGRAPH_MODULES"
@@ -77,10 +76,7 @@ class Registry:
         except SyntaxError as e:
             raise GraphError(f"module '{name}' hooks do not parse: {e.msg}",
                              where=f"{e.filename}:{e.lineno}") from None
-        except Exception as e:  # noqa: BLE001 - a hook file failing at import is bad input
-            code = str(folder / "module.py")
-            lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
-                     if f.filename == code]
-            where = f"{code}:{lines[-1]}" if lines else code
-            raise GraphError(f"module '{name}' hooks fail to load: {type(e).__name__}: {e}",
-                             where=where) from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a hook file failing at import
+            # (sys.exit() there included) is bad input
+            raise GraphError(f"module '{name}' hooks fail to load: {described(e)}",
+                             where=last_frame_in(folder, e)) from None

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cfg import MAX_FRAMES
 from .errors import GraphError, clip
 
 KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -152,9 +153,19 @@ class Space:
             text = read_bounded(path, SPACE_MAX, "space file").decode()
         except UnicodeDecodeError:
             raise GraphError(f"{path}: not UTF-8 text") from None
+        try:
+            data = cls._decode(path, suffix, text)
+        except RecursionError:  # json and yaml parse nested lists and objects recursively
+            raise GraphError(f"{path}: nested too deeply (a space is an object of keys and "
+                             "values; a value is a number, a list or {kind: [values]})") \
+                from None
+        return cls.parse(data, str(path))
+
+    @staticmethod
+    def _decode(path: Path, suffix: str, text: str):
         if suffix == ".json":
             try:
-                data = json.loads(text)
+                return json.loads(text)
             except json.JSONDecodeError as e:
                 raise GraphError(f"{path}:{e.lineno}: {e.msg}") from None
         else:
@@ -164,12 +175,11 @@ class Space:
                 raise GraphError(f"{path}: reading YAML needs PyYAML (pip install pyyaml, "
                                  "or give the space as JSON)") from None
             try:
-                data = yaml.safe_load(text)
+                return yaml.safe_load(text)
             except yaml.YAMLError as e:
                 mark = getattr(e, "problem_mark", None)
                 line = f":{mark.line + 1}" if mark is not None else ""
                 raise GraphError(f"{path}{line}: {' '.join(str(e).split())[:200]}") from None
-        return cls.parse(data, str(path))
 
     @property
     def keys(self) -> list[str]:
@@ -203,8 +213,9 @@ class Space:
             for value in d.probes():
                 where = f"{self.source}: {d.key}"
                 if d.key == "frames":
-                    if _number(value, where, integer=True) < 1:
-                        raise GraphError(f"{where}: frames must be at least 1, got {value}")
+                    if not 1 <= _number(value, where, integer=True) <= MAX_FRAMES:
+                        raise GraphError(f"{where}: frames must be 1..{MAX_FRAMES} (the frame "
+                                         f"index is a GLSL int), got {clip(text(value), 40)}")
                     continue
                 apply_line(graph, line(d.key, value), where)
 

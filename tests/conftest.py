@@ -106,6 +106,19 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
+def sigterm_when_ready(proc, wait) -> tuple[str, str]:
+    """SIGTERM to the running `proc` once wait() returns, then its (stdout, stderr) within
+    120 s; a process still running after that (or after a failed wait) is killed."""
+    try:
+        wait()
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def vkgraph(cwd: Path, *args: str, quiet: bool = False,
             limit_s: float | None = None) -> tuple[int, str, str]:
     """`vkgraph [-q] cli ARGS` in this process (vkgraph.cli.main.main, much faster than a

@@ -7,6 +7,7 @@ kernel.py   compute pipelines with descriptor layouts by connector index (storag
 commands.py command lists recorded once and submitted many times, GPU timestamps
 compile.py  GLSL -> SPIR-V with glslang 13 and a content-keyed cache
 errors.py   VkResult failures as one-line errors
+library.py  the `vulkan` package, imported in one place (no loader: one clear line)
 coopvec.py  VK_NV_cooperative_vector: a matrix converted to the layout a kernel reads
 coopmat2.py VK_NV_cooperative_matrix2: the workgroup-scope shapes a device runs, its limits
 display.py  window surface (glfw) and swapchain: present a buffer of texels, read it back
@@ -22,8 +23,20 @@ from .compile import (
                       spirv_texel_bindings,
                       spirv_writable,
 )
-from .device import Device, DeviceInfo, choose, list_devices, validation_messages
-from .errors import VulkanError
+
+# what needs the `vulkan` package (library.py) is imported on first use, so that compiling
+# and checking shaders works on a machine without a Vulkan loader
+_LAZY = {"Device": "device", "DeviceInfo": "device", "choose": "device",
+         "list_devices": "device", "validation_messages": "device", "VulkanError": "errors"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+
 
 __all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
            "compile_glsl", "list_devices", "spirv_bindings", "spirv_block_scalars",

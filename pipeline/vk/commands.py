@@ -7,9 +7,8 @@ command buffer. Submitting again costs one vkQueueSubmit and one fence wait.
 
 from __future__ import annotations
 
-import vulkan as vk
-
 from .errors import VulkanError, call, result_name
+from .library import vk
 
 ALL_STAGES = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
 ALL_ACCESS = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT

@@ -2,26 +2,34 @@
 
 The key covers the kernel source, every file it includes (recursively), the defines, the
 target environment and the compiler's version, so a cached binary is never stale. The cache
-lives in $VKGRAPH_CACHE or ~/.cache/vkgraph/spirv.
+lives in $VKGRAPH_CACHE or ~/.cache/vkgraph/spirv; where that cannot be written (a read-only
+home), in a temp folder for this process, with a warning. A binary enters the cache only
+whole (checked, then renamed into place), and a damaged cached one (a full disk, a crash of
+another program) is compiled again.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from functools import cache
 from pathlib import Path
 
 from ..errors import RuntimeFailure
-from ..formats import atomic_write
+from ..formats import atomic_write, temp_name
 
 TARGET_ENV = "vulkan1.3"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+log = logging.getLogger("vkgraph")
 
 
 class ShaderCompileError(RuntimeFailure):
@@ -53,12 +61,35 @@ def compiler_version() -> str:
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 
+def cache_root() -> Path:
+    """The cache folder ($VKGRAPH_CACHE or ~/.cache/vkgraph), or a temp folder where it
+    cannot be written."""
+    return _writable_root(os.environ.get("VKGRAPH_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "vkgraph"))
+
+
+@cache
+def _writable_root(root: str) -> Path:
+    path = Path(root)
+    try:
+        (path / "spirv").mkdir(parents=True, exist_ok=True)
+        (path / "generated").mkdir(exist_ok=True)
+        if all(os.access(path / d, os.W_OK | os.X_OK) for d in ("spirv", "generated")):
+            return path
+        reason = "not writable"
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+    temp = Path(tempfile.mkdtemp(prefix="vkgraph-cache-"))
+    atexit.register(shutil.rmtree, temp, ignore_errors=True)
+    log.warning("shader cache '%s' %s; compiling into %s for this run (set VKGRAPH_CACHE "
+                "to a writable folder)", path, reason, temp)
+    (temp / "spirv").mkdir()
+    (temp / "generated").mkdir()
+    return temp
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("VKGRAPH_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "vkgraph")
-    path = Path(root) / "spirv"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_root() / "spirv"
 
 
 def _resolve_include(name: str, here: Path, include_dirs: list[Path]) -> Path | None:
@@ -100,7 +131,7 @@ def _generated_dir(generated: dict) -> Path:
     h = hashlib.sha256()
     for name in sorted(generated):
         h.update(name.encode() + b"\0" + generated[name].encode() + b"\0")
-    folder = cache_dir().parent / "generated" / h.hexdigest()[:32]
+    folder = cache_root() / "generated" / h.hexdigest()[:32]
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
     for name, text in generated.items():
@@ -108,6 +139,11 @@ def _generated_dir(generated: dict) -> Path:
         if not target.exists() or target.read_text() != text:
             atomic_write(target, text.encode())
     return folder
+
+
+# (cache file, hash of its bytes) already found whole in this process: walking a module's
+# instructions costs about a millisecond, hashing it a few microseconds
+_COMPLETE: set[tuple[str, bytes]] = set()
 
 
 def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
@@ -125,23 +161,40 @@ def compile_glsl(path: str | Path, include_dirs: list[str | Path] = (),
     key = cache_key(path, incs, defines, generated)
     out = cache_dir() / f"{path.parent.name}-{path.stem}-{key}.spv"
     if out.exists():
-        return out.read_bytes()
+        spirv = out.read_bytes()
+        seen = (str(out), hashlib.sha256(spirv).digest())
+        if seen in _COMPLETE or spirv_complete(spirv):
+            _COMPLETE.add(seen)
+            return spirv
+        log.warning("shader cache: %s is damaged (%d bytes, not a whole SPIR-V module); "
+                    "compiling it again", out, len(spirv))
     exe, env = glslang()
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp = temp_name(out)
     cmd = [exe, "-V", "--target-env", TARGET_ENV, "-S", "comp", "-o", str(tmp)]
     cmd += [f"-I{d}" for d in incs]
     cmd += [f"-D{k}={v}" for k, v in defines.items()]
     cmd.append(str(path))
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if res.returncode != 0:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            lines = [ln for ln in (res.stdout + res.stderr).splitlines()
+                     if "ERROR" in ln or "error" in ln]
+            msg = "; ".join(lines[:6]) or res.stdout.strip()
+            raise ShaderCompileError(f"cannot compile {path}"
+                                     + (f" with {defines}" if defines else "") + f": {msg}")
+        try:
+            spirv = tmp.read_bytes()
+        except OSError as e:
+            spirv, reason = b"", e.strerror
+        else:
+            reason = f"{len(spirv)} bytes, not a whole SPIR-V module"
+        if not spirv_complete(spirv):  # glslang exits 0 when its write fails (a full disk)
+            raise ShaderCompileError(f"cannot compile {path}: the compiler's output in "
+                                     f"{out.parent} is damaged ({reason}); is the disk full?")
+        os.replace(tmp, out)
+    finally:
         tmp.unlink(missing_ok=True)
-        lines = [ln for ln in (res.stdout + res.stderr).splitlines()
-                 if "ERROR" in ln or "error" in ln]
-        msg = "; ".join(lines[:6]) or res.stdout.strip()
-        raise ShaderCompileError(f"cannot compile {path}"
-                                 + (f" with {defines}" if defines else "") + f": {msg}")
-    os.replace(tmp, out)
-    return out.read_bytes()
+    return spirv
 
 
 SPIRV_MAGIC = 0x07230203
@@ -150,7 +203,25 @@ DECORATION_BINDING = 33
 DECORATION_DESCRIPTOR_SET = 34
 
 
-def _instructions(spirv: bytes):
+OP_FUNCTION_END = 56
+
+
+def spirv_complete(spirv: bytes) -> bool:
+    """Whether `spirv` is a whole SPIR-V module: the magic number, whole words, instructions
+    that tile the words exactly, and OpFunctionEnd last (functions close a module), so a
+    file cut short anywhere is told apart from a good one."""
+    if len(spirv) < 24 or len(spirv) % 4:
+        return False
+    last = None
+    try:
+        for op, _ in _instructions(spirv, strict=True):
+            last = op
+    except ShaderCompileError:
+        return False
+    return last == OP_FUNCTION_END
+
+
+def _instructions(spirv: bytes, strict: bool = False):
     """(opcode, operand words) of every instruction of a SPIR-V module, after its 5-word
     header."""
     n = len(spirv) // 4
@@ -160,7 +231,9 @@ def _instructions(spirv: bytes):
     i = 5
     while i < n:
         count, op = words[i] >> 16, words[i] & 0xFFFF
-        if count == 0:
+        if count == 0 or (strict and i + count > n):
+            if strict:
+                raise ShaderCompileError("a SPIR-V instruction runs past the end")
             break
         yield op, words[i + 1: i + count]
         i += count

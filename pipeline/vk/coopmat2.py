@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import vulkan as vk
-
 from .device import COMPONENT, instance, raw_properties
+from .library import vk
 
 FLEX_PROPERTIES = 1000593001  # VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_...
 PROPERTIES = 1000593002  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV

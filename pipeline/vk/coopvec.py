@@ -13,10 +13,10 @@ declares VkConvertCooperativeVectorMatrixInfoNV (64-bit):
 from __future__ import annotations
 
 import numpy as np
-import vulkan as vk
 
 from .device import raw_properties
 from .errors import VulkanError, result_name
+from .library import vk
 
 CONVERT_INFO = 1000491004  # VK_STRUCTURE_TYPE_CONVERT_COOPERATIVE_VECTOR_MATRIX_INFO_NV
 PROPERTIES = 1000491001  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_VECTOR_PROPERTIES_NV

@@ -11,10 +11,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import vulkan as vk
-
 from ..errors import GraphError, RuntimeFailure
 from .errors import VulkanError, call
+from .library import vk
 
 log = logging.getLogger("vkgraph.vk")
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import vulkan as vk
 
 from .device import instance
 from .errors import VulkanError, call, result_name
+from .library import vk
 
 log = logging.getLogger("vkgraph.vk")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import vulkan as vk
-
 from ..errors import RuntimeFailure
+from .library import vk
 
 
 class VulkanError(RuntimeFailure):

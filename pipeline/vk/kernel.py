@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import struct
 
-import vulkan as vk
-
 from .compile import spirv_texel_bindings
 from .errors import call
+from .library import vk
 
 STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
 

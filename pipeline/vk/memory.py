@@ -9,9 +9,9 @@ thousands of times, like the gradient check, would otherwise allocate memory for
 from __future__ import annotations
 
 import numpy as np
-import vulkan as vk
 
 from .errors import VulkanError, call
+from .library import vk
 
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
          | vk.VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT
