@@ -34,6 +34,7 @@ WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".exr": "exr", ".pfm": "pfm"}
 JPG_QUALITY = 95
 CLIP = 200  # characters of a failed file's message
+STRENGTH = (0.01, 100.0)  # --strength's range
 
 EXAMPLE = """example:
   vkgraph denoise photo.jpg                      # writes photo-denoised.jpg
@@ -43,7 +44,11 @@ EXAMPLE = """example:
 --noise A B is the noise profile in cnngenin's units: Gaussian noise of
 std(x) = sqrt(A + 65535 x B) / 65535 at linear intensity x in [0, 1]
 (A: the constant part, B: the part that grows with the signal). Without it, (A, B) is
-estimated from each image and printed."""
+estimated from each image and printed.
+
+--strength S multiplies the noise level used (estimated or given) by S: above 1 the
+photo is treated as noisier than measured (smoother result), below 1 as cleaner
+(more detail and more noise kept)."""
 
 
 def add_parser(sub) -> None:
@@ -66,6 +71,9 @@ def add_parser(sub) -> None:
                    f"{WEIGHTS.relative_to(ROOT)})")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
+    p.add_argument("--strength", type=strength, default=1.0, metavar="S",
+                   help="multiply the noise level by S: more than 1 smooths more, less "
+                   f"than 1 keeps more detail ({STRENGTH[0]:g}..{STRENGTH[1]:g}, default 1)")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
                    "(default: what the weights' .lut says, else 4)")
     p.add_argument("--progress", action="store_true",
@@ -77,6 +85,18 @@ def add_parser(sub) -> None:
     from .sweep import add_ray_args
 
     add_ray_args(p)  # --ray [ADDRESS], --num-cpus, --num-gpus
+
+
+def strength(text: str) -> float:
+    """An argparse type: --strength's number, in STRENGTH."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not STRENGTH[0] <= value <= STRENGTH[1]:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number {STRENGTH[0]:g}..{STRENGTH[1]:g}"
+                                         f", got '{clip(text, 40)}'")
+    return value
 
 
 def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> list[Path]:
@@ -206,7 +226,7 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
         for src, dst in jobs:
             bar.set_postfix_str(src.name[:40], refresh=False)
             try:
-                ok, text = True, denoise_file(den, src, dst, args.noise)
+                ok, text = True, denoise_file(den, src, dst, args.noise, args.strength)
             except FILE_ERRORS as e:
                 ok, text = False, error_text(src, e)
             failed += not ok
@@ -238,10 +258,10 @@ class DenoiseWorker:
         info = self.device.info if self.device is not None else None
         return self.error, f"{info.name} {info.uuid}" if info else "no device"
 
-    def denoise(self, src: str, dst: str, noise) -> tuple[bool, str]:
+    def denoise(self, src: str, dst: str, noise, strength: float = 1.0) -> tuple[bool, str]:
         """(ok, the file's line or its error), paths as the driver gave them."""
         try:
-            return True, denoise_file(self.den, Path(src), Path(dst), noise)
+            return True, denoise_file(self.den, Path(src), Path(dst), noise, strength)
         except FILE_ERRORS as e:
             return False, error_text(Path(src), e)
 
@@ -277,7 +297,8 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
             while idle and todo and not stop():
                 a = idle.pop()
                 src, dst = todo.popleft()
-                ref = a.denoise.remote(str(src.resolve()), str(dst.resolve()), args.noise)
+                ref = a.denoise.remote(str(src.resolve()), str(dst.resolve()), args.noise,
+                                       args.strength)
                 running[ref] = (a, src, dst)
             [ref], _ = ray.wait(list(running), num_returns=1)
             a, src, dst = running.pop(ref)
@@ -309,21 +330,26 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
             ray.shutdown()
 
 
-def denoise_file(den, src: Path, dst: Path, noise) -> str:
+def denoise_file(den, src: Path, dst: Path, noise, strength: float = 1.0) -> str:
     """Read, denoise and write one file; the line that reports it."""
     from vkgraph.pipeline.formats import read_image
-    from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.pipeline.noise import noise_profile
 
     t0 = time.perf_counter()
     image = read_image(src, finite=True)
-    if noise is None:
-        a, b = estimate_noise(image)
-        how = "estimated"
-    else:
-        a, b = noise
-        how = "given"
+    (a, b), how = noise_profile(image, noise, strength, jpeg=is_jpeg(src))
     out = den(image, a, b)
     write(dst, out)
     ht, wd = image.shape[:2]
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), "
             f"{time.perf_counter() - t0:.2f} s")
+
+
+def is_jpeg(path: Path) -> bool:
+    """Whether a file holds a JPEG (its first bytes, whatever its name): its noise is
+    estimated at the scale JPEG compression leaves it (pipeline/noise.py)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(3) == b"\xff\xd8\xff"
+    except OSError:
+        return False
