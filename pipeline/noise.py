@@ -39,6 +39,7 @@ BLOCK = 8
 BINS = 32
 QUANTILE = 0.1
 MAX_PIXELS = 4_000_000  # per channel; larger images are sampled in bands of rows
+JPEG_GAIN = 3.0  # of the variance measured at half resolution in a JPEG (measured, see above)
 _WHITE: dict[tuple, float] = {}
 
 
@@ -103,11 +104,9 @@ def _lower_line(x: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     return float(alpha[k]), float(beta[k])
 
 
-def estimate_noise(img: np.ndarray) -> tuple[float, float]:
-    """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
-    looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
-    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0). See the module
-    docstring for the method and its measured accuracy."""
+def _fit(img: np.ndarray) -> tuple[float, float]:
+    """(a, b) of white noise at the image's own pixel scale (steps 1-4 of the module
+    docstring); (0, 0) when it holds fewer than 16 blocks over its channels."""
     img = np.asarray(img)
     if img.ndim == 2:
         img = img[:, :, None]
@@ -139,3 +138,48 @@ def estimate_noise(img: np.ndarray) -> tuple[float, float]:
         return 0.0, 0.0
     alpha, beta = _lower_line(x, np.maximum(v, 1e-6 * v.max()))
     return alpha * SCALE * SCALE, beta * SCALE
+
+
+def _half(img: np.ndarray) -> np.ndarray:
+    """Means of 2x2 pixels of each channel (h // 2, w // 2, c); an odd last row or column is
+    dropped."""
+    h, w, c = img.shape[0] // 2 * 2, img.shape[1] // 2 * 2, img.shape[2]
+    return img[:h, :w].reshape(h // 2, 2, w // 2, 2, c).mean(axis=(1, 3), dtype=np.float32)
+
+
+def _blocks_in(h: int, w: int, channels: int) -> int:
+    return ((h - 2) // BLOCK) * ((w - 2) // BLOCK) * channels
+
+
+def estimate_noise(img: np.ndarray, jpeg: bool = False) -> tuple[float, float]:
+    """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
+    looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
+    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0).
+
+    jpeg=True for an image decoded from a JPEG file: the noise is measured at half the
+    resolution (means of 2x2 pixels, whose white-noise variance is a quarter of the pixels')
+    and scaled by JPEG_GAIN; below 2 x 26 pixels it falls back to the pixel scale. See the
+    module docstring for the method and its measured accuracy."""
+    img = np.asarray(img)
+    if img.ndim == 2:
+        img = img[:, :, None]
+    chans = img[:, :, :3]
+    h, w, c = chans.shape
+    if not jpeg or _blocks_in(h // 2, w // 2, c) < 16:
+        return _fit(chans)
+    a, b = _fit(_half(np.asarray(chans, np.float32)))
+    return 4.0 * JPEG_GAIN * a, 4.0 * JPEG_GAIN * b
+
+
+def noise_profile(image: np.ndarray, given: tuple[float, float] | None, strength: float = 1.0,
+                  jpeg: bool = False) -> tuple[tuple[float, float], str]:
+    """((a, b), how) of the profile `vkgraph denoise` hands to kpn: the given one, else the
+    estimate (jpeg: see estimate_noise), times `strength` (a and b both: the noise variance
+    times strength); how says "given" or "estimated", and the strength when it is not 1."""
+    if given is not None:
+        a, b, how = float(given[0]), float(given[1]), "given"
+    else:
+        (a, b), how = estimate_noise(image, jpeg=jpeg), "estimated"
+    if strength != 1.0:
+        how += f", strength {strength:g}"
+    return (strength * a, strength * b), how
