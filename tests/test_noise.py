@@ -77,14 +77,15 @@ def smooth_photo(n: int = 96) -> np.ndarray:
     return img
 
 
-JPEG_FACTOR = 2.0  # the estimated std within this factor of the true one, on JPEGs
+JPEG_RANGE = (1 / 3, 1.5)  # the estimated std over the true one, on JPEGs of smooth_photo
 
 
 @pytest.mark.parametrize("kind", ["camera", "white"])
 def test_jpeg_estimate_within_a_factor(kind):
-    """Noise on the mosaic (camera) or per pixel (white), then sRGB and JPEG: the estimate
-    for JPEG files is within JPEG_FACTOR of the true std at x = 0.1 and 0.5 (measured on
-    this picture: 0.5-1.5), where the pixel-scale estimate is far below it on camera JPEGs."""
+    """Noise on the mosaic (camera) or per pixel (white), then sRGB and JPEG at quality 75
+    and 95: the estimate for JPEG files is within JPEG_RANGE of the true std at x = 0.1 and
+    0.5 (measured: 0.39-0.98; low where JPEG erased faint noise from the flat areas), where
+    the pixel-scale estimate is below 0.6 of it on camera JPEGs."""
     from vkgraph.pipeline import camera
 
     make = camera.camera_jpeg if kind == "camera" else camera.white_jpeg
@@ -94,7 +95,7 @@ def test_jpeg_estimate_within_a_factor(kind):
             ea, eb = estimate_noise(noisy, jpeg=True)
             for x in (0.1, 0.5):
                 r = std(ea, eb, x) / std(a, b, x)
-                assert 1 / JPEG_FACTOR <= r <= JPEG_FACTOR, f"{level} q {q}: std at {x} x{r:.2f}"
+                assert JPEG_RANGE[0] <= r <= JPEG_RANGE[1], f"{level} q {q}: std at {x} x{r:.2f}"
             if kind == "camera":
                 pa, pb = estimate_noise(noisy)
                 assert std(pa, pb, 0.5) < 0.6 * std(a, b, 0.5)  # what the JPEG scale is for
