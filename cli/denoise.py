@@ -39,6 +39,7 @@ WRITERS = IMAGE_WRITERS  # an output's extension -> its format
 QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
 RAW_OUT = ".exr"  # a raw input's output format unless -o names another
 CLIP = 200  # characters of a failed file's message
+STRENGTH = (0.01, 100.0)  # --strength's range
 
 EXAMPLE = """example:
   vkgraph denoise photo.jpg                      # writes photo-denoised.jpg
@@ -55,7 +56,11 @@ estimated from each image and printed. Camera raw files (DNG, NEF, CR2, ARW, RAF
 with the camera's matrix; their noise profile is darktable's for the camera and ISO where
 darktable's noiseprofiles.json is installed, else estimated from the mosaic (--noise A B:
 the mosaic's, on [0, 1] between black and white level). They are written as EXR unless -o
-names .pfm (linear) or .png/.jpg/.tif (sRGB; TIFF 16-bit)."""
+names .pfm (linear) or .png/.jpg/.tif (sRGB; TIFF 16-bit).
+
+--strength S multiplies the noise level used (estimated or given) by S: above 1 the
+photo is treated as noisier than measured (smoother result), below 1 as cleaner
+(more detail and more noise kept)."""
 
 
 def add_parser(sub) -> None:
@@ -86,6 +91,9 @@ def add_parser(sub) -> None:
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
                    f"quality 1..100 (default: a JPEG input's own, else {JPG_QUALITY})")
+    p.add_argument("--strength", type=strength, default=1.0, metavar="S",
+                   help="multiply the noise level by S: more than 1 smooths more, less "
+                   f"than 1 keeps more detail ({STRENGTH[0]:g}..{STRENGTH[1]:g}, default 1)")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
                    "(default: what the weights' .lut says, else 4)")
     p.add_argument("--progress", action="store_true",
@@ -97,6 +105,18 @@ def add_parser(sub) -> None:
     from .sweep import add_ray_args
 
     add_ray_args(p)  # --ray [ADDRESS], --num-cpus, --num-gpus
+
+
+def strength(text: str) -> float:
+    """An argparse type: --strength's number, in STRENGTH."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not STRENGTH[0] <= value <= STRENGTH[1]:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number {STRENGTH[0]:g}..{STRENGTH[1]:g}"
+                                         f", got '{clip(text, 40)}'")
+    return value
 
 
 def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> list[Path]:
@@ -248,7 +268,8 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
         for src, dst in jobs:
             bar.set_postfix_str(src.name[:40], refresh=False)
             try:
-                ok, text = True, denoise_file(den, src, dst, args.noise, args.quality)
+                ok, text = True, denoise_file(den, src, dst, args.noise, args.quality,
+                                                  args.strength)
             except FILE_ERRORS as e:
                 ok, text = False, error_text(src, e)
             failed += not ok
@@ -280,11 +301,11 @@ class DenoiseWorker:
         info = self.device.info if self.device is not None else None
         return self.error, f"{info.name} {info.uuid}" if info else "no device"
 
-    def denoise(self, src: str, dst: str, noise, quality: int | None = None) \
-            -> tuple[bool, str]:
+    def denoise(self, src: str, dst: str, noise, quality: int | None = None,
+                strength: float = 1.0) -> tuple[bool, str]:
         """(ok, the file's line or its error), paths as the driver gave them."""
         try:
-            return True, denoise_file(self.den, Path(src), Path(dst), noise, quality)
+            return True, denoise_file(self.den, Path(src), Path(dst), noise, quality, strength)
         except FILE_ERRORS as e:
             return False, error_text(Path(src), e)
 
@@ -321,7 +342,7 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
                 a = idle.pop()
                 src, dst = todo.popleft()
                 ref = a.denoise.remote(str(src.resolve()), str(dst.resolve()), args.noise,
-                                       args.quality)
+                                       args.quality, args.strength)
                 running[ref] = (a, src, dst)
             [ref], _ = ray.wait(list(running), num_returns=1)
             a, src, dst = running.pop(ref)
@@ -371,22 +392,18 @@ def kept(meta, dst: Path, quality: int | None) -> str:
     return f", {', '.join(said)}" if said else ""
 
 
-def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None) -> str:
+def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
+                 strength: float = 1.0) -> str:
     """Read, denoise and write one file; the line that reports it."""
     from vkgraph.pipeline.formats import decode_image, write_like
-    from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.pipeline.noise import noise_profile
     from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
-        return denoise_raw_file(den, src, dst, noise, quality)
+        return denoise_raw_file(den, src, dst, noise, quality, strength)
     t0 = time.perf_counter()
     image, meta = decode_image(src, finite=True)
-    if noise is None:
-        a, b = estimate_noise(image)
-        how = "estimated"
-    else:
-        a, b = noise
-        how = "given"
+    (a, b), how = noise_profile(image, noise, strength, jpeg=is_jpeg(src))
     out = den(image, a, b)
     write_like(dst, out, meta, quality)
     ht, wd = image.shape[:2]
@@ -394,19 +411,31 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None) -
             f"{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
 
 
-def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None) -> str:
+def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
+                     strength: float = 1.0) -> str:
     """A camera raw file demosaiced, denoised and colour-converted (pipeline/rawdenoise.py):
-    16-bit where the output format has it."""
+    16-bit where the output format has it; `strength` multiplies the level kpn gets."""
     from vkgraph.pipeline.formats import ImageMeta, write_like
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.rawdenoise import demosaicer_of, denoise_raw
 
     t0 = time.perf_counter()
     raw = read_raw(src)
-    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise)
+    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength)
     write_like(dst, out, ImageMeta("raw", "u16"), quality)
     ht, wd = raw.mosaic.shape
     a, b = profile.scalar()
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
+    how = profile.source + (f", strength {strength:g}" if strength != 1.0 else "")
     return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
-            f"({profile.source}), {time.perf_counter() - t0:.2f} s")
+            f"({how}), {time.perf_counter() - t0:.2f} s")
+
+
+def is_jpeg(path: Path) -> bool:
+    """Whether a file holds a JPEG (its first bytes, whatever its name): its noise is
+    estimated at the scale JPEG compression leaves it (pipeline/noise.py)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(3) == b"\xff\xd8\xff"
+    except OSError:
+        return False

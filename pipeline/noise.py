@@ -28,6 +28,22 @@ photographs (astronaut, camera, chelsea, coffee; the largest errors, at the lowe
 photographs' fine texture and own noise add to the estimate; at mid and high levels all within
 6%) and within 7% on the rendered scenes. A 12-megapixel photograph takes about 0.2 s on one
 core: at most MAX_PIXELS per channel are looked at, in bands of rows spread over the image.
+
+JPEG files (estimate_noise(jpeg=True); `vkgraph denoise` uses it for every JPEG). A camera adds
+its noise on the colour mosaic and demosaics (the noise is spread over neighbouring pixels and
+channels), and JPEG removes most of what is left at the finest scale: on phone-like JPEGs
+(pipeline/camera.py: noise on the RGGB mosaic, bilinear demosaic, sRGB, JPEG 75-95) the pixel-
+scale estimate above comes out 20-70x low in variance (the median over the training and held-
+out photographs, 256x256 crops: 0.015 of the true variance at x = 0.1 at quality 75, 0.045 at
+95). For a JPEG the same steps run on the means of 2x2 pixels (where white noise has a quarter
+of its pixels' variance, so the fit is multiplied by 4) and the result by JPEG_GAIN. The gain
+was chosen by what the shipped weights do with it, on training photographs (rocket,
+motorcycle_left, retina: 160x160 crops, camera and white noise at the three levels, JPEG
+75/85/95; sRGB PSNR of the result): gain 3 against 1.5 gained 1.2 dB summed over rocket's six
+cases and 9.2 dB over retina's (dark and smooth, where the half-resolution estimate is low),
+and lost 5.9 dB over motorcycle_left's (fine texture everywhere, where it is high; at gain 3
+the result fell below its input). 2 is the compromise kept; `vkgraph denoise --strength` moves
+it per photo.
 """
 
 from __future__ import annotations
@@ -39,6 +55,7 @@ BLOCK = 8
 BINS = 32
 QUANTILE = 0.1
 MAX_PIXELS = 4_000_000  # per channel; larger images are sampled in bands of rows
+JPEG_GAIN = 2.0  # of the variance measured at half resolution in a JPEG (measured, see above)
 _WHITE: dict[tuple, float] = {}
 
 
@@ -103,18 +120,10 @@ def _lower_line(x: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     return float(alpha[k]), float(beta[k])
 
 
-def estimate_noise(img: np.ndarray) -> tuple[float, float]:
-    """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
-    looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
-    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0). See the module
-    docstring for the method and its measured accuracy."""
-    # huge values (a float file's 1e38) overflow in the residual: those blocks are not
-    # finite and left out below, so numpy's warnings about them are noise
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _estimate(np.asarray(img))
-
-
-def _estimate(img: np.ndarray) -> tuple[float, float]:
+def _fit(img: np.ndarray) -> tuple[float, float]:
+    """(a, b) of white noise at the image's own pixel scale (steps 1-4 of the module
+    docstring); (0, 0) when it holds fewer than 16 blocks over its channels."""
+    img = np.asarray(img)
     if img.ndim == 2:
         img = img[:, :, None]
     chans = img[:, :, :3]
@@ -145,3 +154,54 @@ def _estimate(img: np.ndarray) -> tuple[float, float]:
         return 0.0, 0.0
     alpha, beta = _lower_line(x, np.maximum(v, 1e-6 * v.max()))
     return alpha * SCALE * SCALE, beta * SCALE
+
+
+def _half(img: np.ndarray) -> np.ndarray:
+    """Means of 2x2 pixels of each channel (h // 2, w // 2, c); an odd last row or column is
+    dropped."""
+    h, w, c = img.shape[0] // 2 * 2, img.shape[1] // 2 * 2, img.shape[2]
+    return img[:h, :w].reshape(h // 2, 2, w // 2, 2, c).mean(axis=(1, 3), dtype=np.float32)
+
+
+def _blocks_in(h: int, w: int, channels: int) -> int:
+    return ((h - 2) // BLOCK) * ((w - 2) // BLOCK) * channels
+
+
+def estimate_noise(img: np.ndarray, jpeg: bool = False) -> tuple[float, float]:
+    """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
+    looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
+    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0).
+
+    jpeg=True for an image decoded from a JPEG file: the noise is measured at half the
+    resolution (means of 2x2 pixels, whose white-noise variance is a quarter of the pixels')
+    and scaled by JPEG_GAIN; below 2 x 26 pixels it falls back to the pixel scale. See the
+    module docstring for the method and its measured accuracy."""
+    # huge values (a float file's 1e38) overflow in the residual: those blocks are not
+    # finite and left out, so numpy's warnings about them are noise
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _estimate(np.asarray(img), jpeg)
+
+
+def _estimate(img: np.ndarray, jpeg: bool) -> tuple[float, float]:
+    if img.ndim == 2:
+        img = img[:, :, None]
+    chans = img[:, :, :3]
+    h, w, c = chans.shape
+    if not jpeg or _blocks_in(h // 2, w // 2, c) < 16:
+        return _fit(chans)
+    a, b = _fit(_half(np.asarray(chans, np.float32)))
+    return 4.0 * JPEG_GAIN * a, 4.0 * JPEG_GAIN * b
+
+
+def noise_profile(image: np.ndarray, given: tuple[float, float] | None, strength: float = 1.0,
+                  jpeg: bool = False) -> tuple[tuple[float, float], str]:
+    """((a, b), how) of the profile `vkgraph denoise` hands to kpn: the given one, else the
+    estimate (jpeg: see estimate_noise), times `strength` (a and b both: the noise variance
+    times strength); how says "given" or "estimated", and the strength when it is not 1."""
+    if given is not None:
+        a, b, how = float(given[0]), float(given[1]), "given"
+    else:
+        (a, b), how = estimate_noise(image, jpeg=jpeg), "estimated"
+    if strength != 1.0:
+        how += f", strength {strength:g}"
+    return (strength * a, strength * b), how

@@ -103,10 +103,11 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(rgb, np.float32)[..., :3] @ m.T)
 
 
-def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None
+def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0
                 ) -> tuple[np.ndarray, NoiseProfile, tuple[float, float]]:
-    """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got)."""
+    """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
+    the white-balanced profile times `strength`)."""
     profile = profile_for(raw, noise)
-    a, b = profile.balanced(raw.meta.wb).scalar()
+    a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
     rgb = dem(raw, wb=True, colour=False)
     return to_rec709(den(rgb, a, b), raw), profile, (a, b)

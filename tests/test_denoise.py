@@ -206,3 +206,36 @@ def test_tiles_equal_the_whole_image(device, weights):
     assert np.abs(out - whole).max() <= 1e-6
     with pytest.raises(GraphError, match="less than one tile"):
         Denoiser(device, weights, levels=2, max_pixels=35 * 35)(img, 0, 0)
+
+
+def test_strength_range(tmp_path, capsys, weights):
+    write_png(tmp_path / "a.png", picture())
+    for bad in ("0", "-1", "nan", "1000", "x"):
+        code, _, err = run(capsys, tmp_path / "a.png", "--strength", bad, "--weights", weights)
+        assert code == 2 and "--strength" in err and "0.01..100" in err, (bad, err)
+        assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+
+
+def test_strength_multiplies_the_level_kpn_gets(tmp_path, capsys, weights, monkeypatch):
+    """--strength S: kpn gets S times the given or estimated (a, b), and the line says so;
+    a JPEG (by its bytes, whatever its name) is estimated at the JPEG scale."""
+    from vkgraph.pipeline import noise
+
+    seen = []
+    call = Denoiser.__call__
+    monkeypatch.setattr(Denoiser, "__call__",
+                        lambda self, img, a, b: seen.append((a, b)) or call(self, img, a, b))
+    write_png(tmp_path / "a.png", picture())
+    write_jpg(tmp_path / "b.jpg", picture(5))
+    (tmp_path / "c.png").write_bytes((tmp_path / "b.jpg").read_bytes())  # a JPEG named .png
+    code, out, err = run(capsys, tmp_path / "a.png", "--noise", "1e6", "100", "--strength",
+                         "2", "-o", tmp_path / "x.png", "--weights", weights)
+    assert code == 0, err
+    assert seen == [(2e6, 200.0)] and "noise a 2e+06 b 200 (given, strength 2)" in out
+    code, out, err = run(capsys, tmp_path / "b.jpg", tmp_path / "c.png", "--strength", "0.5",
+                         "--outdir", tmp_path / "o", "--weights", weights)
+    assert code == 0, err
+    a, b = noise.estimate_noise(read_image(tmp_path / "b.jpg"), jpeg=True)
+    assert seen[1:] == [(0.5 * a, 0.5 * b)] * 2 and a + b > 0
+    assert out.count("(estimated, strength 0.5)") == 2

@@ -67,3 +67,56 @@ def test_clipped_blocks_are_left_out():
     noisy[:, :64] = np.maximum(noisy[:, :64], 0.0)
     a, b = estimate_noise(noisy)
     assert abs(std(a, b, 0.4) / 0.03 - 1) < 0.15
+
+
+def smooth_photo(n: int = 96) -> np.ndarray:
+    """A small colour picture with smooth shading and one edge, linear rgb."""
+    yy, xx = np.mgrid[0:n, 0:n] / n
+    img = np.stack([0.05 + 0.6 * xx * (0.5 + 0.5 * np.sin(3 * yy + c)) for c in range(3)], -1)
+    img[n // 3:2 * n // 3, n // 4:3 * n // 4] += 0.2
+    return img
+
+
+JPEG_RANGE = (1 / 3, 1.5)  # the estimated std over the true one, on JPEGs of smooth_photo
+
+
+@pytest.mark.parametrize("kind", ["camera", "white"])
+def test_jpeg_estimate_within_a_factor(kind):
+    """Noise on the mosaic (camera) or per pixel (white), then sRGB and JPEG at quality 75
+    and 95: the estimate for JPEG files is within JPEG_RANGE of the true std at x = 0.1 and
+    0.5 (measured: 0.39-0.98; low where JPEG erased faint noise from the flat areas), where
+    the pixel-scale estimate is below 0.6 of it on camera JPEGs."""
+    from vkgraph.pipeline import camera
+
+    make = camera.camera_jpeg if kind == "camera" else camera.white_jpeg
+    for i, (level, a, b) in enumerate(LEVELS):
+        for q in (75, 95):
+            noisy = make(smooth_photo(), a, b, i, q)
+            ea, eb = estimate_noise(noisy, jpeg=True)
+            for x in (0.1, 0.5):
+                r = std(ea, eb, x) / std(a, b, x)
+                assert JPEG_RANGE[0] <= r <= JPEG_RANGE[1], f"{level} q {q}: std at {x} x{r:.2f}"
+            if kind == "camera":
+                pa, pb = estimate_noise(noisy)
+                assert std(pa, pb, 0.5) < 0.6 * std(a, b, 0.5)  # what the JPEG scale is for
+
+
+def test_jpeg_estimate_of_a_tiny_image_falls_back():
+    rng = np.random.default_rng(5)
+    img = 0.3 + 0.02 * rng.standard_normal((40, 40, 3))  # too small for half resolution
+    a, b = estimate_noise(img, jpeg=True)
+    assert (a, b) == estimate_noise(img)
+    assert abs(std(a, b, 0.3) / 0.02 - 1) < 0.2
+
+
+def test_noise_profile_given_estimated_and_strength():
+    from vkgraph.pipeline.noise import noise_profile
+
+    img = smooth_photo(64) + 0.02 * np.random.default_rng(6).standard_normal((64, 64, 3))
+    assert noise_profile(img, (1e6, 100), 1.0) == ((1e6, 100.0), "given")
+    assert noise_profile(img, (1e6, 100), 2.0) == ((2e6, 200.0), "given, strength 2")
+    est, how = noise_profile(img, None)
+    assert how == "estimated" and est == estimate_noise(img)
+    (a, b), how = noise_profile(img, None, 0.5, jpeg=True)
+    ea, eb = estimate_noise(img, jpeg=True)
+    assert how == "estimated, strength 0.5" and (a, b) == (0.5 * ea, 0.5 * eb) and ea + eb > 0
