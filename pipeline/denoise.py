@@ -16,7 +16,8 @@ kept (or to the image's edge, where it then sees the image's own border), and ti
 multiples of 2^levels so that every tile's pyramid has the whole image's sampling grid. The
 margin covers what a pixel's result depends on, so tiles meet without seams (measured: see
 tests/test_denoise.py). The tile counts per axis are those that denoise the fewest pixels.
-`on_tile(done, total)`, where set, is called after each tile (progress within a file).
+`on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
+tile (progress within a file).
 
 (a, b) is the image's noise profile in cnngenin's units, std(x) = sqrt(a + 65535 x b) / 65535;
 it is always handed to kpn (`noise a`, `noise b`), and weights that do not use it ignore it.
@@ -142,6 +143,8 @@ class Denoiser:
         rows = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
         cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
         out = np.empty((ht, wd, 3), np.float32)
+        if self.on_tile is not None:
+            self.on_tile(0, len(rows) * len(cols))
         for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
                 (r, c) for r in rows for c in cols):
             res = self._run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)

@@ -199,7 +199,7 @@ def test_tiles_equal_the_whole_image(device, weights):
     seen = []
     tiled.on_tile = lambda done, total: seen.append((done, total))
     out = tiled(img, 1e6, 100)
-    assert seen == [(k, 56) for k in range(1, 57)]  # 8 columns x 7 rows
+    assert seen == [(k, 56) for k in range(57)]  # 8 columns x 7 rows
     assert len(tiled.builds) == 1  # one tile size: one build, one set of buffers
     assert np.abs(out - whole).max() <= 1e-6
     with pytest.raises(GraphError, match="less than one tile"):
@@ -221,3 +221,26 @@ def test_tile_spans_cover_with_their_margin(n, core, margin, step):
         assert e - s == length and s % step == 0 and 0 <= s and e <= n
         assert s == 0 or s <= k0 - margin
         assert e == n or e >= k1 + margin
+
+
+def test_tile_progress_lines_without_a_bar(monkeypatch, caplog):
+    """`vkgraph denoise` without a bar: a line every HEARTBEAT_S seconds while a photo's
+    tiles run (here every tile: the period set to 0), none for the last tile."""
+    from types import SimpleNamespace
+
+    from vkgraph.cli import denoise, progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    on_tile = denoise.tile_progress(SimpleNamespace(disable=True))
+    with caplog.at_level("INFO", logger="vkgraph"):
+        for done in range(4):
+            on_tile(done, 3)
+    assert [r.getMessage() for r in caplog.records] == ["denoise: tile 1 of 3",
+                                                        "denoise: tile 2 of 3"]
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 10.0)
+    on_tile = denoise.tile_progress(SimpleNamespace(disable=True))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vkgraph"):
+        for done in range(4):
+            on_tile(done, 3)
+    assert not caplog.records  # a photo done within 10 s says nothing
