@@ -265,6 +265,7 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     device = open_device(args)
     try:
         den = Denoiser(device, weights, levels=args.levels)
+        den.on_tile = tile_progress(bar)
         for src, dst in jobs:
             bar.set_postfix_str(src.name[:40], refresh=False)
             try:
@@ -280,6 +281,35 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     finally:
         device.close()
     return failed, done
+
+
+def tile_progress(bar):
+    """The Denoiser's on_tile for a large photo (denoised in tiles): a second bar under the
+    files' one, or without a bar a line every HEARTBEAT_S seconds (cli/progress.py)."""
+    from tqdm import tqdm
+
+    from .progress import HEARTBEAT_S
+
+    state = {"bar": None, "beat": 0.0}
+
+    def on_tile(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == 0:
+            state["beat"] = now + HEARTBEAT_S
+            if not bar.disable:
+                state["bar"] = tqdm(total=total, unit="tile", desc="  tiles", leave=False,
+                                    file=sys.stderr, dynamic_ncols=True)
+            return
+        if state["bar"] is not None:
+            state["bar"].update(done - state["bar"].n)
+            if done == total:
+                state["bar"].close()
+                state["bar"] = None
+        elif now >= state["beat"] and done < total:
+            state["beat"] = now + HEARTBEAT_S
+            log.info("denoise: tile %d of %d", done, total)
+
+    return on_tile
 
 
 class DenoiseWorker:

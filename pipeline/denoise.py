@@ -10,11 +10,14 @@ uploaded again.
 
 An image whose buffers a storage buffer of the device cannot span (kpn's largest holds 16 tap
 weights per pixel: 64 bytes, so about 2 megapixels on the CPU driver's 128 MiB) is denoised in
-overlapping tiles of one size (one build): the image is mirror-padded, each tile reaches
-MARGIN_PER_LEVEL * 2^levels pixels beyond the part of it that is kept, and tiles start on
+overlapping tiles, all of one size (so one build, whose buffers are the run's device memory):
+each tile reaches at least MARGIN_PER_LEVEL * 2^levels pixels beyond the part of it that is
+kept (or to the image's edge, where it then sees the image's own border), and tiles start on
 multiples of 2^levels so that every tile's pyramid has the whole image's sampling grid. The
 margin covers what a pixel's result depends on, so tiles meet without seams (measured: see
-tests/test_denoise.py).
+tests/test_denoise.py). The tile counts per axis are those that denoise the fewest pixels.
+`on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
+tile (progress within a file).
 
 (a, b) is the image's noise profile in cnngenin's units, std(x) = sqrt(a + 65535 x b) / 65535;
 it is always handed to kpn (`noise a`, `noise b`), and weights that do not use it ignore it.
@@ -58,6 +61,7 @@ class Denoiser:
         self.max_pixels = max_pixels
         self.profile = profile
         self.builds: dict[tuple[int, int], tuple[Build, Graph]] = {}
+        self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
 
     def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
         ht, wd = image.shape[:2]
@@ -97,27 +101,45 @@ class Denoiser:
         build.run_frame(0)  # frame 0: the sources upload again, the params if they changed
         return np.ascontiguousarray(g.modules[("o-array", "main")].data.pop("image")[..., :3])
 
-    def tiling(self, wd: int, ht: int) -> tuple[int, int]:
-        """(core, margin) of the tiles for an image too large to run whole: each tile keeps
-        core x core pixels and reaches margin pixels beyond them (less at the image's edges),
-        at most max_pixels in all."""
+    def tiling(self, wd: int, ht: int) -> tuple[int, int, int]:
+        """(core x, core y, margin) of the tiles for an image too large to run whole: tiles
+        keep runs of core pixels (the last one shorter) and are tile_length() long, at most
+        max_pixels in all; the counts per axis are those with the fewest pixels denoised."""
         step = 1 << self.levels
         margin = MARGIN_PER_LEVEL * step
-        core = (int(np.sqrt(self.max_pixels)) - 2 * margin) // step * step
-        if core < step:
+        best = None
+        for nx in range(1, -(-wd // step) + 1):
+            cx = _ceil(_ceil(wd, nx), step) * step  # wd / nx up to a whole step
+            lx = tile_length(wd, cx, margin, step)
+            for ny in range(1, -(-ht // step) + 1):
+                cy = _ceil(_ceil(ht, ny), step) * step
+                ly = tile_length(ht, cy, margin, step)
+                if lx * ly <= self.max_pixels:  # more rows of tiles only add pixels
+                    cost = (-(-wd // cx) * lx * -(-ht // cy) * ly, nx * ny)
+                    if best is None or cost < best[0]:
+                        best = (cost, cx, cy)
+                    break
+        if best is None:
             raise GraphError(f"cannot denoise a {wd}x{ht} image on this device: its buffers "
                              f"hold at most {self.max_pixels} pixels, less than one tile of "
                              f"{2 * margin + step}^2 with {self.levels} levels")
-        return core, margin
+        return best[1], best[2], margin
 
     def _tiled(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         ht, wd = image.shape[:2]
-        core, margin = self.tiling(wd, ht)
+        cx, cy, margin = self.tiling(wd, ht)
+        step = 1 << self.levels
+        rows = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
+        cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
         out = np.empty((ht, wd, 3), np.float32)
-        for y0, y1, ky0, ky1 in spans(ht, core, margin):
-            for x0, x1, kx0, kx1 in spans(wd, core, margin):
-                res = self._run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
-                out[ky0:ky1, kx0:kx1] = res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0]
+        if self.on_tile is not None:
+            self.on_tile(0, len(rows) * len(cols))
+        for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
+                (r, c) for r in rows for c in cols):
+            res = self._run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
+            out[ky0:ky1, kx0:kx1] = res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0]
+            if self.on_tile is not None:
+                self.on_tile(k + 1, len(rows) * len(cols))
         return out
 
 
@@ -150,14 +172,25 @@ def check_weights(weights: Path, levels: int | None = None, registry=None) -> in
     return levels or trained or decl.default[0]
 
 
-def spans(n: int, core: int, margin: int) -> list[tuple[int, int, int, int]]:
-    """Tiles along one axis of n pixels: (start, stop) of each tile and (start, stop) of the
-    part it keeps. The kept parts are consecutive runs of `core` pixels (the last one
-    shorter); a tile reaches `margin` pixels beyond its kept part, clipped to the image, so
-    the tiles at the edges see the same edge as the whole image. With core and margin
+def _ceil(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def tile_length(n: int, core: int, margin: int, step: int) -> int:
+    """The length of every tile along an axis of n pixels (n when one tile spans it): core +
+    2 margin + n mod step, so that the last tile, which ends at n, starts on the grid too."""
+    return min(n, core + 2 * margin + n % step)
+
+
+def spans(n: int, core: int, margin: int, length: int) -> list[tuple[int, int, int, int]]:
+    """Tiles of `length` (tile_length()) along one axis of n pixels: (start, stop) of each
+    tile and (start, stop) of the part it keeps. The kept parts are consecutive runs of
+    `core` pixels (the last one shorter); a tile starts `margin` pixels before its kept part,
+    or at 0, or at n - length (then it ends at the image's edge and sees the same edge as
+    the whole image), and reaches at least `margin` beyond it or to n. With core and margin
     multiples of 2^levels every tile starts on the whole image's pyramid grid."""
     out = []
     for k0 in range(0, n, core):
-        k1 = min(n, k0 + core)
-        out.append((max(0, k0 - margin), min(n, k1 + margin), k0, k1))
+        s = max(0, min(k0 - margin, n - length))
+        out.append((s, s + length, k0, min(n, k0 + core)))
     return out

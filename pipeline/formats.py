@@ -604,14 +604,36 @@ def write_lut(path: PathLike, data, channels: int, datatype, wd: int, ht: int,
 # sRGB
 
 
-def srgb_to_linear(x: np.ndarray) -> np.ndarray:
+SRGB_CHUNK = 1 << 20  # values converted at a time: the float64 temporaries of a 12 MP photo
+# at once were most of `vkgraph denoise`'s peak memory (2.0 of 2.1 GB, measured)
+
+
+def _chunked(fn, x: np.ndarray, dtype) -> np.ndarray:
+    """fn applied elementwise to x, SRGB_CHUNK values at a time (the same values as at once)."""
+    x = np.asarray(x)
+    out = np.empty(x.shape, dtype)
+    src, dst = np.ascontiguousarray(x).reshape(-1), out.reshape(-1)
+    for i in range(0, src.size, SRGB_CHUNK):
+        dst[i:i + SRGB_CHUNK] = fn(src[i:i + SRGB_CHUNK])
+    return out
+
+
+def _to_linear(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
 
 
-def linear_to_srgb(x: np.ndarray) -> np.ndarray:
+def _to_srgb(x: np.ndarray) -> np.ndarray:
     x = np.clip(np.nan_to_num(np.asarray(x, dtype=np.float64)), 0.0, 1.0)
     return np.where(x <= 0.0031308, 12.92 * x, 1.055 * x ** (1 / 2.4) - 0.055)
+
+
+def srgb_to_linear(x: np.ndarray) -> np.ndarray:
+    return _chunked(_to_linear, x, np.float64)
+
+
+def linear_to_srgb(x: np.ndarray) -> np.ndarray:
+    return _chunked(_to_srgb, x, np.float64)
 
 
 def decode_unorm(image: np.ndarray) -> np.ndarray:
@@ -630,7 +652,7 @@ def decode_unorm(image: np.ndarray) -> np.ndarray:
 
 def to_srgb8(array) -> np.ndarray:
     """Linear float -> sRGB-encoded uint8, clamped to [0, 1]; NaN becomes 0."""
-    return np.rint(linear_to_srgb(array) * 255.0).astype(np.uint8)
+    return _chunked(lambda v: np.rint(_to_srgb(v) * 255.0).astype(np.uint8), array, np.uint8)
 
 
 # ------------------------------------------------------------------------------------------

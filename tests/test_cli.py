@@ -212,6 +212,28 @@ def test_progress_bar(tmp_path, capsys, image, monkeypatch):
     assert "3/3" in err
 
 
+def test_heartbeat_without_the_bar(tmp_path, capsys, caplog, image, monkeypatch):
+    """Without --progress a run longer than HEARTBEAT_S logs a line now and then (here every
+    frame: the period set to 0), the last frame aside (the summary follows it); a short run
+    logs none."""
+    from vkgraph.cli import progress
+
+    monkeypatch.chdir(tmp_path)
+    args = ("cli", "-g", graph(tmp_path, PASS), "--format", "o-pfm", "--filename", "out",
+            "--frames", "4", "--last-frame-only")
+    with caplog.at_level("INFO", logger="vkgraph"):
+        code, _, err = run(capsys, *args)
+    assert code == 0, err
+    assert "frames/s" not in caplog.text
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vkgraph"):
+        code, _, err = run(capsys, *args)
+    assert code == 0, err
+    beats = [r.getMessage() for r in caplog.records if "frames/s" in r.getMessage()]
+    assert [b.split(",")[0] for b in beats] == ["frame 1 of 4", "frame 2 of 4", "frame 3 of 4"]
+
+
 def test_every_shader_variant_compiles(capsys):
     code, out, err = run(capsys, "shaders", "--check")
     assert code == 0, err

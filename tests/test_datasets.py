@@ -3,11 +3,12 @@ packing, and cnngenin's batches of tiles from an image or a set."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import VKGRAPH, load_script, vkgraph_env
 
 from vkgraph.pipeline.datasets import image_set, package_file
 from vkgraph.pipeline.errors import GraphError
@@ -212,3 +213,94 @@ def test_real_pairs_from_two_sets(device, tmp_path):
     g.modules[("i-set", "clean")].set_param("filename", str(tmp_path / "other"))
     with pytest.raises(GraphError, match="differ in size"):
         run_graph(g, device, frames=1)
+
+
+# -- i-set downscaling (maxpix) ----------------------------------------------------------
+
+def test_box_downscale_is_the_area_mean():
+    iset = _iset()
+    rng = np.random.default_rng(3)
+    im = rng.uniform(0, 1, (12, 18, 4)).astype(np.float32)
+    half = iset.downscale(im, 9, 6)  # a whole factor 2: the 2x2 means
+    want = im.reshape(6, 2, 9, 2, 4).mean(axis=(1, 3))
+    np.testing.assert_allclose(half, want, rtol=1e-6, atol=1e-7)
+    odd = iset.downscale(im, 7, 5)  # fractional: each output the mean of the area it covers
+    assert odd.shape == (5, 7, 4)
+    np.testing.assert_allclose(odd.mean(axis=(0, 1)), im.mean(axis=(0, 1)), rtol=1e-5)
+    flat = iset.downscale(np.full((300, 301, 4), 0.3, np.float32), 100, 77)
+    np.testing.assert_allclose(flat, 0.3, rtol=1e-6)
+
+
+def large_photos(folder: Path, n: int = 3, wd: int = 3000, ht: int = 2000) -> None:
+    """n smooth wd x ht PNGs, cheap to make (and to compress)."""
+    import imageio.v3 as iio
+
+    folder.mkdir()
+    yy, xx = np.mgrid[0:ht, 0:wd]
+    for k in range(n):
+        rgb = np.stack([(xx * (k + 1) // 13) % 256, (yy // 9) % 256,
+                        ((xx + yy) // (7 + k)) % 256], -1).astype(np.uint8)
+        iio.imwrite(folder / f"{k}.png", rgb)
+
+
+def test_a_folder_of_large_photos_trains_on_the_cpu_driver(tmp_path):
+    """3 photos of 6 MP (96 MiB each as rgba f32) are more than the CPU driver's 128 MiB
+    storage buffers: i-set (maxpix 0) downscales them to what one buffer holds, says so in
+    one line, and kpn-t trains on them. maxpix given: that budget; more than the device holds
+    is a usage error."""
+    large_photos(tmp_path / "photos")
+    lines = ["frames:2", f"param:i-set:train:filename:{tmp_path / 'photos'}",
+             "param:cnngenin:01:batch:2", "param:cnngenin:01:tile:16"]
+
+    def train(*more):
+        return subprocess.run([*VKGRAPH, "cli", "-g", str(ROOT / "graphs" / "train-kpn.cfg"),
+                               "--last-frame-only", "--config", *lines, *more], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600, env=vkgraph_env())
+
+    res = train()
+    assert res.returncode == 0, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if "i-set:train: 3 images" in ln]
+    assert len(said) == 1, res.stderr
+    assert "of 18 MP in all, downscaled by" in said[0], said
+    assert "a storage buffer of the device spans 128 MiB" in said[0]
+    assert "kpn-t:01: 2 frames" in res.stdout
+    assert (tmp_path / "mlp-w.lut").is_file()
+    res = train("param:i-set:train:maxpix:200000000")  # 3.2 GB: more than lavapipe's buffers
+    assert res.returncode == 2 and "maxpix 200000000 is more than" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_maxpix_is_the_sets_budget(tmp_path, caplog):
+    """maxpix given: the set is downscaled to at most that many pixels, every image by the
+    same factor; a set within it is kept as it is."""
+    from types import SimpleNamespace
+
+    from vkgraph.pipeline.formats import write_png
+
+    iset = _iset()
+    (tmp_path / "s").mkdir()
+    for k, (wd, ht) in enumerate([(400, 300), (200, 100)]):
+        write_png(tmp_path / "s" / f"{k}.png", np.full((ht, wd, 3), 0.5, np.float32))
+
+    def load(maxpix):
+        class Module:
+            data = {}
+
+            def param(self, name):
+                return {"filename": str(tmp_path / "s"), "maxpix": maxpix}[name]
+
+            def __str__(self):
+                return "i-set:s"
+
+        module = Module()
+        graph = SimpleNamespace(resolve=lambda n: Path(n), capabilities=None)
+        iset.load(graph, module)
+        return module.data["sizes"]
+
+    assert load(0) == [(400, 300), (200, 100)]  # no device limit known: 4 GiB
+    assert load(140000) == [(400, 300), (200, 100)]
+    with caplog.at_level("WARNING", logger="vkgraph"):
+        sizes = load(35000)  # a quarter: half the size each way
+    assert sizes == [(200, 150), (100, 50)]
+    assert ("i-set:s: 2 images of 0.14 MP in all, downscaled by 0.500 to 0.035 MP (maxpix is "
+            "35000)") in caplog.text

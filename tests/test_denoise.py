@@ -198,11 +198,16 @@ def test_tiles_equal_the_whole_image(device, weights):
     img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
     img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
     whole = Denoiser(device, weights, levels=2)(img, 1e6, 100)
-    tiled = Denoiser(device, weights, levels=2, max_pixels=3000)  # < 60 * 52
-    assert tiled.tiling(60, 52) == (20, 16)  # keep 20, reach 16 beyond: tiles <= 52 < 54.7
-    assert spans(60, 20, 16) == [(0, 36, 0, 20), (4, 56, 20, 40), (24, 60, 40, 60)]
+    tiled = Denoiser(device, weights, levels=2, max_pixels=1600)  # < 60 * 52
+    # keep 8 x 8, reach 16 beyond (or to the edge): every tile 40 x 40
+    assert tiled.tiling(60, 52) == (8, 8, 16)
+    assert spans(60, 8, 16, 40)[2:6] == [(0, 40, 16, 24), (8, 48, 24, 32), (16, 56, 32, 40),
+                                         (20, 60, 40, 48)]
+    seen = []
+    tiled.on_tile = lambda done, total: seen.append((done, total))
     out = tiled(img, 1e6, 100)
-    assert len(tiled.builds) == 6  # one per tile size: widths 36, 52; heights 36, 48, 28
+    assert seen == [(k, 56) for k in range(57)]  # 8 columns x 7 rows
+    assert len(tiled.builds) == 1  # one tile size: one build, one set of buffers
     assert np.abs(out - whole).max() <= 1e-6
     with pytest.raises(GraphError, match="less than one tile"):
         Denoiser(device, weights, levels=2, max_pixels=35 * 35)(img, 0, 0)
@@ -239,3 +244,43 @@ def test_strength_multiplies_the_level_kpn_gets(tmp_path, capsys, weights, monke
     a, b = noise.estimate_noise(read_image(tmp_path / "b.jpg"), jpeg=True)
     assert seen[1:] == [(0.5 * a, 0.5 * b)] * 2 and a + b > 0
     assert out.count("(estimated, strength 0.5)") == 2
+
+
+@pytest.mark.parametrize("n,core,margin,step", [(60, 8, 16, 4), (1001, 96, 32, 8), (37, 16, 8, 4),
+                                                (4000, 1008, 64, 16), (3000, 1504, 64, 16)])
+def test_tile_spans_cover_with_their_margin(n, core, margin, step):
+    """Every tile is tile_length() long and starts on the pyramid's grid; the kept parts tile
+    the axis; each tile reaches margin beyond its kept part or to the image's edge."""
+    from vkgraph.pipeline.denoise import spans, tile_length
+
+    length = tile_length(n, core, margin, step)
+    tiles = spans(n, core, margin, length)
+    assert [k0 for _, _, k0, _ in tiles] == list(range(0, n, core))
+    assert tiles[-1][3] == n
+    for s, e, k0, k1 in tiles:
+        assert e - s == length and s % step == 0 and 0 <= s and e <= n
+        assert s == 0 or s <= k0 - margin
+        assert e == n or e >= k1 + margin
+
+
+def test_tile_progress_lines_without_a_bar(monkeypatch, caplog):
+    """`vkgraph denoise` without a bar: a line every HEARTBEAT_S seconds while a photo's
+    tiles run (here every tile: the period set to 0), none for the last tile."""
+    from types import SimpleNamespace
+
+    from vkgraph.cli import denoise, progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    on_tile = denoise.tile_progress(SimpleNamespace(disable=True))
+    with caplog.at_level("INFO", logger="vkgraph"):
+        for done in range(4):
+            on_tile(done, 3)
+    assert [r.getMessage() for r in caplog.records] == ["denoise: tile 1 of 3",
+                                                        "denoise: tile 2 of 3"]
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 10.0)
+    on_tile = denoise.tile_progress(SimpleNamespace(disable=True))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vkgraph"):
+        for done in range(4):
+            on_tile(done, 3)
+    assert not caplog.records  # a photo done within 10 s says nothing

@@ -603,3 +603,25 @@ def test_reference_scenes_regenerate_bit_identically():
         assert shipped.shape == (256, 256, 3)
         assert 0.0 <= shipped.min() and shipped.max() <= 1.0
         assert np.array_equal(make_scene.render(seed, name), shipped)
+
+
+def test_srgb_conversions_work_in_chunks(monkeypatch):
+    """The sRGB conversions of a large photo hold float64 temporaries of SRGB_CHUNK values at
+    a time, not of the whole image (a 12 MP photo's were most of `vkgraph denoise`'s peak
+    memory), and give the same values as at once (chunks of 7 values here)."""
+    import tracemalloc
+
+    x = np.random.default_rng(0).random((1500, 2000, 3)).astype(np.float32)
+    for fn, most in ((F.to_srgb8, 2.0), (F.srgb_to_linear, 3.0)):  # x's bytes; at once: 8.25
+        tracemalloc.start()
+        fn(x)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < most * x.nbytes, (fn.__name__, peak / x.nbytes)
+    y = x[:5, :9].astype(np.float64) * 1.4 - 0.2
+    y[0, 0, 0] = np.nan
+    whole = (F.to_srgb8(y), F.linear_to_srgb(y), F.srgb_to_linear(np.clip(y, 0, 1)))
+    monkeypatch.setattr(F, "SRGB_CHUNK", 7)
+    parts = (F.to_srgb8(y), F.linear_to_srgb(y), F.srgb_to_linear(np.clip(y, 0, 1)))
+    for a, b in zip(whole, parts, strict=True):
+        assert a.shape == y.shape and np.array_equal(a, b, equal_nan=True)

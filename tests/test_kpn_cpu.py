@@ -120,3 +120,29 @@ def test_a_texel_view_past_the_device_limit_is_an_error(device, monkeypatch):
         buf.texels()
     monkeypatch.undo()
     assert buf.texels() is buf.texels()  # one view, made once
+
+
+@pytest.mark.parametrize("feat", [0, 1])
+def test_kpn_cpu_reads_lut_weights_like_portable(cpu_device, tmp_path, monkeypatch, feat):
+    """kpn's .lut weights are f16: the cpu variant converts them once to f32 (w32) and then
+    gives exactly portable's output (fwd's W16 reads the same values, sums in the same
+    order). feat 1: the noise-normalised features (KPN_BIAS, the nmap node)."""
+    from vkgraph.modules.kpn_t import module as kpn_t
+    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.pipeline.formats import write_lut
+
+    lut = tmp_path / "w.lut"
+    write_lut(lut, conditioned_weights().astype(np.float16).ravel(), 1, "f16", 64, 448,
+              ssbo=True, text=kpn_t.lut_text(feat, 0, feat, 3))
+    X, _ = pair(37, 23, seed=5)
+    out, nodes = {}, {}
+    for variant in ("portable", "cpu"):
+        use_variant(monkeypatch, variant)
+        den = Denoiser(cpu_device, lut)
+        out[variant] = den(X, 2e5, 20)
+        g = den.builds[(37, 23)][1]
+        nodes[variant] = {n.kernel for n in g.modules[("kpn", "01")].nodes}
+    assert {"fwd_cpu", "w32"} <= nodes["cpu"] and "fwd" not in nodes["cpu"]
+    assert "fwd" in nodes["portable"] and "w32" not in nodes["portable"]
+    assert np.abs(out["portable"]).max() > 0
+    np.testing.assert_array_equal(out["cpu"], out["portable"])

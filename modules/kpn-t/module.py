@@ -40,6 +40,11 @@ log = logging.getLogger("vkgraph")
 NW = 28672  # 7 matrices of 64 x 64
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
 CPU_PX = 8  # pixels per invocation of fwd_cpu (shaders/kpn-t/fwd_cpu.comp)
+# kpn (inference) runs fwd_cpu with 2 pixels an invocation: llvmpipe compiles that kernel in
+# a fifth of the time (measured, one process, 512^2, shipped weights: 2.0 CPU s against
+# 9.8 at 8) and runs it in the same CPU time (0.95 s against 0.84); at 8 the compile is
+# most of a small image's run. Training keeps 8 (bck_cpu shares it).
+INFER_PX = 2
 LUT_TEXT = "\n".join([
     "lut contains weights for",
     "multi-level kernel predicting mlp with:",
@@ -328,8 +333,9 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     `weights`: the (node, connector) that writes the weights (kpn-t: adam's f32 master
     weights), or the name of a module input (kpn: `w`, f16 from a lut), which feeds every
     fwd node (the cooperative-matrix variants: through wpack's packed copy). f16 weights
-    select fwd's W16 variant. `weights16`: an f16 copy for the cooperative-matrix kernels
-    (kpn-t: adam's w16). Returns the per-level nodes as a dict of lists."""
+    select fwd's W16 variant (the cpu variant: through w32's f32 copy). `weights16`: an f16
+    copy for the cooperative-matrix kernels (kpn-t: adam's w16). Returns the per-level nodes
+    as a dict of lists."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels)
     apply_mode = int(module.param("apply"))
@@ -340,8 +346,6 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
     variant = mlp_variant(graph, precise)
-    if variant == "cpu" and w16:
-        variant = "portable"  # fwd_cpu reads fp32 weights (kpn's lut weights are f16)
     if variant not in ("portable", "cpu") and not w16:
         if weights16 is None:
             variant = "portable"
@@ -355,7 +359,13 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.node_connect(weights[0], weights[1], node, conn)
 
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
-    n["wpack"] = None
+    n["wpack"] = n["w32"] = None
+    if variant == "cpu" and w16:  # fwd_cpu reads f32 weights: kpn's .lut ones converted
+        n["w32"] = graph.add_node(module, "w32", (NW, 1), [
+            ssbo("w16", "read", fmt="f16"), ssbo("w", "write", NW)],
+            shader="kpn-t", local=(256, 1, 1))
+        feed_weights(n["w32"], "w16")
+        weights, w16 = (n["w32"], "w"), False
     if variant in ("fused", "coopmat"):  # the weights as packed fragments, once a frame
         n["wpack"] = graph.add_node(module, "wpack", (WPACK_FRAGS * 32, 1), [
             ssbo("w", "read", fmt="f16"), ssbo("wp", "write", WPACK_FRAGS * 512, "f16")],
@@ -388,13 +398,14 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                      **({"FEATURE_PLANE": 1} if plane else {})})
         if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
             conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
-            defines = {"PX": CPU_PX, **cpu_texel(graph, npx)}
+            px = CPU_PX if train else INFER_PX
+            defines = {"PX": px, **cpu_texel(graph, npx)}
             if nmap is not None:
                 defines["KPN_BIAS"] = 1
             if train:
                 conns.append(ssbo("A", "write", 7 * 64 * npx))
                 defines["TRAIN"] = 1
-            groups = math.ceil(npx / (8 * CPU_PX))
+            groups = math.ceil(npx / (8 * px))
             fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
                                  local=(8, 1, 1), defines=defines, push=[npx])
         elif variant == "portable":

@@ -1,7 +1,8 @@
 """kpn: denoise an image with trained kpn-t weights (inference; README.md here).
 
 The nodes are kpn-t's forward pass without the training parts: pyramid, features + MLP
-(fwd's W16 variant, reading the lut's f16 weights directly), filter, reconstruction. They are
+(fwd's W16 variant, reading the lut's f16 weights directly; on a CPU driver fwd_cpu, after
+w32 converts them to f32), filter, reconstruction. They are
 built by kpn-t's `forward_nodes`, so both modules run the same kernels on the same buffers
 and kpn's output equals what kpn-t's `output` shows for the same weights and input.
 """
