@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
     """The chain of denoise_raw_file one stage at a time (the demosaic build made first)."""
-    from vkgraph.cli.denoise import write
     from vkgraph.pipeline import raw as rawmod
     from vkgraph.pipeline.camnoise import profile_for
+    from vkgraph.pipeline.formats import ImageMeta, write_like
     from vkgraph.pipeline.rawdenoise import demosaicer_of, to_rec709
 
     out: dict[str, float] = {}
@@ -101,12 +101,9 @@ def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
         lap("kpn")
     rgb = to_rec709(rgb, raw)
     lap("matrix")
-    write(dst, rgb)
+    write_like(dst, rgb, ImageMeta("raw", "u16"))
     lap(f"write {dst.suffix}")
     return out
-
-
-    return 0
 
 
 if __name__ == "__main__":
