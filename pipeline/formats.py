@@ -36,6 +36,7 @@ wd, uint32 ht), `wd*ht*channels` elements row-major, then optional text and a ne
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -641,13 +642,34 @@ def decode_unorm(image: np.ndarray) -> np.ndarray:
     files: scaled by the dtype's largest value (1 for bool) to [0, 1], colour sRGB-decoded
     to linear, alpha (the second of 2 channels, the fourth of 4 or more) kept linear.
     float32."""
-    scale = 1.0 if image.dtype.kind == "b" else float(np.iinfo(image.dtype).max)
-    out = image / scale
     c = image.shape[2]
     alpha = 1 if c == 2 else 3 if c >= 4 else None
     colour = [i for i in range(c) if i != alpha]
+    if image.dtype in (np.uint8, np.uint16):  # a table of every value: the same numbers,
+        out = np.empty(image.shape, np.float32)  # 20x faster than the formula on 12 MP
+        lut = _decode_table(image.dtype.itemsize)
+        for i in range(c):
+            out[:, :, i] = (lut if i != alpha else _unorm_table(image.dtype.itemsize))[
+                image[:, :, i]]
+        return out
+    scale = 1.0 if image.dtype.kind == "b" else float(np.iinfo(image.dtype).max)
+    out = image / scale
     out[:, :, colour] = srgb_to_linear(out[:, :, colour])
     return out.astype(np.float32)
+
+
+@functools.cache
+def _unorm_table(nbytes: int) -> np.ndarray:
+    """float32 v / max of every unsigned value of nbytes bytes."""
+    top = (1 << (8 * nbytes)) - 1
+    return (np.arange(top + 1, dtype=np.float64) / top).astype(np.float32)
+
+
+@functools.cache
+def _decode_table(nbytes: int) -> np.ndarray:
+    """float32 linear value of every sRGB-encoded unsigned value of nbytes bytes."""
+    top = (1 << (8 * nbytes)) - 1
+    return _to_linear(np.arange(top + 1, dtype=np.float64) / top).astype(np.float32)
 
 
 def to_srgb8(array) -> np.ndarray:
