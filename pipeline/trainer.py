@@ -52,7 +52,7 @@ UNCLIPPED = 1e9
 class Trainable:
     """The nodes and facts of a built trainable module that tools outside it use."""
 
-    adam: object  # Node: outputs w (fp32 master weights), m, v, stats (skipped updates)
+    adam: object  # Node: outputs w (fp32 master weights), m, v, stats (STATS), wg, wbest
     dw: object  # Node: output dw, dE/dW of this frame
     lsum: object  # Node: outputs hist (loss per frame, ring buffer), cur (loss as hi, lo)
     hist_len: int  # length of the loss history ring buffer
@@ -84,19 +84,28 @@ def ssbo(name: str, ctype: str, n: int | None = None, fmt: str = "f32"):
     return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
 
 
-def optimizer(graph, module, n: int, shader: str, wcp: str | None, w16: Roi | None = None,
-              defines=None, wcp_format: str = "f32"):
+def optimizer(graph, module, n: int, shader: str, wcp: str | None, best: tuple,
+              w16: Roi | None = None, defines=None, wcp_format: str = "f32"):
     """The optimiser node `adam` over n params: inputs dw and gn (fed back by
     feed_optimizer), wcp (the starting weights, optional: bound when `wcp` names the module
     input to start from); outputs w (fp32), m, v, stats and, with `w16` (its roi), an f16
-    copy of the weights. Bindings in that order: dw, gn, wcp, w, m, v, stats, w16. Push
-    constant: whether wcp is bound."""
-    node = graph.add_node(module, "adam", (n, 1), [
-        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp_format),
-        ssbo("w", "write", n), ssbo("m", "write", n), ssbo("v", "write", n),
-        ssbo("stats", "write", 4)]
-        + ([("w16", "write", "ssbo", "f16", w16)] if w16 is not None else []),
-        shader=shader, local=(256, 1, 1), push=[1 if wcp else 0], defines=defines)
+    copy of the weights; then the divergence guard's input cur (the loss the weights gave)
+    and outputs wg, mg, vg (the last good w, m, v) and wbest (the best weights, `best` =
+    (format, roi) of the module's weight output). Bindings in that order (the guard's from
+    define GUARD_B); push constant: whether wcp is bound. stats: [0] skipped updates, [1] the
+    gradient norm, [2..3] the module's, [4..19] the guard's two slots (shaders/include/
+    guard.glsl)."""
+    conns = [ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp_format),
+             ssbo("w", "write", n), ssbo("m", "write", n), ssbo("v", "write", n),
+             ssbo("stats", "write", STATS)]
+    if w16 is not None:
+        conns.append(("w16", "write", "ssbo", "f16", w16))
+    defines = {**(defines or {}), "ROLLBACK": 1, "GUARD_B": len(conns),
+               **({"WBEST16": 1} if best[0] == "f16" else {})}
+    conns += [ssbo("cur", "read"), ssbo("wg", "write", n), ssbo("mg", "write", n),
+              ssbo("vg", "write", n), ("wbest", "write", "ssbo", best[0], best[1])]
+    node = graph.add_node(module, "adam", (n, 1), conns, shader=shader, local=(256, 1, 1),
+                          push=[1 if wcp else 0], defines=defines)
     node.connector("wcp").flags |= OPTIONAL
     if wcp:
         graph.bind(module, wcp, node, "wcp")
@@ -113,14 +122,27 @@ def loss_sum(graph, module, src, parts: int, hist_len: int):
     return node
 
 
-def feed_optimizer(graph, adam, dw, gn) -> None:
+def feed_optimizer(graph, adam, dw, gn, lsum) -> None:
     """The optimiser of frame f applies the gradient of frame f - 1: dw and its norm gn (each
-    a (node, connector)) reach it through feedback edges, or the same frame's norm node."""
+    a (node, connector)) reach it through feedback edges, or the same frame's norm node;
+    the loss node's cur (frame f - 1's loss, which the current weights gave) too."""
+    graph.node_feedback(lsum, "cur", adam, "cur")
     graph.node_feedback(dw[0], dw[1], adam, "dw")
     if gn[0] is dw[0]:
         graph.node_feedback(gn[0], gn[1], adam, "gn")
     else:
         graph.node_connect(gn[0], gn[1], adam, "gn")
+
+
+def bind_weights(graph, module, adam, conn: str, output: str = "w") -> None:
+    """The module's weight output: adam's `conn`, or its best weights (`wbest`) where the
+    readers ask for them (a param `best` 1: o-lut). Readers that disagree are an error."""
+    wants = {int(r.param("best")) for r, _ in graph.readers(module, output)
+             if "best" in r.values}
+    if len(wants) > 1:
+        raise GraphError(f"{module}: the readers of '{output}' differ in param best (the best "
+                         "or the last weights): give them the same")
+    graph.bind(module, output, adam, "wbest" if 1 in wants else conn)
 
 
 def history_length(frames: int) -> int:
@@ -150,6 +172,47 @@ def skipped(graph, module) -> int:
     return int(graph.read(trainable(module).adam, "stats")[0])
 
 
+# adam's stats: 4 floats, then the guard's two slots of 8 (shaders/include/guard.glsl)
+STATS = 4 + 2 * 8
+GUARD = {"consec": 0, "rate": 1, "rollbacks": 2, "ema": 3, "best": 4, "stopped": 5}
+
+
+def guard(graph, module) -> dict:
+    """The divergence guard's state after this frame: consecutive bad updates, the learning
+    rate's factor, rollbacks, the smoothed loss, the best smoothed loss, stopped (0/1)."""
+    st = graph.read(trainable(module).adam, "stats").astype(np.float64)
+    base = 4 + 8 * (graph.frame & 1)  # frame f's thread 0 writes slot f & 1
+    return {k: float(st[base + i]) for k, i in GUARD.items()}
+
+
+def diverged(graph, module) -> str | None:
+    """Why the run must stop (the guard ran out of rollbacks), or None."""
+    g = guard(graph, module)
+    if not g["stopped"]:
+        return None
+    return (f"{module}: training diverged: {int(g['rollbacks'])} rollbacks to the last good "
+            f"weights (learning rate x{g['rate']:g}) did not help; the weights are the last "
+            "good ones. Lower alpha, or raise retries")
+
+
+def diverging(build, every: float = 2.0):
+    """A stop() for the frame loop: True once a trainable module's guard stopped (asked at
+    most every `every` seconds: it waits for the frames in flight)."""
+    import time
+
+    mods = [m for m in build.active if m.trainable is not None]
+    last = [time.perf_counter()]
+
+    def stop() -> bool:
+        now = time.perf_counter()
+        if not mods or now - last[0] < every:
+            return False
+        last[0] = now
+        return any(diverged(build.context, m) for m in mods)
+
+    return stop
+
+
 def loss_scale(graph, module) -> float:
     """The dynamic loss scale (adam's stats[2]) of a trainer that has one."""
     return float(graph.read(trainable(module).adam, "stats")[2])
@@ -163,6 +226,9 @@ def stats(graph, module) -> dict:
         out["skipped"] = n
     if trainable(module).lscale:
         out["lscale"] = loss_scale(graph, module)
+    rollbacks = int(guard(graph, module)["rollbacks"])
+    if rollbacks:
+        out["rollbacks"] = rollbacks
     return out
 
 
@@ -184,6 +250,12 @@ def summary(graph, module) -> str:
         line += f", {t.kernels}"
     if t.lscale:
         line += f" (loss scale {loss_scale(graph, module):g})"
+    g = guard(graph, module)
+    if g["rollbacks"]:
+        line += (f", {int(g['rollbacks'])} rollbacks to the last good weights (learning rate "
+                 f"x{g['rate']:g})")
+    if g["stopped"]:
+        line += ", stopped: diverged"
     return line
 
 

@@ -27,6 +27,7 @@ from vkgraph.pipeline.module import OPTIONAL, Roi
 from vkgraph.pipeline.trainer import (
     Trainable,
     Trains,
+    bind_weights,
     feed_optimizer,
     history_length,
     loss_sum,
@@ -471,9 +472,10 @@ def create_nodes(graph, module):
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
                          f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
                          f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
+    lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout, 64 x 448: w16 and the best weights
     adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
-                     w16=Roi(64, 448), wcp_format="f16")  # w16: the .lut layout, 64 x 448
-    graph.bind(module, "w", adam, "w16")
+                     best=("f16", lut), w16=lut, wcp_format="f16")
+    bind_weights(graph, module, adam, "w16")
     noise = None
     if int(module.param("feat")):
         if module.connector("noiseab").source is None:
@@ -539,7 +541,7 @@ def create_nodes(graph, module):
                           ssbo("cur", "read")], shader="kpn-t", local=(256, 1, 1))
     graph.node_feedback(acc, "dw", norm, "dw")
     graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
-    feed_optimizer(graph, adam, (acc, "dw"), (norm, "gn"))
+    feed_optimizer(graph, adam, (acc, "dw"), (norm, "gn"), lsum)
     module.trainable = Trainable(adam=adam, dw=acc, lsum=lsum, hist_len=hist_len, used=used,
                                  layout=(MATRICES, WIDTH))
     _view_nodes(graph, module, n, adam, acc, lsum)

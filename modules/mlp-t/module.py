@@ -43,6 +43,7 @@ from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
 from vkgraph.pipeline.trainer import (
     Trainable,
     Trains,
+    bind_weights,
     feed_optimizer,
     history_length,
     loss_sum,
@@ -472,13 +473,14 @@ def create_nodes(graph, module):
     wcp = _checkpoint(module, a)
 
     adam = optimizer(graph, module, n_p, "mlp-t", "wcp" if wcp else None,
+                     best=("f32", Roi(a.width, n_p // a.width)),
                      w16=Roi(a.width, nw // a.width) if cm else None, wcp_format=wcp or "f32",
                      defines={**defines, **({"WCP16": 1} if wcp == "f16" else {}),
                               **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
     adam.connector("w").roi = Roi(a.width, n_p // a.width)
-    graph.bind(module, "w", adam, "w")
+    bind_weights(graph, module, adam, "w")
 
-    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False):
+    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False, lsum=None):
         """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
         per-net gradient norms gn; adam applies both next frame (feedback). loss_parts > 0:
         it also sums src's loss partials (lsum's work, its outputs hist and cur). scaled:
@@ -500,7 +502,7 @@ def create_nodes(graph, module):
             node.connector("tacc").flags |= OPTIONAL
         else:
             graph.node_connect(tacc, "tacc", node, "tacc")
-        feed_optimizer(graph, adam, (node, "dw"), (node, "gn"))
+        feed_optimizer(graph, adam, (node, "dw"), (node, "gn"), lsum or node)
         return node
 
     # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
@@ -544,7 +546,7 @@ def create_nodes(graph, module):
             shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
         graph.node_connect(train, "A", wgrad, "A")
         graph.node_connect(train, "G", wgrad, "G")
-        reduce = gradient_sum(wgrad, chunks, tacc=train)
+        reduce = gradient_sum(wgrad, chunks, tacc=train, lsum=lsum)
 
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])

@@ -25,6 +25,7 @@ SSBO_RW(4, float, m)
 SSBO_RW(5, float, v)
 SSBO_RW(6, float, stats)
 SSBO_OUT(7, float16_t, wout)
+#include "guard.glsl"
 
 void main() {
   uint i = gl_GlobalInvocationID.x;
@@ -41,14 +42,18 @@ void main() {
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; }
+    guard_keep(i, wi, 0.0, 0.0, true);
+    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; guard_init(); }
   } else {
     wi = w[i];
     bool ok = gn[1] != 0.0;
-    if (ok && used) {
+    Guard gd = guard_now(global.frame, guard_loss(), ok);
+    if (gd.snapshot) guard_keep(i, wi, m[i], v[i], gd.best);
+    if (gd.rollback) wi = guard_restore(i);
+    if (ok && used && !gd.rollback && !gd.stopped) {
       float g = clipped(dw[i], gn[0], params.gradclip) + 2.0 * params.L2 * wi;
       float t = float(global.frame);
-      float lr = params.alpha;
+      float lr = params.alpha * gd.rate;
       if (params.schedule == 1)
         lr *= 0.5 * (1.0 + cos(M_PI * min(t / float(max(global.frame_cnt, 1)), 1.0)));
       float mi = m[i], vi = v[i];
@@ -61,6 +66,7 @@ void main() {
     if (i == 0u) {
       if (!ok) stats[0] += 1.0;
       stats[1] = gn[0];
+      guard_update(global.frame, gd, guard_loss(), !ok);
     }
   }
   w[i] = wi;

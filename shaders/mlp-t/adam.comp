@@ -41,6 +41,7 @@ SSBO_RW(6, float, stats)
 #ifdef W16OUT
 SSBO_OUT(7, float16_t, w16)
 #endif
+#include "guard.glsl"
 
 // frame 0's value of param i (k = its index inside the net): Xavier-uniform for weights,
 // +-1e-4 for table entries, from one random number each
@@ -66,14 +67,21 @@ void main() {
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; stats[2] = params.lscale; stats[3] = 0.0; }
+    guard_keep(i, wi, 0.0, 0.0, true);
+    if (i == 0u) {
+      stats[0] = 0.0; stats[1] = 0.0; stats[2] = params.lscale; stats[3] = 0.0;
+      guard_init();
+    }
   } else {
     wi = w[i];
     bool ok = gn[2 * n + 1] != 0.0;
-    if (ok && used) {
+    Guard gd = guard_now(global.frame, guard_loss(), ok);
+    if (gd.snapshot) guard_keep(i, wi, m[i], v[i], gd.best);
+    if (gd.rollback) wi = guard_restore(i);
+    if (ok && used && !gd.rollback && !gd.stopped) {
       float g = clipped(dw[i], gn[2 * n], params.gradclip);
       float mi = m[i], vi = v[i];
-      if (opt_step(wi, mi, vi, g, alpha, float(global.frame), OPT, params.beta1, params.beta2,
+      if (opt_step(wi, mi, vi, g, alpha * gd.rate, float(global.frame), OPT, params.beta1, params.beta2,
                    params.eps, params.wdecay)) {
         m[i] = mi;
         v[i] = vi;
@@ -87,6 +95,7 @@ void main() {
       }
       stats[0] += skipped;
       stats[1] = gmax;
+      guard_update(global.frame, gd, guard_loss(), skipped > 0.0);
 #ifdef DYN_SCALE
       float sc = stats[2] > 0.0 ? stats[2] : params.lscale, clean = stats[3] + 1.0;
       if (skipped > 0.0) {
