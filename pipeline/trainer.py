@@ -260,8 +260,10 @@ def summary(graph, module) -> str:
 
 
 # persistent buffers the engine cannot know about: read before they are written each frame
-# (the pending gradient and loss are feedback buffers, which the engine saves itself)
-STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
+# (the pending gradient and loss are feedback buffers, which the engine saves itself); the
+# guard's copies too, so a resumed run rolls back to what the uninterrupted one would
+STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"),
+         ("adam", "wg"), ("adam", "mg"), ("adam", "vg"), ("adam", "wbest"))
 
 
 def state(graph, module) -> dict:

@@ -2,7 +2,7 @@
 optimizer step per frame (README.md here has the maths of every kernel).
 
 Nodes, in schedule order:
-  adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam or sgd)
+  adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam, sgd, adamw)
   train   target, w -> A (activations), G (output gradients), loss partials  (fused fwd/bck)
   lsum    loss partials -> loss history, current loss        (kept: no sink needs it)
   wgrad   A, G -> per-chunk weight-gradient partials

@@ -58,9 +58,9 @@ Guard guard_now(uint f, float loss, bool ok) {
   g.rollback = guard(p, G_ACT) != 0.0;
   g.stopped = guard(p, G_STOPPED) != 0.0;
   float ema = guard(p, G_EMA);
-  bool due = f % SNAP_EVERY == 0u || f + 1u == uint(global.frame_cnt);  // and the last frame
-  g.snapshot = !g.rollback && !g.stopped && due && guard(p, G_CONSEC) == 0.0 && ok
-               && loss_ok(loss, ema);
+  // on frame numbers alone, so a resumed run takes the same snapshots as an uninterrupted one
+  g.snapshot = !g.rollback && !g.stopped && f % SNAP_EVERY == 0u && guard(p, G_CONSEC) == 0.0
+               && ok && loss_ok(loss, ema);
   g.best = g.snapshot && smoothed(ema, loss) < guard(p, G_BEST);
   g.rate = guard(p, G_RATE);
   return g;
