@@ -107,3 +107,24 @@ def test_out_of_rollbacks_the_run_stops_with_an_error(tmp_path):
     w = arrays(tmp_path / "c.npz")["kpn-t:01/adam.w"]
     assert np.isfinite(w).all()
     assert np.isfinite(read_lut(tmp_path / "w.lut")[0]).all()
+
+
+def test_mlp_t_out_of_rollbacks_stops_with_finite_weights(device, tmp_path):
+    """mlp-t's adam has the same guard: a learning rate of 1e30 with a linear output blows
+    up; one rollback (halving the rate is not enough), then it stops, the weights the last
+    good ones."""
+    from test_mlp_gpu import mlp_graph, target_image
+
+    g = mlp_graph(tmp_path, target_image(16, 16), dict(
+        enc="frequency", octaves=2, width=16, depth=2, bias=1, batch=64, outact="none",
+        alpha=1e30, rollback=2, retries=1), frames=20)
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    b.run_frame(0, download=False)
+    w0 = b.read(m.trainable.adam, "w").copy()
+    for f in range(1, 20):
+        b.run_frame(f, download=False)
+    state = trainer.guard(b.context, m)
+    assert state["stopped"] and state["rollbacks"] == 1
+    assert "training diverged" in trainer.diverged(b.context, m)
+    assert np.array_equal(b.read(m.trainable.adam, "w"), w0)  # frame 0's: no snapshot since

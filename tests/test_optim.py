@@ -77,3 +77,29 @@ def test_reference_skips_non_finite_steps():
         wn, mn, vn = optim.step(w, m, v, g, 0.1, 1, opt)
         assert wn[0] != 1.0 and np.array_equal(wn[1:], w[1:])
         assert np.array_equal(mn[1:], m[1:]) and np.array_equal(vn[1:], v[1:])
+
+
+def test_mlp_t_adamw_step_matches_the_reference(device, tmp_path):
+    """mlp-t's adam kernel (the same optim.glsl) with opt adamw, frame 1 from zero moments."""
+    from test_mlp_gpu import mlp_graph, target_image
+
+    from vkgraph.pipeline.runner import Build
+
+    g = mlp_graph(tmp_path, target_image(16, 16), dict(
+        enc="frequency", octaves=2, width=16, depth=2, bias=1, act="tanh", batch=64,
+        opt="adamw", alpha=0.01, wdecay=0.5), frames=3)
+    b = Build(g, device)
+    m = g.modules[("mlp-t", "01")]
+    b.run_frame(0, download=False)
+    w0 = b.read(m.trainable.adam, "w").astype(np.float64)
+    g0 = b.read(m.trainable.dw, "dw").astype(np.float64)
+    b.run_frame(1, download=False)
+    w1 = b.read(m.trainable.adam, "w")
+    hyper = [float(np.float32(m.param(k))) for k in ("beta1", "beta2", "eps")]
+    used = m.trainable.used
+    want, _, _ = optim.step(w0, 0 * w0, 0 * w0, g0, float(np.float32(0.01)), 1, 2, *hyper,
+                            wd=0.5)
+    adam, _, _ = optim.step(w0, 0 * w0, 0 * w0, g0, float(np.float32(0.01)), 1, 0, *hyper)
+    assert np.abs(w1[used] - want[used]).max() <= 1e-6
+    assert np.abs(want[used] - adam[used]).max() > 1e-4  # the decay is there
+    assert np.all(w1[~used] == 0)
