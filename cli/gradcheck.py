@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, RuntimeFailure
-from vkgraph.pipeline.trainer import trainable
+from vkgraph.pipeline.trainer import UNCLIPPED, trainable, trainable_modules
 
 log = logging.getLogger("vkgraph")
 
@@ -43,7 +43,7 @@ def rel_error(a: np.ndarray, n: np.ndarray, floor: float) -> np.ndarray:
 
 
 def pick_module(graph, name: str | None):
-    trainable = [m for m in graph.modules.values() if m.cls.hook("summary") is not None]
+    trainable = trainable_modules(graph.modules.values())
     if name:
         mname, _, inst = name.partition(":")
         m = graph.modules.get((mname, inst))
@@ -128,23 +128,23 @@ def cmd_gradcheck(args) -> int:
     graph, apply_config = load_graph(args)
     apply_config()
     module = pick_module(graph, args.module)
-    if "precise" in module.values and not args.plain:
-        module.set_param("precise", 1)
-    if "gradclip" in module.values and module.param("gradclip") < 1e6:
-        log.info("gradcheck: gradient clipping disabled (gradclip 1e9)")
-        module.set_param("gradclip", 1e9)
+    trains = module.cls.trainable
+    if trains is None:
+        raise GraphError(f"{module} is not trainable by the gradient check")
+    if trains.precise and not args.plain:
+        module.set_param(trains.precise, 1)
+    if trains.clip and module.param(trains.clip) < 1e6:
+        log.info("gradcheck: gradient clipping disabled (%s %g)", trains.clip, UNCLIPPED)
+        module.set_param(trains.clip, UNCLIPPED)
     graph.frames = 2  # the probe runs as many frames as it needs
     device = Device.open(args.device, args.device_id)
     try:
         build = Build(graph, device)
-        if getattr(module, "trainable", None) is None:
-            raise GraphError(f"{module} is not trainable by the gradient check")
-        t = module.trainable
+        t = trainable(module)
         for f in range(1 + max(0, args.warmup)):  # frame 0 initialises the weights
             build.run_frame(f, download=False)
-        module.set_param("alpha", 0.0)  # from now on the optimiser leaves the weights alone
-        if "talpha" in module.values:  # (mlp-t's table rate: 0 = alpha)
-            module.set_param("talpha", 0.0)
+        for rate in trains.rates:  # from now on the optimiser leaves the weights alone
+            module.set_param(rate, 0.0)
         probe = Probe(build, module, first_frame=f + 1)
         E0 = probe.loss()
         w0 = build.read(t.adam, "w").astype(np.float32)
@@ -164,7 +164,8 @@ def cmd_gradcheck(args) -> int:
                      args.count, module, idx.size)
         eps = args.eps if args.eps is not None else 1e-5
         # loss noise of the forward that is differenced: float64 (precise) or fp32
-        noise = (1e-13 if int(module.values.get("precise", [0])[0]) else 3e-8) * max(E0, 1e-3)
+        precise = trains.precise and int(module.param(trains.precise))
+        noise = (1e-13 if precise else 3e-8) * max(E0, 1e-3)
         with StopSignals() as stop:
             numeric, kinks = run_differences(probe, w0, idx, eps, noise, stop)
         done = numeric.size

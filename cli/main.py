@@ -15,7 +15,14 @@ import sys
 import threading
 from pathlib import Path
 
-from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable, shorten
+from vkgraph.pipeline.errors import (
+    GraphError,
+    RuntimeFailure,
+    VkgraphError,
+    clip,
+    printable,
+    shorten,
+)
 from vkgraph.pipeline.module import INT32
 
 log = logging.getLogger("vkgraph")
@@ -299,6 +306,7 @@ class StopSignals:
 
 def cmd_cli(args, argv) -> int:
     from vkgraph.pipeline import checkpoint
+    from vkgraph.pipeline.trainer import diverged, diverging
 
     from .progress import Progress, summaries
 
@@ -348,13 +356,16 @@ def cmd_cli(args, argv) -> int:
                     bar.update(b, f)
                     after_frame(b, f)
 
+                watch = diverging(build)  # a trainer out of rollbacks ends the run
                 session.run(build.frames - session.frame, every_frame_sinks=not
-                            args.last_frame_only, on_frame=each_frame, stop=stop,
-                            sync=checkpoint_due)
+                            args.last_frame_only, on_frame=each_frame,
+                            stop=lambda: stop() or watch(), sync=checkpoint_due)
             finally:
                 bar.close()
+            failed = [why for m in build.active if m.trainable is not None
+                      for why in [diverged(build.context, m)] if why]
             saved = args.checkpoint
-            if saved is None and build.interrupted and checkpoint.has_state(build):
+            if saved is None and build.interrupted and not failed and checkpoint.has_state(build):
                 try:
                     checkpoint.check_supported(build)
                     saved = f"{Path(args.graph).stem}.ckpt.npz"
@@ -369,6 +380,8 @@ def cmd_cli(args, argv) -> int:
                 print_profile(build)
         finally:
             device.close()
+    if failed:
+        raise RuntimeFailure(failed[0])
     if build.interrupted:
         print(f"vkgraph: interrupted after frame {build.frame} of {build.frames}"
               + (f"; continue with --resume {saved}" if saved else ""), file=sys.stderr)

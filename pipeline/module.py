@@ -63,7 +63,7 @@ HOOKS = {
                    "same shapes, after the download"),
     "stats": ("stats(graph, module) -> dict", "progress bar, e.g. {'loss': 0.1}"),
     "summary": ("summary(graph, module) -> str",
-                "end-of-run line; marks a trainable"),
+                "end-of-run line"),
     "losses": ("losses(graph, module) -> np.ndarray",
                "trainable: loss of every frame so far"),
     "current_loss": ("current_loss(graph, module) -> float",
@@ -419,6 +419,8 @@ class ModuleClass:
                 raise GraphError(f"module '{name}' defines hook '{old}', which the engine does "
                                  "not call (removed); the hooks are: " + ", ".join(HOOKS),
                                  where=str(folder / "module.py"))
+        # a trainable module's declaration (pipeline/trainer.py: Trains), or None
+        self.trainable = getattr(self.hooks, "TRAINABLE", None) if self.hooks else None
 
     def _read_optional(self, path: Path) -> frozenset[str]:
         """Inputs listed in `optional` (one name a line) may stay unconnected (kpn-t's wcp)."""
@@ -447,6 +449,8 @@ class ModuleClass:
         if name not in HOOKS:
             raise KeyError(f"'{name}' is not a module hook (pipeline/module.py: HOOKS)")
         fn = getattr(self.hooks, name, None) if self.hooks else None
+        if fn is None and self.trainable is not None:
+            return self.trainable.hooks.get(name)  # the trainer's (pipeline/trainer.py)
         if fn is None or self.shipped:
             return fn
         return _guarded(self, name, fn)

@@ -40,6 +40,7 @@ import numpy as np
 
 from .cfg import MAX_FRAMES
 from .errors import GraphError, clip
+from .trainer import trainable_modules
 
 KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 METRICS = {"loss": "min", "best_loss": "min", "psnr": "max"}  # --metric: what ranks trials
@@ -246,7 +247,7 @@ def prepare(graph, weights: Path):
     """Drop the displays, point the o-lut writers at `weights` (the first one; others get
     `<stem>-<instance>.lut` beside it) and return the trainable module (the one with a loss
     history); an o-lut is added for a trainable module whose weights nothing writes."""
-    trainable = [m for m in graph.modules.values() if m.cls.hook("losses")]
+    trainable = trainable_modules(graph.modules.values())
     if len(trainable) != 1:
         names = ", ".join(str(m) for m in trainable) or "none"
         raise GraphError(f"a sweep trains one trainable module (kpn-t, mlp-t); the graph "

@@ -1,13 +1,21 @@
-"""A trainable module, declared: `Trainable`, the record a trainable module's create_nodes
-sets as `module.trainable`, and the hooks shared by the trainable modules (kpn-t, mlp-t).
+"""The trainer scaffold: what every trainable module (kpn-t, mlp-t) shares.
 
-The trainer hooks below, checkpoints (pipeline/checkpoint.py) and `vkgraph gradcheck`
-(cli/gradcheck.py) read a trainable module through this record only: its loss history is
-the output `hist` of node `lsum` (one float a frame, ring buffer of `hist_len`), the frame's
-loss a (hi, lo) float pair in its output `cur`; the optimiser node `adam` holds the weights
-`w`, moments `m`, `v` and in `stats[0]` the count of skipped (non-finite) updates; node `dw`
-writes dE/dW of the frame to its output `dw`. A module imports the hook names, which makes
-them its `losses`, `current_loss`, `stats`, `state` and `load_state` hooks."""
+A module is trainable when its module.py declares `TRAINABLE = Trains(...)` (how tools
+freeze it, below); its create_nodes then builds the forward and backward subgraph and its
+loss, and gets the rest from here: the optimiser node (`optimizer`), the loss sum
+(`loss_sum`) and the feedback edges that hand the optimiser the gradient and its norm of
+the last frame (`feed_optimizer`); it ends by setting `module.trainable = Trainable(...)`,
+the record of the built nodes. `trainable is not None` is the one test of trainability:
+`module.cls.trainable` (the declaration, before a build) and `module.trainable` (the
+record, after create_nodes).
+
+The engine gives such a module the trainer hooks below (`HOOKS`) unless its module.py
+defines its own: `losses`, `current_loss`, `stats`, `summary`, `state`, `load_state`. They,
+checkpoints (pipeline/checkpoint.py) and `vkgraph gradcheck` read a trainable module through
+its record only: its loss history is the output `hist` of node `lsum` (one float a frame,
+ring buffer of `hist_len`), the frame's loss a (hi, lo) float pair in its output `cur`; the
+optimiser node `adam` holds the weights `w`, moments `m`, `v` and in `stats[0]` the count
+of skipped (non-finite) updates; node `dw` writes dE/dW of the frame to its output `dw`."""
 
 from __future__ import annotations
 
@@ -16,19 +24,43 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import GraphError
+from .module import OPTIONAL, Roi
+
+
+@dataclass(frozen=True)
+class Trains:
+    """A module's declaration that it trains (module.py: `TRAINABLE = Trains(...)`): how the
+    gradient check freezes it. `precise`: the param that selects the float64 forward (set
+    to 1 unless --plain); `rates`: the learning-rate params set to 0 after the warm-up
+    frames, so that a frame's update leaves the weights alone; `clip`: the gradient-clipping
+    param, set to `UNCLIPPED` so the analytic gradient is the raw dE/dW."""
+
+    precise: str | None = "precise"
+    rates: tuple[str, ...] = ("alpha",)
+    clip: str | None = "gradclip"
+
+    @property
+    def hooks(self) -> dict:
+        """The trainer hooks (the engine's, for those the module.py does not define)."""
+        return HOOKS
+
+
+UNCLIPPED = 1e9
 
 
 @dataclass
 class Trainable:
-    """The nodes and facts of a trainable module that tools outside it use."""
+    """The nodes and facts of a built trainable module that tools outside it use."""
 
-    adam: object  # Node: outputs w (fp32 master weights), m, v, stats (skipped updates)
+    adam: object  # Node: outputs w (fp32 master weights), m, v, stats (STATS), wg, wbest
     dw: object  # Node: output dw, dE/dW of this frame
     lsum: object  # Node: outputs hist (loss per frame, ring buffer), cur (loss as hi, lo)
     hist_len: int  # length of the loss history ring buffer
     used: np.ndarray  # bool mask of the weights the network uses (others stay 0)
     layout: tuple[int, int]  # (matrices, width): the weights are width x width matrices
     groups: list | None = None  # gradcheck's sampling groups: (name, start, end); None: layers
+    kernels: str = ""  # the summary's note on the kernels it runs ("" says nothing)
+    lscale: bool = False  # adam's stats[2] holds a dynamic loss scale (reported)
 
 
 def trainable(module) -> Trainable:
@@ -38,6 +70,87 @@ def trainable(module) -> Trainable:
         raise GraphError(f"{module} is not a trainable module (its create_nodes sets no "
                          "Trainable)")
     return record
+
+
+def trainable_modules(modules) -> list:
+    """The modules among `modules` whose class declares that they train."""
+    return [m for m in modules if m.cls.trainable is not None]
+
+
+# -- building: the nodes every trainer has
+
+
+def ssbo(name: str, ctype: str, n: int | None = None, fmt: str = "f32"):
+    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
+
+
+def optimizer(graph, module, n: int, shader: str, wcp: str | None, best: tuple,
+              w16: Roi | None = None, defines=None, wcp_format: str = "f32"):
+    """The optimiser node `adam` over n params: inputs dw and gn (fed back by
+    feed_optimizer), wcp (the starting weights, optional: bound when `wcp` names the module
+    input to start from); outputs w (fp32), m, v, stats and, with `w16` (its roi), an f16
+    copy of the weights; then the divergence guard's input cur (the loss the weights gave)
+    and outputs wg, mg, vg (the last good w, m, v) and wbest (the best weights, `best` =
+    (format, roi) of the module's weight output). Bindings in that order (the guard's from
+    define GUARD_B); push constant: whether wcp is bound. stats: [0] skipped updates, [1] the
+    gradient norm, [2..3] the module's, [4..19] the guard's two slots (shaders/include/
+    guard.glsl)."""
+    conns = [ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp_format),
+             ssbo("w", "write", n), ssbo("m", "write", n), ssbo("v", "write", n),
+             ssbo("stats", "write", STATS)]
+    if w16 is not None:
+        conns.append(("w16", "write", "ssbo", "f16", w16))
+    defines = {**(defines or {}), "ROLLBACK": 1, "GUARD_B": len(conns),
+               **({"WBEST16": 1} if best[0] == "f16" else {})}
+    conns += [ssbo("cur", "read"), ssbo("wg", "write", n), ssbo("mg", "write", n),
+              ssbo("vg", "write", n), ("wbest", "write", "ssbo", best[0], best[1])]
+    node = graph.add_node(module, "adam", (n, 1), conns, shader=shader, local=(256, 1, 1),
+                          push=[1 if wcp else 0], defines=defines)
+    node.connector("wcp").flags |= OPTIONAL
+    if wcp:
+        graph.bind(module, wcp, node, "wcp")
+    return node
+
+
+def loss_sum(graph, module, src, parts: int, hist_len: int):
+    """Node `lsum`: the frame's loss from src's `Epart`, `parts` (hi, lo) float pairs ->
+    hist (the loss history) and cur (shaders/include/losssum.glsl). Kept: no sink needs it."""
+    node = graph.add_node(module, "lsum", (256, 1), [
+        ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
+        shader="trainer", local=(256, 1, 1), push=[parts, hist_len], keep=True)
+    graph.node_connect(src, "Epart", node, "Epart")
+    return node
+
+
+def feed_optimizer(graph, adam, dw, gn, lsum) -> None:
+    """The optimiser of frame f applies the gradient of frame f - 1: dw and its norm gn (each
+    a (node, connector)) reach it through feedback edges, or the same frame's norm node;
+    the loss node's cur (frame f - 1's loss, which the current weights gave) too."""
+    graph.node_feedback(lsum, "cur", adam, "cur")
+    graph.node_feedback(dw[0], dw[1], adam, "dw")
+    if gn[0] is dw[0]:
+        graph.node_feedback(gn[0], gn[1], adam, "gn")
+    else:
+        graph.node_connect(gn[0], gn[1], adam, "gn")
+
+
+def bind_weights(graph, module, adam, conn: str, output: str = "w") -> None:
+    """The module's weight output: adam's `conn`, or its best weights (`wbest`) where the
+    readers ask for them (a param `best` 1: o-lut). Readers that disagree are an error."""
+    wants = {int(r.param("best")) for r, _ in graph.readers(module, output)
+             if "best" in r.values}
+    if len(wants) > 1:
+        raise GraphError(f"{module}: the readers of '{output}' differ in param best (the best "
+                         "or the last weights): give them the same")
+    graph.bind(module, output, adam, "wbest" if 1 in wants else conn)
+
+
+def history_length(frames: int) -> int:
+    """The loss history's ring buffer: the whole run, at least 500, at most 2^20 frames."""
+    return min(max(500, int(frames)), 1 << 20)
+
+
+# -- hooks
 
 
 def losses(graph, module) -> np.ndarray:
@@ -59,17 +172,98 @@ def skipped(graph, module) -> int:
     return int(graph.read(trainable(module).adam, "stats")[0])
 
 
+# adam's stats: 4 floats, then the guard's two slots of 8 (shaders/include/guard.glsl)
+STATS = 4 + 2 * 8
+GUARD = {"consec": 0, "rate": 1, "rollbacks": 2, "ema": 3, "best": 4, "stopped": 5}
+
+
+def guard(graph, module) -> dict:
+    """The divergence guard's state after this frame: consecutive bad updates, the learning
+    rate's factor, rollbacks, the smoothed loss, the best smoothed loss, stopped (0/1)."""
+    st = graph.read(trainable(module).adam, "stats").astype(np.float64)
+    base = 4 + 8 * (graph.frame & 1)  # frame f's thread 0 writes slot f & 1
+    return {k: float(st[base + i]) for k, i in GUARD.items()}
+
+
+def diverged(graph, module) -> str | None:
+    """Why the run must stop (the guard ran out of rollbacks), or None."""
+    g = guard(graph, module)
+    if not g["stopped"]:
+        return None
+    return (f"{module}: training diverged: {int(g['rollbacks'])} rollbacks to the last good "
+            f"weights (learning rate x{g['rate']:g}) did not help; the weights are the last "
+            "good ones. Lower alpha, or raise retries")
+
+
+def diverging(build, every: float = 2.0):
+    """A stop() for the frame loop: True once a trainable module's guard stopped (asked at
+    most every `every` seconds: it waits for the frames in flight)."""
+    import time
+
+    mods = [m for m in build.active if m.trainable is not None]
+    last = [time.perf_counter()]
+
+    def stop() -> bool:
+        now = time.perf_counter()
+        if not mods or now - last[0] < every:
+            return False
+        last[0] = now
+        return any(diverged(build.context, m) for m in mods)
+
+    return stop
+
+
+def loss_scale(graph, module) -> float:
+    """The dynamic loss scale (adam's stats[2]) of a trainer that has one."""
+    return float(graph.read(trainable(module).adam, "stats")[2])
+
+
 def stats(graph, module) -> dict:
+    """The progress bar's: this frame's loss, the skipped updates, the loss scale."""
     out = {"loss": current_loss(graph, module)}
     n = skipped(graph, module)
     if n:
         out["skipped"] = n
+    if trainable(module).lscale:
+        out["lscale"] = loss_scale(graph, module)
+    rollbacks = int(guard(graph, module)["rollbacks"])
+    if rollbacks:
+        out["rollbacks"] = rollbacks
     return out
 
 
+def summary(graph, module) -> str:
+    """The end-of-run line: frames, first, last and best loss, the speed of the frames this
+    run ran (a resumed run ran only its part), skipped updates, the kernels."""
+    t = trainable(module)
+    hist = losses(graph, module)
+    frames = graph.frame + 1
+    ran = frames - graph.first_frame
+    fps = ran / graph.seconds if graph.seconds else float("nan")
+    best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
+    line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
+            f"best {best:.4g}, {fps:.1f} frames/s")
+    n_skipped = skipped(graph, module)
+    if n_skipped:
+        line += f", {n_skipped} updates skipped (non-finite loss or gradient)"
+    if t.kernels:
+        line += f", {t.kernels}"
+    if t.lscale:
+        line += f" (loss scale {loss_scale(graph, module):g})"
+    g = guard(graph, module)
+    if g["rollbacks"]:
+        line += (f", {int(g['rollbacks'])} rollbacks to the last good weights (learning rate "
+                 f"x{g['rate']:g})")
+    if g["stopped"]:
+        line += ", stopped: diverged"
+    return line
+
+
 # persistent buffers the engine cannot know about: read before they are written each frame
-# (the pending gradient and loss are feedback buffers, which the engine saves itself)
-STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"))
+# (the pending gradient and loss are feedback buffers, which the engine saves itself); the
+# guard's copies too, so a resumed run rolls back to what the uninterrupted one would
+STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum", "hist"),
+         ("adam", "wg"), ("adam", "mg"), ("adam", "vg"), ("adam", "wbest"))
 
 
 def state(graph, module) -> dict:
@@ -83,3 +277,8 @@ def load_state(graph, module, arrays) -> None:
     from .checkpoint import load_trainer_state
 
     load_trainer_state(graph, module, arrays, STATE)
+
+
+# what a trainable module gets unless its module.py defines the hook itself
+HOOKS = {f.__name__: f for f in (losses, current_loss, stats, summary, state, load_state)}
+

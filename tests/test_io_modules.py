@@ -78,7 +78,7 @@ DECLARED = {
     "o-jpg": (["input:sink:rgba:*"], ["filename:string:256:output", "quality:int:1:90"]),
     "o-exr": (["input:sink:rgba:*"], ["filename:string:256:output"]),
     "i-lut": (["output:source:*:*"], ["filename:string:256:test.lut"]),
-    "o-lut": (["input:sink:*:*"], ["filename:string:256:output"]),
+    "o-lut": (["input:sink:*:*"], ["filename:string:256:output", "best:int:1:0"]),
     "display": (["input:sink:rgba:*"], []),
 }
 

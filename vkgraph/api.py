@@ -295,7 +295,7 @@ class Session:
     def _save_weights(self, path: Path, module: str | None, connector: str) -> Path:
         if module is None:
             found = [str(m) for m in self._built().active
-                     if m.cls.hook("state") and connector in m.cls.connector_names()]
+                     if m.trainable is not None and connector in m.cls.connector_names()]
             if len(found) != 1:
                 raise GraphError(f"save_weights: name the module ({', '.join(found) or 'no'} "
                                  "trainable modules)")

@@ -19,25 +19,43 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi
-from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
+from vkgraph.pipeline.trainer import (
     Trainable,
-    current_loss,
-    load_state,
-    losses,
-    skipped,
-    state,
-    stats,
+    Trains,
+    bind_weights,
+    feed_optimizer,
+    history_length,
+    loss_sum,
+    optimizer,
+)
+from vkgraph.pipeline.variants import (
+    cm_available,
+    cm_defines,
+    cpu_capable,
+    emulated,
+    env_choice,
+    portable_forced,
+    sm_count,
+    tuning,
 )
 
 log = logging.getLogger("vkgraph")
 
-NW = 28672  # 7 matrices of 64 x 64
+TRAINABLE = Trains(precise="precise", rates=("alpha",), clip="gradclip")
+
+# the weight layout: MATRICES matrices of WIDTH x WIDTH (row = output neuron), the last one
+# using its first OUT_ROWS rows (15 taps and the blend weight); the kernels see it as
+# layout.gen (HEADERS, compiled in like params.gen: pipeline/kernels.py, folder_headers)
+MATRICES, WIDTH, OUT_ROWS = 7, 64, 16
+NW = MATRICES * WIDTH * WIDTH
+HEADERS = {"layout.gen": "".join(f"#define {k} {v}u\n" for k, v in (
+    ("KPN_NW", NW), ("KPN_MATRIX", WIDTH * WIDTH), ("KPN_LAST", (MATRICES - 1) * WIDTH * WIDTH),
+    ("KPN_LAST_USED", OUT_ROWS * WIDTH)))}
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
 CPU_PX = 8  # pixels per invocation of fwd_cpu (shaders/kpn-t/fwd_cpu.comp)
 # kpn (inference) runs fwd_cpu with 2 pixels an invocation: llvmpipe compiles that kernel in
@@ -211,42 +229,6 @@ CM_TUNING = {"fwd_warps": 4, "fwd_rows": 1, "fused_warps": 16, "fused_groups": 0
 FUSED_GROUPS = 264  # where the SM count is unknown
 
 
-def env_on(name: str) -> bool:
-    """An environment switch: set and not "0" (VKGRAPH_PORTABLE, VKGRAPH_COOPMAT_EMULATE)."""
-    return os.environ.get(name, "") not in ("", "0")
-
-
-def tuning(env: str, defaults: dict) -> tuple[dict, set]:
-    """(defaults with the overrides of `env` = "key=N,key=N", the keys given): the launch
-    shapes of the cooperative-matrix kernels, overridden for benchmarks (kpn-t's
-    VKGRAPH_CM_TUNE, mlp-t's VKGRAPH_MLP_TUNE). An unknown key or a non-integer is an error."""
-    t, given = dict(defaults), set()
-    for item in filter(None, os.environ.get(env, "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in t or not value.strip().isdigit():
-            raise GraphError(f"{env}: {item!r} is not one of {', '.join(k + '=N' for k in t)}")
-        t[key.strip()] = int(value)
-        given.add(key.strip())
-    return t, given
-
-
-def cm_capable(graph) -> bool:
-    """Whether the build's device runs the cooperative-matrix kernels: 16x16x16 f16 x f16 +
-    f32 matrices, 32-wide subgroups, f16 arithmetic and storage, 45 KiB of shared memory."""
-    info = graph.capabilities
-    return (info is not None and info.subgroup_size == 32 and info.fp16 and info.storage16
-            and "16x16x16 f16*f16+f32->f32" in info.coopmat and info.shared_memory >= 46080)
-
-
-def cpu_capable(graph) -> bool:
-    """Whether the build's device suits the "cpu" kernels (fwd_cpu, bck_cpu, mulw_cpu): a CPU
-    driver (lavapipe), whose subgroups are the 8 lanes of a 256-bit SIMD register, with
-    subgroupShuffle (the kernels hand weights to the lanes with it)."""
-    info = graph.capabilities
-    return (info is not None and info.type == "CPU" and info.subgroup_size == 8
-            and info.subgroup_shuffle)
-
-
 def cpu_texel(graph, npx: int) -> dict:
     """The cpu kernels' define for a level of npx pixels: TEXEL (read the weights,
     activations and gradients through texel views, shaders/kpn-t/cpu.glsl) where the largest
@@ -254,6 +236,12 @@ def cpu_texel(graph, npx: int) -> dict:
     (storage-buffer loads)."""
     limit = graph.capabilities.max_texel_elements if graph.capabilities else 0
     return {"TEXEL": 1} if 0 < 7 * 64 * npx // 4 <= limit else {}
+
+
+def fused_groups(graph) -> int:
+    """bck_fused's workgroups at most: one per SM (each fills an SM's registers), or
+    FUSED_GROUPS where the device does not say how many SMs it has."""
+    return sm_count(graph, FUSED_GROUPS)
 
 
 def mlp_variant(graph, precise: bool = False) -> str:
@@ -264,23 +252,18 @@ def mlp_variant(graph, precise: bool = False) -> str:
     VKGRAPH_PORTABLE=1 and `precise` mode (the gradient check's float64 forward) always run
     portable. VKGRAPH_COOPMAT_EMULATE=1 runs the cooperative-matrix kernels in plain GLSL on
     any device (tests; slow)."""
-    if precise or env_on("VKGRAPH_PORTABLE"):
+    if portable_forced(precise):
         return "portable"
-    want = os.environ.get("VKGRAPH_KPN_MLP", "") or "auto"
-    if want not in ("auto", "fused", "coopmat", "cpu", "portable"):
-        raise GraphError(f"VKGRAPH_KPN_MLP={want}: expected auto, fused, coopmat, cpu or "
-                         "portable")
+    want = env_choice("VKGRAPH_KPN_MLP", ("auto", "fused", "coopmat", "cpu", "portable"))
     if want == "portable":
         return want
     if want == "cpu":
         return want if cpu_capable(graph) else "portable"
     if want == "auto":
-        if not env_on("VKGRAPH_COOPMAT_EMULATE") and not cm_capable(graph):
+        if not cm_available(graph):
             return "cpu" if cpu_capable(graph) else "portable"
         want = "fused"
-    if env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph):
-        return want
-    return "portable"
+    return want if cm_available(graph) else "portable"
 
 
 def cm_tuning() -> dict:
@@ -289,27 +272,9 @@ def cm_tuning() -> dict:
         raise GraphError(f"VKGRAPH_CM_TUNE: fwd_warps x fwd_rows must divide {CM_PAD // 16}")
     if t["fused_warps"] not in (4, 8, 16):
         raise GraphError("VKGRAPH_CM_TUNE: fused_warps must be 4, 8 or 16")
-    if env_on("VKGRAPH_COOPMAT_EMULATE"):  # the CPU driver has 32 KiB of shared memory
+    if emulated():  # the CPU driver has 32 KiB of shared memory
         t["fwd_warps"], t["fused_warps"] = 2, 4
     return t
-
-
-def fused_groups(graph) -> int:
-    """bck_fused's workgroups at most: one per SM (each fills an SM's registers), or
-    FUSED_GROUPS where the device does not say how many SMs it has."""
-    info = graph.capabilities
-    return info.sm_count if info is not None and info.sm_count > 0 else FUSED_GROUPS
-
-
-def cm_defines(graph, **extra) -> dict:
-    """The defines of a cooperative-matrix kernel (kpn-t's and mlp-t's): `extra`, plus
-    CM_EMULATE under VKGRAPH_COOPMAT_EMULATE, else CM_SHARED_BLOCKS where the device has
-    explicit-layout shared memory."""
-    if env_on("VKGRAPH_COOPMAT_EMULATE"):
-        return {"CM_EMULATE": 1, **extra}
-    if graph.capabilities is not None and graph.capabilities.shared_blocks:
-        extra["CM_SHARED_BLOCKS"] = 1  # 16-byte shared-memory copies (mlp_coopmat.glsl)
-    return dict(extra)
 
 
 def _pad(n: int) -> int:
@@ -502,22 +467,15 @@ def create_nodes(graph, module):
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     # adam first: every forward reads this frame's weights
-    adam = graph.add_node(module, "adam", (NW, 1), [
-        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt="f16"),
-        ssbo("w", "write", NW), ssbo("m", "write", NW), ssbo("v", "write", NW),
-        ("w16", "write", "ssbo", "f16", Roi(64, 448)),  # the .lut layout: 64 wide, 448 high
-        ssbo("stats", "write", 4)],
-        shader="kpn-t", local=(256, 1, 1),
-        push=[1 if module.connector("wcp").source is not None else 0])
-    adam.connector("wcp").flags |= OPTIONAL
     wcp = module.connector("wcp")
-    if wcp.source is not None:
-        if wcp.roi.wd * wcp.roi.ht != NW:  # adam would read past it, or stop short
-            raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
-                             f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
-                             f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
-        graph.bind(module, "wcp", adam, "wcp")
-    graph.bind(module, "w", adam, "w16")
+    if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != NW:  # adam would misread it
+        raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
+                         f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
+                         f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
+    lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout, 64 x 448: w16 and the best weights
+    adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
+                     best=("f16", lut), w16=lut, wcp_format="f16")
+    bind_weights(graph, module, adam, "w16")
     noise = None
     if int(module.param("feat")):
         if module.connector("noiseab").source is None:
@@ -540,13 +498,10 @@ def create_nodes(graph, module):
     if n["precise"]:
         graph.node_connect(n["up"][0], "Od", loss, "Od")
     graph.bind(module, "ref", loss, "ref")
-    hist_len = min(max(500, int(graph.frames)), 1 << 20)
-    lsum = graph.add_node(module, "lsum", (256, 1), [
-        ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
-        shader="kpn-t", local=(256, 1, 1), push=[groups, hist_len], keep=True)
-    graph.node_connect(loss, "Epart", lsum, "Epart")
+    hist_len = history_length(graph.frames)
+    lsum = loss_sum(graph, module, loss, groups, hist_len)
     used = np.ones(NW, bool)
-    used[6 * 4096 + 16 * 64:] = False  # rows 16..63 of the last matrix
+    used[(MATRICES - 1) * WIDTH * WIDTH + OUT_ROWS * WIDTH:] = False  # its rows past OUT_ROWS
 
     grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
     acc = None
@@ -586,10 +541,9 @@ def create_nodes(graph, module):
                           ssbo("cur", "read")], shader="kpn-t", local=(256, 1, 1))
     graph.node_feedback(acc, "dw", norm, "dw")
     graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
-    graph.node_feedback(acc, "dw", adam, "dw")
-    graph.node_connect(norm, "gn", adam, "gn")
+    feed_optimizer(graph, adam, (acc, "dw"), (norm, "gn"), lsum)
     module.trainable = Trainable(adam=adam, dw=acc, lsum=lsum, hist_len=hist_len, used=used,
-                                 layout=(7, 64))
+                                 layout=(MATRICES, WIDTH))
     _view_nodes(graph, module, n, adam, acc, lsum)
 
 
@@ -655,7 +609,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups
     fwd = n["fwd"][i]
-    rows = 2 if env_on("VKGRAPH_COOPMAT_EMULATE") else 4  # CPU driver: 32 KiB shared
+    rows = 2 if emulated() else 4  # CPU driver: 32 KiB shared
     bck = graph.add_node(module, "bck_cm", (npad * 2 // rows, 1), [
         ssbo("w", "read", fmt="f16"), ssbo("dK", "read")]
         + [ssbo(f"A{s}", "read", fmt="f16") for s in range(1, 7)]
@@ -726,16 +680,3 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         graph.node_connect(n["fwd"][0], "K", node, "K")
         graph.bind(module, "debug", node, "debug")
 
-
-def summary(graph, module) -> str:
-    hist = losses(graph, module)
-    frames = graph.frame + 1
-    ran = frames - graph.first_frame  # a resumed run ran only its part
-    fps = ran / graph.seconds if graph.seconds else float("nan")
-    n_skipped = skipped(graph, module)
-    best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
-    line = (f"{module}: {frames} frames, first loss {hist[0]:.4f}, loss {hist[-1]:.4f}, "
-            f"best {best:.4f}, {fps:.1f} frames/s")
-    if n_skipped:
-        line += f", {n_skipped} updates skipped (non-finite loss or gradient)"
-    return line

@@ -2,7 +2,7 @@
 optimizer step per frame (README.md here has the maths of every kernel).
 
 Nodes, in schedule order:
-  adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam or sgd)
+  adam    -> w (fp32 master weights, also the `w` output), m, v, stats   (adam, sgd, adamw)
   train   target, w -> A (activations), G (output gradients), loss partials  (fused fwd/bck)
   lsum    loss partials -> loss history, current loss        (kept: no sink needs it)
   wgrad   A, G -> per-chunk weight-gradient partials
@@ -34,32 +34,40 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
 
-from vkgraph.modules.kpn_t.module import cm_capable, cm_defines, env_on, tuning
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
-from vkgraph.pipeline.trainer import (  # noqa: F401 (hooks)
+from vkgraph.pipeline.trainer import (
     Trainable,
-    current_loss,
-    load_state,
-    losses,
-    skipped,
-    state,
+    Trains,
+    bind_weights,
+    feed_optimizer,
+    history_length,
+    loss_sum,
+    optimizer,
 )
-from vkgraph.pipeline.trainer import stats as trainer_stats
+from vkgraph.pipeline.variants import (
+    cm_available,
+    cm_defines,
+    emulated,
+    env_choice,
+    portable_forced,
+    tuning,
+)
 
 log = logging.getLogger("vkgraph")
+
+TRAINABLE = Trains(precise="precise", rates=("alpha", "talpha"), clip="gradclip")
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky": 2, "sigmoid": 3, "tanh": 4, "exp": 5,
                "softplus": 6}
 LOSSES = {"l2": 0, "l1": 1, "rel-l2": 2, "smape": 3}
-OPTIMIZERS = {"adam": 0, "sgd": 1}
+OPTIMIZERS = {"adam": 0, "sgd": 1, "adamw": 2}
 XFORMS = {"identity": 0, "flip": 1, "zoom": 2}
 FILTERS = {"nearest": 0, "bilinear": 1}
 ALIASES = {"identity": "none", "freq": "frequency", "tri": "triangle", "linear": "none",
@@ -367,14 +375,12 @@ def mlp_variant(graph, a: Arch, precise: bool) -> tuple[str, str]:
     coopmat or portable; VKGRAPH_PORTABLE=1 and `precise` (the gradient check) are always
     portable; VKGRAPH_COOPMAT_EMULATE=1 runs the coopmat kernel in plain GLSL on any device.
     A launch shape whose shared memory the device lacks runs portable; `why` says so."""
-    want = os.environ.get("VKGRAPH_MLP", "") or "auto"
-    if want not in ("auto", "coopmat", "portable"):
-        raise GraphError(f"VKGRAPH_MLP={want}: expected auto, coopmat or portable")
+    want = env_choice("VKGRAPH_MLP", ("auto", "coopmat", "portable"))
     if precise:
         return "portable", "precise (float64 forward)"
-    if env_on("VKGRAPH_PORTABLE") or want == "portable":
+    if portable_forced() or want == "portable":
         return "portable", "asked for"
-    if not (env_on("VKGRAPH_COOPMAT_EMULATE") or cm_capable(graph)):
+    if not cm_available(graph):
         return "portable", "no cooperative matrices on this device"
     need, have = cm_shared_bytes(a.width, cm_tuning()["warps"]), graph.capabilities
     if have is not None and have.shared_memory < need:
@@ -388,7 +394,7 @@ def cm_shared_bytes(width: int, warps: int) -> int:
     (row stride max(width, 32) + 8 halves), the loss sums (32 warps floats); emulated, the
     products' tiles too."""
     t, hs = 16 * warps, max(width, 32) + 8
-    emu = 1024 * warps if env_on("VKGRAPH_COOPMAT_EMULATE") else 0
+    emu = 1024 * warps if emulated() else 0
     return (2 * t + width) * hs * 2 + 4 * 32 * warps + emu
 
 
@@ -396,12 +402,12 @@ def cm_tuning() -> dict:
     """CM_TUNING with VKGRAPH_MLP_TUNE's overrides. The emulation (the CPU driver: 32 KiB of
     shared memory) runs 2 warps unless told otherwise, at most 4."""
     t, given = tuning("VKGRAPH_MLP_TUNE", CM_TUNING)
-    emulated = env_on("VKGRAPH_COOPMAT_EMULATE")
-    if emulated and "warps" not in given:
+    emu = emulated()
+    if emu and "warps" not in given:
         t["warps"] = 2
-    if t["warps"] not in ((2, 4) if emulated else (2, 4, 8)):
-        raise GraphError(f"VKGRAPH_MLP_TUNE: warps must be 2, 4{'' if emulated else ' or 8'} "
-                         f"(shared memory: 46 KiB at 8{', 32 KiB emulated' if emulated else ''})")
+    if t["warps"] not in ((2, 4) if emu else (2, 4, 8)):
+        raise GraphError(f"VKGRAPH_MLP_TUNE: warps must be 2, 4{'' if emu else ' or 8'} "
+                         f"(shared memory: 46 KiB at 8{', 32 KiB emulated' if emu else ''})")
     if t["groups"] < 1:
         raise GraphError("VKGRAPH_MLP_TUNE: groups must be positive")
     return t
@@ -463,33 +469,18 @@ def create_nodes(graph, module):
     variant, why = mlp_variant(graph, a, precise)
     log.info("%s: %s training kernel%s", module, variant, f" ({why})" if why else "")
     cm = variant == "coopmat"
-    hist_len = max(500, int(graph.frames))
+    hist_len = history_length(graph.frames)
     wcp = _checkpoint(module, a)
 
-    adam = graph.add_node(module, "adam", (n_p, 1), [
-        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp or "f32"),
-        ssbo("w", "write", n_p), ssbo("m", "write", n_p), ssbo("v", "write", n_p),
-        ssbo("stats", "write", 4)]
-        + ([("w16", "write", "ssbo", "f16", Roi(a.width, nw // a.width))] if cm else []),
-        shader="mlp-t", local=(256, 1, 1), push=[1 if wcp else 0],
-        defines={**defines, **({"WCP16": 1} if wcp == "f16" else {}),
-                 **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
-    adam.connector("wcp").flags |= OPTIONAL
+    adam = optimizer(graph, module, n_p, "mlp-t", "wcp" if wcp else None,
+                     best=("f32", Roi(a.width, n_p // a.width)),
+                     w16=Roi(a.width, nw // a.width) if cm else None, wcp_format=wcp or "f32",
+                     defines={**defines, **({"WCP16": 1} if wcp == "f16" else {}),
+                              **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
     adam.connector("w").roi = Roi(a.width, n_p // a.width)
-    if wcp:
-        graph.bind(module, "wcp", adam, "wcp")
-    graph.bind(module, "w", adam, "w")
+    bind_weights(graph, module, adam, "w")
 
-
-    def loss_sum(train, parts):
-        """lsum: the frame's loss from train's `parts` (hi, lo) partials per net, kept."""
-        node = graph.add_node(module, "lsum", (256, 1), [
-            ssbo("Epart", "read"), ssbo("hist", "write", hist_len), ssbo("cur", "write", 4)],
-            shader="mlp-t", local=(256, 1, 1), push=[parts * a.nets, hist_len], keep=True)
-        graph.node_connect(train, "Epart", node, "Epart")
-        return node
-
-    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False):
+    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False, lsum=None):
         """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
         per-net gradient norms gn; adam applies both next frame (feedback). loss_parts > 0:
         it also sums src's loss partials (lsum's work, its outputs hist and cur). scaled:
@@ -511,8 +502,7 @@ def create_nodes(graph, module):
             node.connector("tacc").flags |= OPTIONAL
         else:
             graph.node_connect(tacc, "tacc", node, "tacc")
-        graph.node_feedback(node, "dw", adam, "dw")
-        graph.node_feedback(node, "gn", adam, "gn")
+        feed_optimizer(graph, adam, (node, "dw"), (node, "gn"), lsum or node)
         return node
 
     # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
@@ -549,14 +539,14 @@ def create_nodes(graph, module):
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w", train, "w")
 
-        lsum = loss_sum(train, groups)
+        lsum = loss_sum(graph, module, train, groups * a.nets, hist_len)
 
         wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
             ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
             shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
         graph.node_connect(train, "A", wgrad, "A")
         graph.node_connect(train, "G", wgrad, "G")
-        reduce = gradient_sum(wgrad, chunks, tacc=train)
+        reduce = gradient_sum(wgrad, chunks, tacc=train, lsum=lsum)
 
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
@@ -573,35 +563,11 @@ def create_nodes(graph, module):
     graph.node_connect(adam, "w", ev, "w")
     graph.bind(module, "output", ev, "output")
 
+    kernels = ("coopmat kernel" if cm else
+               f"portable kernels{f' ({why})' if why else ''}")
     module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
                                  used=a.used(), layout=(a.nets * a.layers, a.width),
-                                 groups=a.groups())
+                                 groups=a.groups(), kernels=kernels, lscale=cm)
     module.data.update(train=train, eval=ev, arch=a, variant=variant,
                        variant_why=why)
 
-
-def stats(graph, module) -> dict:
-    """The trainer's stats, and the coopmat variant's loss scale (stats[2] of adam)."""
-    out = trainer_stats(graph, module)
-    if module.data.get("variant") == "coopmat":
-        out["lscale"] = float(graph.read(module.trainable.adam, "stats")[2])
-    return out
-
-
-def summary(graph, module) -> str:
-    hist = losses(graph, module)
-    frames = graph.frame + 1
-    fps = frames / graph.seconds if graph.seconds else float("nan")
-    line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
-            f"best {np.nanmin(hist):.4g}, {fps:.1f} frames/s")
-    n_skipped = skipped(graph, module)
-    if n_skipped:
-        line += f", {n_skipped} net updates skipped (non-finite gradient)"
-    variant = module.data.get("variant", "portable")
-    if variant == "coopmat":
-        scale = float(graph.read(module.trainable.adam, "stats")[2])
-        line += f", coopmat kernel (loss scale {scale:g})"
-    else:
-        why = module.data.get("variant_why")
-        line += f", portable kernels{f' ({why})' if why else ''}"
-    return line

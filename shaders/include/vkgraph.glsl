@@ -50,4 +50,7 @@ int texel(int c, ivec2 p) {
 
 bool inside(int c, ivec2 p) { return all(greaterThanEqual(p, ivec2(0))) && all(lessThan(p, node.roi[c].xy)); }
 
+// neither NaN nor +-inf (the trainers' test of a loss, gradient or step)
+bool finite(float x) { return !isnan(x) && !isinf(x); }
+
 #endif

@@ -3,14 +3,15 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 #include "rng.glsl"
 #include "params.gen"  // the params block, generated from modules/kpn-t/params
-// Adam on fp32 master weights; frame f applies the gradient of frame f-1 (dw, gn are read
-// through feedback edges), step t = f:
-//   g *= gradclip / ||g|| if ||g|| > gradclip;  g += 2 L2 w;
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  w -= a_t (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+#include "optim.glsl"
+// The optimiser (param opt: 0 Adam, 1 SGD, 2 AdamW, optim.glsl) on fp32 master weights; frame
+// f applies the gradient of frame f-1 (dw, gn are read through feedback edges), step t = f:
+//   g *= gradclip / ||g|| if ||g|| > gradclip;  g += 2 L2 w;  then opt_step at rate a_t
 // with a_t = alpha (schedule 0) or alpha (1 + cos(pi t / frames)) / 2 (schedule 1: cosine decay
-// to 0 at the run's last frame).
+// to 0 at the run's last frame); AdamW's decoupled decay is wdecay.
 // A non-finite gradient (gn[1] == 0) or a non-finite result skips the update; stats[0]
 // counts skipped frames. Frame 0 initialises: Xavier-uniform +-sqrt(6/128) from vkdt's
 // xorshift with seed 133700013 i (init 1, or no wcp), else the checkpoint wcp; m = v = 0.
@@ -22,15 +23,14 @@ SSBO_IN(2, float16_t, wcp)
 SSBO_RW(3, float, w)
 SSBO_RW(4, float, m)
 SSBO_RW(5, float, v)
-SSBO_OUT(6, float16_t, wout)
-SSBO_RW(7, float, stats)
-
-bool finite(float x) { return !isnan(x) && !isinf(x); }
+SSBO_RW(6, float, stats)
+SSBO_OUT(7, float16_t, wout)
+#include "guard.glsl"
 
 void main() {
   uint i = gl_GlobalInvocationID.x;
-  if (i >= 28672u) return;
-  bool used = i < 24576u || (i - 24576u) < 1024u;  // matrix 6: rows 0..15 only
+  if (i >= KPN_NW) return;
+  bool used = i < KPN_LAST || (i - KPN_LAST) < KPN_LAST_USED;  // the last matrix: 16 rows
   float wi;
   if (global.frame == 0) {
     if (params.init != 0 || push.has_wcp == 0) {
@@ -42,26 +42,23 @@ void main() {
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; }
+    guard_keep(i, wi, 0.0, 0.0, true);
+    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; guard_init(); }
   } else {
     wi = w[i];
     bool ok = gn[1] != 0.0;
-    if (ok && used) {
-      float g = dw[i];
-      float n = gn[0];
-      if (n > params.gradclip) g *= params.gradclip / n;
-      g += 2.0 * params.L2 * wi;
+    Guard gd = guard_now(global.frame, guard_loss(), ok);
+    if (gd.snapshot) guard_keep(i, wi, m[i], v[i], gd.best);
+    if (gd.rollback) wi = guard_restore(i);
+    if (ok && used && !gd.rollback && !gd.stopped) {
+      float g = clipped(dw[i], gn[0], params.gradclip) + 2.0 * params.L2 * wi;
       float t = float(global.frame);
-      float mi = params.beta1 * m[i] + (1.0 - params.beta1) * g;
-      float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
-      float mh = mi / (1.0 - pow(params.beta1, t));
-      float vh = vi / (1.0 - pow(params.beta2, t));
-      float lr = params.alpha;
+      float lr = params.alpha * gd.rate;
       if (params.schedule == 1)
         lr *= 0.5 * (1.0 + cos(M_PI * min(t / float(max(global.frame_cnt, 1)), 1.0)));
-      float wn = wi - lr * mh / (sqrt(vh) + params.eps);
-      if (finite(wn) && finite(mi) && finite(vi)) {
-        wi = wn;
+      float mi = m[i], vi = v[i];
+      if (opt_step(wi, mi, vi, g, lr, t, params.opt, params.beta1, params.beta2, params.eps,
+                   params.wdecay)) {
         m[i] = mi;
         v[i] = vi;
       }
@@ -69,6 +66,7 @@ void main() {
     if (i == 0u) {
       if (!ok) stats[0] += 1.0;
       stats[1] = gn[0];
+      guard_update(global.frame, gd, guard_loss(), !ok);
     }
   }
   w[i] = wi;

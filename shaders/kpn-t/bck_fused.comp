@@ -7,6 +7,7 @@
 #define CM_WANT_BLOCKS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 #include "kpn.glsl"
 // The fused MLP backward with cooperative matrices: for a tile of T = 8 WARPS pixels it
 // recomputes the forward (nothing is stored between fwd and the backward), back-propagates
@@ -16,7 +17,7 @@
 //   g_7 := s dK, g_l = leaky'(h_l) * (W_l^T g_{l+1})       (l = 6..1, W_6: rows 0..15)
 //   dW_l += G_{l+1}^T H_l over the tile's pixels              (l = 6..0)
 // s = `scale` is the loss scale of bck_cm (with its saturation at +-65504); the partials are
-// divided by it: part[wg * 28672 + 4096 l + 64 o + c] (rows 16..63 of W_6 stay zero), and
+// divided by it: part[wg * NW + 4096 l + 64 o + c] (rows 16..63 of W_6 stay zero), and
 // reduce.comp sums the workgroups.
 //
 // Work split. Forward and backward products: the warps pair up on the tile's 16-pixel row
@@ -237,7 +238,7 @@ void main() {
       back_step(l, l == 6u ? 1u : 4u);
     }
   }
-  uint out0 = gl_WorkGroupID.x * 28672u;
+  uint out0 = gl_WorkGroupID.x * KPN_NW;
   CM_UNROLL for (uint l = 0u; l < 6u; l++)
     CM_UNROLL for (uint j = 0u; j < NJ; j++) {
       uint t = warp + WARPS * j;
@@ -246,6 +247,6 @@ void main() {
     }
   if (warp < 4u) {
     CM_SCALE(dwacc[6u * NJ], push.inv_scale);
-    CM_STORE_ROW(dwacc[6u * NJ], part, out0 + 24576u + 16u * warp, 64u);
+    CM_STORE_ROW(dwacc[6u * NJ], part, out0 + KPN_LAST + 16u * warp, 64u);
   }
 }

@@ -1,12 +1,13 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 #include "kpn.glsl"
 // Weight gradient as a matrix product over pixels, blocked (mlp_weight_grad in mlp.glsl):
 // workgroup (chunk, layer l) of 16x16 threads computes the 64x64 partial
 //   dW_l[o][c] = sum_{p in chunk} g_{l+1}[p][o] h_l[p][c]
 // with g_{l+1} = G slot l (l < 6) or dK (l = 6, 16 columns) and h_l = A slot l. Partials go
-// to part[chunk * 28672 + 4096 l + 64 o + c] (reduce sums them).
+// to part[chunk * NW + 4096 l + 64 o + c] (reduce sums them).
 layout(push_constant) uniform Push { int N; int chunk; } push;
 SSBO_IN(0, float, A)
 SSBO_IN(1, float, G)
@@ -34,7 +35,7 @@ void main() {
   float acc[MLP_GB * MLP_GB];
   for (int k = 0; k < MLP_GB * MLP_GB; k++) acc[k] = 0.0;
   mlp_weight_grad(pbeg, pend, acc);
-  uint out0 = uint(chunk) * 28672u + uint(layer) * 4096u;
+  uint out0 = uint(chunk) * KPN_NW + uint(layer) * 4096u;
   for (int k = 0; k < MLP_GB * MLP_GB; k++) {
     ivec2 oc = mlp_grad_entry(k);
     part[out0 + uint(oc.x * 64 + oc.y)] = acc[k];

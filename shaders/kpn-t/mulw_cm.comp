@@ -2,6 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 #include "kpn.glsl"
 // mulw.comp's function with cooperative matrices: the weight gradient is a matrix product
 // over pixels, with the pixel as the reduction dimension K:
@@ -11,7 +12,7 @@
 // CM_PACK8). The A operand G^T is a column-major load of the pixel-major G, B = H a
 // row-major one. Workgroup (chunk, layer) of 4 warps: warp w owns output rows 16w..16w+15
 // (layer 6: the 16 rows, columns 16w..16w+15) and sums 16 pixels per step in f32.
-// Partials: part[chunk * 28672 + 4096 l + 64 o + c], divided by the loss scale (see
+// Partials: part[chunk * NW + 4096 l + 64 o + c], divided by the loss scale (see
 // bck_cm); rows 16..63 of W_6 are never written (zero). reduce.comp sums the chunks.
 // Padding rows (p >= N, up to npad) hold zeros in G and dK16 and add nothing. The chunk is
 // a multiple of MW_P, npad of 256.
@@ -79,7 +80,7 @@ void main() {
       }
     }
   }
-  uint out0 = chunk * 28672u + 4096u * l + 1024u * ot;
+  uint out0 = chunk * KPN_NW + 4096u * l + 1024u * ot;
   CM_UNROLL for (uint ct = 0u; ct < 4u; ct++) {
     if (ct < cts) {
       CM_SCALE(acc[ct], push.inv_scale);

@@ -3,6 +3,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 #include "kpn.glsl"
 // Weight gradient for CPU drivers (the "cpu" variant; mulw.comp's partials, each summed over
 // its chunk's pixels in the same order): workgroup (chunk, layer l) is one subgroup of 8
@@ -18,7 +19,7 @@
 // two llvmpipe threads: 10.5 ms at 32 rows, 10.0 with two pixels a step, 4.9 at 64 rows.
 //   dW_l[o][c] = sum_{p in chunk} g_{l+1}[p][o] h_l[p][c]
 // g_{l+1} = G slot l (l < 6) or dK (l = 6, 16 columns); partials go to
-// part[chunk * 28672 + 4096 l + 64 o + c] (reduce sums them).
+// part[chunk * NW + 4096 l + 64 o + c] (reduce sums them).
 layout(push_constant) uniform Push { int N; int chunk; } push;
 #include "cpu.glsl"  // VEC4_IN
 VEC4_IN(0, A4)   // h_s[p][4q..4q+3] = V4(A4, 16 (s N + p) + q)
@@ -85,7 +86,7 @@ void main() {
     ALL_ROWS
 #undef TWO
   }
-  int out0 = (chunk * 28672 + layer * 4096) / 4;
+  int out0 = (chunk * int(KPN_NW) + layer * 4096) / 4;
   [[unroll]] for (int o = 0; o < 64; o++) {
     part4[out0 + 16 * o + lane] = acc[o][0];
     part4[out0 + 16 * o + 8 + lane] = acc[o][1];

@@ -1,6 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
 // gn[0] = ||dw||_2 over all weights (unused ones have zero gradient), gn[1] = 1 if every
 // element and the loss of the same frame (cur[0] + cur[1], lsum's pair) are finite, else 0
 // (adam then skips the update). One workgroup of 256 threads.
@@ -17,7 +18,7 @@ void main() {
   barrier();
   float s = 0.0;
   bool fin = true;
-  for (uint i = t; i < 28672u; i += 256u) {
+  for (uint i = t; i < KPN_NW; i += 256u) {
     float g = dw[i];
     fin = fin && !isnan(g) && !isinf(g);
     s += g * g;

@@ -2,7 +2,8 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkgraph.glsl"
-// dw[i] = acc[i] + sum_chunks part[chunk * 28672 + i]: adds one level's weight-gradient
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+// dw[i] = acc[i] + sum_chunks part[chunk * NW + i]: adds one level's weight-gradient
 // partials to the sum over the levels before it (FIRST: no earlier levels). The chunks of a
 // weight are dealt into 8 slices, c = slice + 8 m, each summed in increasing c, and the 8
 // slice sums are added in a fixed tree (slice8). Workgroup j (256 threads) holds weights
@@ -18,13 +19,13 @@ layout(push_constant) uniform Push { int chunks; } push;
 // counted in T
 #ifdef SERIAL
 #define T vec4
-#define NT 7168u  // the 28672 weights, counted in T
+#define NT (KPN_NW / 4u)  // the weights, counted in T
 TEX_IN(0, part)
 #define PART(i) texelFetch(part, int(i))
 #define ACC(i) texelFetch(acc, int(i))
 #else
 #define T float
-#define NT 28672u
+#define NT KPN_NW
 SSBO_IN(0, float, part)
 #define PART(i) part[i]
 #define ACC(i) acc[i]

@@ -8,11 +8,11 @@
 #include "rng.glsl"
 #include "params.gen"  // the params block, generated from modules/mlp-t/params
 #include "config.glsl"
-// The optimizer on fp32 master weights; frame f applies the gradient of frame f-1 (dw and
-// gn come through feedback edges), step t = f:
-//   g = dw * min(1, gradclip / ||dw_n||)   (gradclip > 0; per net n)
-//   adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= alpha m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
-//   sgd:  w -= alpha g
+#include "optim.glsl"
+// The optimizer (OPT: adam, sgd or adamw, optim.glsl) on fp32 master weights; frame f applies
+// the gradient of frame f-1 (dw and gn come through feedback edges), step t = f:
+//   g = dw * min(1, gradclip / ||dw_n||)   (gradclip > 0; per net n), then opt_step
+// (AdamW's decoupled decay: wdecay)
 // A net whose gradient has a non-finite entry (gn[2n+1] == 0), or whose update would not be
 // finite, keeps its weights; stats[0] counts such skipped (net, frame) updates, stats[1] is
 // the largest gradient norm of the step. Frame 0 initialises: from the checkpoint wcp
@@ -41,8 +41,7 @@ SSBO_RW(6, float, stats)
 #ifdef W16OUT
 SSBO_OUT(7, float16_t, w16)
 #endif
-
-bool finite(float x) { return !isnan(x) && !isinf(x); }
+#include "guard.glsl"
 
 // frame 0's value of param i (k = its index inside the net): Xavier-uniform for weights,
 // +-1e-4 for table entries, from one random number each
@@ -68,30 +67,25 @@ void main() {
     if (!used || !finite(wi)) wi = 0.0;
     m[i] = 0.0;
     v[i] = 0.0;
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; stats[2] = params.lscale; stats[3] = 0.0; }
+    guard_keep(i, wi, 0.0, 0.0, true);
+    if (i == 0u) {
+      stats[0] = 0.0; stats[1] = 0.0; stats[2] = params.lscale; stats[3] = 0.0;
+      guard_init();
+    }
   } else {
     wi = w[i];
     bool ok = gn[2 * n + 1] != 0.0;
-    if (ok && used) {
-      float g = dw[i];
-      float norm = gn[2 * n];
-      if (params.gradclip > 0.0 && norm > params.gradclip) g *= params.gradclip / norm;
-#if OPT == 1
-      float wn = wi - alpha * g;
-      if (finite(wn)) wi = wn;
-#else
-      float t = float(global.frame);
-      float mi = params.beta1 * m[i] + (1.0 - params.beta1) * g;
-      float vi = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
-      float mh = mi / (1.0 - pow(params.beta1, t));
-      float vh = vi / (1.0 - pow(params.beta2, t));
-      float wn = wi - alpha * mh / (sqrt(vh) + params.eps);
-      if (finite(wn) && finite(mi) && finite(vi)) {
-        wi = wn;
+    Guard gd = guard_now(global.frame, guard_loss(), ok);
+    if (gd.snapshot) guard_keep(i, wi, m[i], v[i], gd.best);
+    if (gd.rollback) wi = guard_restore(i);
+    if (ok && used && !gd.rollback && !gd.stopped) {
+      float g = clipped(dw[i], gn[2 * n], params.gradclip);
+      float mi = m[i], vi = v[i];
+      if (opt_step(wi, mi, vi, g, alpha * gd.rate, float(global.frame), OPT, params.beta1, params.beta2,
+                   params.eps, params.wdecay)) {
         m[i] = mi;
         v[i] = vi;
       }
-#endif
     }
     if (i == 0u) {
       float skipped = 0.0, gmax = 0.0;
@@ -101,6 +95,7 @@ void main() {
       }
       stats[0] += skipped;
       stats[1] = gmax;
+      guard_update(global.frame, gd, guard_loss(), skipped > 0.0);
 #ifdef DYN_SCALE
       float sc = stats[2] > 0.0 ? stats[2] : params.lscale, clean = stats[3] + 1.0;
       if (skipped > 0.0) {

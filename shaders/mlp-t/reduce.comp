@@ -40,8 +40,6 @@ shared float s_ok[256];
 shared uint s_bad;
 shared bool s_last;
 
-bool finite(float x) { return !isnan(x) && !isinf(x); }
-
 void main() {
   uint t = gl_LocalInvocationIndex, j = gl_WorkGroupID.x;
   uint i = PER_GROUP * j + t % PER_GROUP, slice = t / PER_GROUP;

@@ -1,0 +1,39 @@
+// The optimiser step of every trainer's adam kernel (kpn-t, mlp-t; pipeline/trainer.py), on
+// fp32 master weights, step t >= 1 (frame f applies the gradient of frame f - 1, t = f):
+//   OPT_ADAM:  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//              w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+//   OPT_SGD:   w -= lr g                                           (m, v untouched)
+//   OPT_ADAMW: Adam's step, and w -= lr wd w (the decay decoupled from the moments, as
+//              Loshchilov & Hutter's AdamW: the decay term sees w before the step)
+// A step whose result is not finite changes nothing (opt_step returns false); the caller has
+// clipped g (clipped()) and added any coupled L2 term. The numpy reference is
+// vkgraph/pipeline/optim.py (float64), tested against this code in tests/test_optim.py.
+#define OPT_ADAM 0
+#define OPT_SGD 1
+#define OPT_ADAMW 2
+
+// g scaled to norm `clip` where the gradient's norm exceeds it (clip <= 0: no clipping)
+float clipped(float g, float norm, float clip) {
+  return clip > 0.0 && norm > clip ? g * (clip / norm) : g;
+}
+
+bool opt_step(inout float w, inout float m, inout float v, float g, float lr, float t, int opt,
+              float b1, float b2, float eps, float wd) {
+  if (opt == OPT_SGD) {
+    float wn = w - lr * g;
+    if (!finite(wn)) return false;
+    w = wn;
+    return true;
+  }
+  float mi = b1 * m + (1.0 - b1) * g;
+  float vi = b2 * v + (1.0 - b2) * g * g;
+  float mh = mi / (1.0 - pow(b1, t));
+  float vh = vi / (1.0 - pow(b2, t));
+  float wn = w - lr * mh / (sqrt(vh) + eps);
+  if (opt == OPT_ADAMW) wn -= lr * wd * w;
+  if (!(finite(wn) && finite(mi) && finite(vi))) return false;
+  w = wn;
+  m = mi;
+  v = vi;
+  return true;
+}
