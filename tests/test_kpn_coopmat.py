@@ -279,9 +279,9 @@ def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):
     incs = [SHADERS / "include", SHADERS / "kpn-t"]
     for kernel, defs in (("bck_fused", {"WARPS": "16u"}),
                          ("fwd_cm", {"FWD_WARPS": "16u", "FWD_ROWS": "1u", "TRAIN": 1})):
-        plain = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs, defs)
+        plain = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs, defs, kpn_t.HEADERS)
         blocks = compile_glsl(SHADERS / "kpn-t" / f"{kernel}.comp", incs,
-                              {**defs, "CM_SHARED_BLOCKS": 1})
+                              {**defs, "CM_SHARED_BLOCKS": 1}, kpn_t.HEADERS)
         assert ext not in plain and ext in blocks, kernel
 
 
