@@ -25,6 +25,7 @@ it is always handed to kpn (`noise a`, `noise b`), and weights that do not use i
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from .graph import Graph
 from .registry import DEFAULT_DIR, Registry
 from .runner import Build
 
+log = logging.getLogger("vkgraph")
 HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
 BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd's K)
 MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
@@ -60,12 +62,13 @@ class Denoiser:
             max_pixels = span // BYTES_PER_PIXEL if span else 1 << 62
         self.max_pixels = max_pixels
         self.profile = profile
-        self.builds: dict[tuple[int, int], tuple[Build, Graph]] = {}
+        self.builds: dict[tuple[int, int, bool], tuple[Build, Graph]] = {}
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
+        self.fp32 = False  # kpn's fp32 MLP kernels (after the f16 ones overflowed)
 
     def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
         ht, wd = image.shape[:2]
-        key = (wd, ht)
+        key = (wd, ht, self.fp32)
         if key not in self.builds:
             g = Graph(self.registry)
             g.add_module("i-array", "main").data["image"] = image
@@ -74,6 +77,8 @@ class Denoiser:
             kpn = g.add_module("kpn", "01")
             if self.explicit_levels:  # else kpn takes the weights' own
                 kpn.set_param("levels", self.levels)
+            if self.fp32:
+                kpn.set_param("fp32", 1)
             g.add_module("o-array", "main")
             g.connect("i-array", "main", "output", "kpn", "01", "input")
             g.connect("i-lut", "w", "output", "kpn", "01", "w")
@@ -88,6 +93,25 @@ class Denoiser:
             image = image[:, :, None]
         if image.ndim != 3 or min(image.shape) < 1:
             raise GraphError(f"expected an image (h, w, channels), got shape {image.shape}")
+        out = self._denoise(image, a, b)
+        if not self.fp32 and not np.isfinite(out).all() and self._f16():
+            # f16 activations overflow with weights that grew large in training: the same
+            # maths in fp32 (slower; kept for this denoiser's later images too)
+            log.warning("kpn: the f16 MLP kernels overflowed with the weights %s; running the "
+                        "fp32 ones", self.weights)
+            self.fp32 = True
+            out = self._denoise(image, a, b)
+        if not np.isfinite(out).all():
+            raise GraphError(f"kpn's output with the weights {self.weights} has "
+                             f"{int((~np.isfinite(out)).sum())} non-finite values")
+        return out
+
+    def _f16(self) -> bool:
+        """Whether the builds so far ran f16 MLP kernels."""
+        return any(g.modules[("kpn", "01")].data.get("mlp") in ("fused", "coopmat")
+                   for _, g in self.builds.values())
+
+    def _denoise(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         ht, wd = image.shape[:2]
         if wd * ht <= self.max_pixels:
             return self._run(image, a, b)

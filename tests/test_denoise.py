@@ -158,7 +158,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     first = den(img, 2e5, 20)
     again = den(img, 1e6, 100.5)
     assert len(den.builds) == 1
-    g = den.builds[(W, H)][1]
+    g = den.builds[(W, H, False)][1]
     kpn = g.modules[("kpn", "01")]
     assert (kpn.param("noise a"), kpn.param("noise b")) == (1e6, 100.5)
     np.testing.assert_array_equal(first, again)  # these weights do not read the profile
@@ -175,7 +175,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     den = Denoiser(device, feat)
     assert den.levels == 2  # from the .lut's text, as kpn takes it (and apply 1)
     low, high = den(img, 2e5, 20), den(img, 5e6, 400)
-    kpn = den.builds[(W, H)][1].modules[("kpn", "01")]
+    kpn = den.builds[(W, H, False)][1].modules[("kpn", "01")]
     assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
     assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
     bands = kpn_t.band_noise(2)
@@ -187,6 +187,36 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     odd = weights.parent / "w:1 #x.lut"  # cfg syntax in the path does no harm
     odd.write_bytes(weights.read_bytes())
     np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
+
+
+def test_denoiser_reruns_in_fp32_when_the_f16_kernels_overflow(device, weights, monkeypatch,
+                                                               caplog):
+    """A non-finite output of the f16 MLP kernels (weights grown large in training: measured on
+    the H100, tests/test_kpn_coopmat.py) is computed again with kpn's fp32 kernels, said once,
+    and later images keep them; non-finite even then is an error, never an image."""
+    img = picture()
+    want = Denoiser(device, weights)(img, 2e5, 20)
+    run = Denoiser._run
+
+    def f16_overflows(self, image, a, b):  # what the H100's fused kernels gave
+        out = run(self, image, a, b)
+        return out if self.fp32 else np.full_like(out, np.nan)
+
+    monkeypatch.setattr(Denoiser, "_run", f16_overflows)
+    monkeypatch.setattr(Denoiser, "_f16", lambda self: True)
+    den = Denoiser(device, weights)
+    with caplog.at_level("WARNING", logger="vkgraph"):
+        got = den(img, 2e5, 20)
+    np.testing.assert_array_equal(got, want)
+    assert [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()] == [
+        f"kpn: the f16 MLP kernels overflowed with the weights {weights}; running the fp32 "
+        "ones"]
+    assert den.builds[(W, H, True)][1].modules[("kpn", "01")].param("fp32") == 1
+    np.testing.assert_array_equal(den(img, 2e5, 20), want)  # fp32 from now on
+    monkeypatch.setattr(Denoiser, "_run", lambda self, image, a, b: np.full(
+        image.shape[:2] + (3,), np.inf, np.float32))
+    with pytest.raises(GraphError, match=r"non-finite values"):
+        Denoiser(device, weights)(img, 2e5, 20)
 
 
 def test_tiles_equal_the_whole_image(device, weights):

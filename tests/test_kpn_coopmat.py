@@ -24,6 +24,8 @@ checks their indexing, padding and layouts everywhere.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import load_script
@@ -327,3 +329,24 @@ def test_fused_groups_one_per_sm(device, monkeypatch):
     assert kpn_t.fused_groups(SimpleNamespace(capabilities=None)) == kpn_t.FUSED_GROUPS
     monkeypatch.setenv("VKGRAPH_CM_TUNE", "fused_groups=77")
     assert kpn_t.cm_tuning()["fused_groups"] == 77
+
+
+@pytest.mark.coopmat
+def test_denoise_with_weights_that_overflow_f16(cm_device, caplog):
+    """Weights from a diverging run (tests/fixtures/kpn-f16-overflow.lut: the photo recipe
+    with a 200k-frame schedule on the H100, the last good weights before it stopped) overflow
+    the fused kernels' f16 activations on a held-out photograph at low noise (NaN pixels,
+    measured); the Denoiser says so and gives the fp32 kernels' finite image."""
+    pytest.importorskip("skimage")
+    from vkgraph.pipeline import heldout
+    from vkgraph.pipeline.denoise import Denoiser
+
+    lut = Path(__file__).resolve().parent / "fixtures" / "kpn-f16-overflow.lut"
+    clean = heldout.load_clean(heldout.photos()[0])  # astronaut
+    level, a, b = heldout.LEVELS[0]
+    noisy = heldout.add_noise(clean, a, b, heldout.seed_of(0)).astype(np.float32)
+    den = Denoiser(cm_device, lut)
+    with caplog.at_level("WARNING", logger="vkgraph"):
+        out = den(noisy, a, b)
+    assert den.fp32 and any("overflowed" in r.getMessage() for r in caplog.records)
+    assert np.isfinite(out).all() and heldout.psnr(out, clean) > heldout.psnr(noisy, clean)

@@ -311,6 +311,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
     variant = mlp_variant(graph, precise)
+    if variant in ("fused", "coopmat") and not train and int(module.values.get("fp32", [0])[0]):
+        variant = "portable"  # kpn's fp32: f16 activations overflowed with these weights
     if variant not in ("portable", "cpu") and not w16:
         if weights16 is None:
             variant = "portable"
@@ -325,6 +327,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
 
     n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
     n["wpack"] = n["w32"] = None
+    n["variant"] = variant
     if variant == "cpu" and w16:  # fwd_cpu reads f32 weights: kpn's .lut ones converted
         n["w32"] = graph.add_node(module, "w32", (NW, 1), [
             ssbo("w16", "read", fmt="f16"), ssbo("w", "write", NW)],

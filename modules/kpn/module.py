@@ -65,6 +65,7 @@ def create_nodes(graph, module) -> None:
     feat = variant(graph, module)
     n = forward_nodes(graph, module, levels, False, "w",
                                noise="params" if feat else None)
+    module.data["mlp"] = n["variant"]  # which MLP kernels run (the f16 ones may overflow)
     if module.connector("ref").source is None:
         return
     # optional reference: squared errors of input and output for the PSNR summary
