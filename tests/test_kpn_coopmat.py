@@ -332,16 +332,17 @@ def test_fused_groups_one_per_sm(device, monkeypatch):
 
 
 @pytest.mark.coopmat
-def test_denoise_with_weights_that_overflow_f16(cm_device, caplog):
+def test_denoise_with_weights_that_overflow_f16(cm_device, caplog, monkeypatch):
     """Weights from a diverging run (tests/fixtures/kpn-f16-overflow.lut: the photo recipe
     with a 200k-frame schedule on the H100, the last good weights before it stopped) overflow
     the fused kernels' f16 activations on a held-out photograph at low noise (NaN pixels,
-    measured with bench/quality.py); the Denoiser says so and gives the fp32 kernels' finite
+    measured: astronaut, 3702 pixels); the Denoiser says so and gives the fp32 kernels' finite
     images."""
     pytest.importorskip("skimage")
     from vkgraph.pipeline import heldout
     from vkgraph.pipeline.denoise import Denoiser
 
+    use_variant(monkeypatch, "auto")  # what vkgraph denoise runs: the fused kernels here
     lut = Path(__file__).resolve().parent / "fixtures" / "kpn-f16-overflow.lut"
     den = Denoiser(cm_device, lut)
     level, a, b = heldout.LEVELS[0]
