@@ -98,7 +98,8 @@ def main() -> None:
         out = d / "vkgraph.jpg"
         wall, cpu, rss, _ = child([sys.executable, "-m", "vkgraph", "denoise", str(src),
                                    "-o", str(out), "--device", args.device])
-        rows.append(("vkgraph denoise (lavapipe)", wall, cpu, rss, psnr8(srgb8(out), ref)))
+        rows.append((f"vkgraph denoise (--device {args.device})", wall, cpu, rss,
+                     psnr8(srgb8(out), ref)))
         try:
             import pyoidn  # noqa: F401
         except ImportError:
