@@ -54,19 +54,53 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
         s, uy = mrand(s)
         off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
     a = b = F32(0)
-    if generate in (2, 4):
+    camera = False
+    if generate in (2, 4, 5):
         s, u = mrand(s)
         a = F32(65535000) * u[0]
         s, u = mrand(s)
         b = F32(1000) * u[0]
-    return ev, flip, off, a, b, s[0]
+    if generate == 5:  # half the tiles: the noise on the mosaic, demosaiced
+        s, u = mrand(s)
+        camera = bool(u[0] < F32(0.5))
+    return ev, flip, off, a, b, s[0], camera
+
+
+def cfa(wd: int, ht: int) -> np.ndarray:
+    """(ht, wd) colour index of the RGGB mosaic on output coordinates: x+y odd -> g (1), else
+    y odd -> b (2), else r (0)."""
+    X, Y = np.meshgrid(np.arange(wd), np.arange(ht))
+    return np.where((X + Y) % 2 == 1, 1, np.where(Y % 2 == 1, 2, 0))
+
+
+def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
+    """(ht, wd, 3) bilinear demosaic of an RGGB mosaic (ht, wd), mirrored borders: a pixel's own
+    colour is its photosite, each other colour the (1 2 1)^2 weighted mean of the 3x3
+    photosites of that colour."""
+    ht, wd = mosaic.shape
+    ch = cfa(wd, ht)
+    pm = np.pad(mosaic, 1, mode="symmetric")
+    pc = np.pad(ch, 1, mode="symmetric")
+    out = np.zeros((ht, wd, 3))
+    wsum = np.zeros((ht, wd, 3))
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            w = (2 - abs(dx)) * (2 - abs(dy))
+            v = pm[1 + dy:1 + dy + ht, 1 + dx:1 + dx + wd]
+            c = pc[1 + dy:1 + dy + ht, 1 + dx:1 + dx + wd]
+            for k in range(3):
+                out[..., k] += np.where(c == k, w * v, 0.0)
+                wsum[..., k] += np.where(c == k, w, 0.0)
+    out /= np.maximum(wsum, 1.0)
+    np.put_along_axis(out, ch[..., None], mosaic[..., None], -1)
+    return out
 
 
 def reference(img, ref, generate, tiles, frame, seed=0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
     ht, wd = img.shape[:2]
     ow, oh = (TILE, TILE) if tiles else (wd, ht)
-    ev, flip, off, a, b, s = frame_numbers(generate, tiles, frame, seed, wd, ht)
+    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht)
     x, y = np.arange(ow), np.arange(oh)
     qx = (ow - 1 - x if flip & 1 else x) + off[0]
     qy = (oh - 1 - y if flip & 2 else y) + off[1]
@@ -74,7 +108,7 @@ def reference(img, ref, generate, tiles, frame, seed=0):
     gain = 2.0 ** float(ev)
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
-    if generate in (2, 4):
+    if generate in (2, 4, 5):
         X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
         sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
         sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
@@ -87,10 +121,11 @@ def reference(img, ref, generate, tiles, frame, seed=0):
         z = np.stack([z0, z1, z2], -1)
         var = float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
         im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
+        if camera:
+            im[..., :3] = demosaic_bilinear(np.take_along_axis(
+                im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0])
     if generate in (3, 4):
-        X, Y = np.meshgrid(x, y)
-        ch = np.where((X + Y) % 2 == 1, 1, np.where(Y % 2 == 1, 2, 0))
-        im[..., :3] = np.take_along_axis(im[..., :3], ch[..., None], -1)
+        im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
     rf[..., 3] = 1
     nab = np.array([a, b, TILE if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)

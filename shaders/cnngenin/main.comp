@@ -9,7 +9,8 @@
 // the pixels); each tile draws its image.
 
 // params (generated from modules/cnngenin/params, in file order):
-//   generate  0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both
+//   generate  0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both, 5 + noise,
+//             on half the tiles (drawn) as a camera makes it: on the RGGB mosaic, demosaiced
 //   tiles     1: a grid of `batch` tiles of tile x tile, 0: full image
 //   seed      added to vkdt's per-frame seed
 //   noise     scales the drawn noise a and b (1: vkdt's range)
@@ -45,6 +46,70 @@ vec4 to_half(vec4 v) {
 #ifdef SET
 uint header(int i, int c) { return floatBitsToUint(imgi[i][c]); }
 #endif
+
+// where tile pixel lp (its position inside the tile) reads the input: the tile's flip, crop
+// offset and, with SET, its image (base, size)
+struct Tile { int flip; ivec2 off; ivec2 size; uint base; ivec2 isize; };
+
+ivec2 source_of(Tile tl, ivec2 lp) {
+  ivec2 q = lp;
+  if ((tl.flip & 4) != 0) q = q.yx;  // tiles are square
+  if ((tl.flip & 1) != 0) q.x = tl.size.x - 1 - q.x;
+  if ((tl.flip & 2) != 0) q.y = tl.size.y - 1 - q.y;
+  return q + tl.off;
+}
+
+vec4 read_ref(Tile tl, ivec2 q) {
+#ifdef SET
+  ivec2 m = mirror2(q, tl.isize);
+  return refi[tl.base + uint(m.x) + uint(m.y) * uint(tl.isize.x)];
+#else
+  return refi[texel(1, q)];
+#endif
+}
+
+// the per-pixel Gaussian numbers of output pixel p (state s after the tile's draws)
+vec4 pixel_normals(uint s, ivec2 p) {
+  uint sp = s + 7654u * uint(p.x) + 1357900u * uint(p.y);
+  sp = (xorshift32(sp) >> 8) << 5;  // = uint(2^29 * mrand(sp)), exactly
+  vec2 u0 = vec2(mrand(sp), mrand(sp));
+  vec2 u1 = vec2(mrand(sp), mrand(sp));
+  return vec4(warp_gaussian(u0), warp_gaussian(u1));
+}
+
+// RGGB on output coordinates: x+y odd -> g (1), else y odd -> b (2), else r (0)
+int cfa(ivec2 p) { return ((p.x + p.y) & 1) == 1 ? 1 : ((p.y & 1) == 1 ? 2 : 0); }
+
+// the noisy photosite of tile pixel lp (mirrored into the tile): its CFA colour of the
+// reference plus that colour's noise, as generate 2 draws it at that pixel
+float noisy_site(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, float b,
+                 out int c) {
+  lp = mirror2(lp, tl.size);
+  ivec2 p = origin + lp;
+  c = cfa(p);
+  float r = read_ref(tl, source_of(tl, lp))[c] * gain;
+  float var = a + NOISE_SCALE * max(r, 0.0) * b;
+  return r + pixel_normals(s, p)[c] * sqrt(var) / NOISE_SCALE;
+}
+
+// bilinear demosaic of the noisy mosaic at tile pixel lp: the pixel's own colour is its
+// photosite; each other colour the (1 2 1)^2 weighted mean of the 3x3 photosites of that colour
+vec3 demosaiced(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, float b) {
+  vec3 sum = vec3(0.0), wsum = vec3(0.0);
+  int own;
+  float site = noisy_site(tl, origin, s, lp, gain, a, b, own);
+  for (int dy = -1; dy <= 1; dy++)
+    for (int dx = -1; dx <= 1; dx++) {
+      int c;
+      float v = noisy_site(tl, origin, s, lp + ivec2(dx, dy), gain, a, b, c);
+      float w = float((2 - abs(dx)) * (2 - abs(dy)));
+      sum[c] += w * v;
+      wsum[c] += w;
+    }
+  vec3 rgb = sum / max(wsum, vec3(1.0));
+  rgb[own] = site;
+  return rgb;
+}
 
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
@@ -88,24 +153,23 @@ void main() {
   }
 #endif
 
-  ivec2 q = lp;
-  if ((flip & 4) != 0) q = q.yx;  // tiles are square
-  if ((flip & 1) != 0) q.x = tsize.x - 1 - q.x;
-  if ((flip & 2) != 0) q.y = tsize.y - 1 - q.y;
-  q += off;
+#ifdef SET
+  Tile tl = Tile(flip, off, tsize, base, isize);
+#else
+  Tile tl = Tile(flip, off, tsize, 0u, ivec2(0));
+#endif
+  ivec2 q = source_of(tl, lp);
   float gain = exp2(ev);
 #ifdef SET
   ivec2 m = mirror2(q, isize);
-  uint at = base + uint(m.x) + uint(m.y) * uint(isize.x);
-  vec4 img = imgi[at] * gain;
-  vec4 ref = refi[at] * gain;
+  vec4 img = imgi[base + uint(m.x) + uint(m.y) * uint(isize.x)] * gain;
 #else
   vec4 img = imgi[texel(0, q)] * gain;
-  vec4 ref = refi[texel(1, q)] * gain;
 #endif
+  vec4 ref = read_ref(tl, q) * gain;
 
   float noise_a = 0.0, noise_b = 0.0;
-  if (params.generate == 2 || params.generate == 4) {
+  if (params.generate == 2 || params.generate == 4 || params.generate == 5) {
     float ua = mrand(s);
     float ub = mrand(s);
     if (params.nlog != 0) {  // log-uniform: 10^(-3u) of the maximum
@@ -114,13 +178,15 @@ void main() {
     }
     noise_a = params.noise * 65535000.0 * ua;  // 1000 * 65535 * u (vkdt, noise 1)
     noise_b = params.noise * 1000.0 * ub;
-    uint sp = s + 7654u * uint(p.x) + 1357900u * uint(p.y);
-    sp = (xorshift32(sp) >> 8) << 5;  // = uint(2^29 * mrand(sp)), exactly
-    vec2 u0 = vec2(mrand(sp), mrand(sp));
-    vec2 u1 = vec2(mrand(sp), mrand(sp));
-    vec4 z = vec4(warp_gaussian(u0), warp_gaussian(u1));
-    vec3 var = noise_a + NOISE_SCALE * max(ref.rgb, vec3(0.0)) * noise_b;
-    img.rgb = ref.rgb + z.rgb * sqrt(var) / NOISE_SCALE;
+    // generate 5: a drawn half of the tiles gets the noise on the mosaic, demosaiced
+    bool camera = params.generate == 5 && mrand(s) < 0.5;
+    if (camera) {
+      img.rgb = demosaiced(tl, cell * T, s, lp, gain, noise_a, noise_b);
+    } else {
+      vec4 z = pixel_normals(s, p);
+      vec3 var = noise_a + NOISE_SCALE * max(ref.rgb, vec3(0.0)) * noise_b;
+      img.rgb = ref.rgb + z.rgb * sqrt(var) / NOISE_SCALE;
+    }
   }
 
   if (params.generate == 3 || params.generate == 4) {  // RGGB mosaic, channel replicated
