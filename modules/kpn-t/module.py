@@ -290,7 +290,7 @@ def ssbo(name, ctype, n=None, fmt="f32"):
 
 
 def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None,
-                  noise=None):
+                  noise=None, fp32: bool = False):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
     `noise`: None for vkdt's features; for the noise-normalised features (`feat 1`) where the
     noise profile comes from: "noiseab" (kpn-t: the module input carrying cnngenin's per-tile
@@ -299,8 +299,9 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     weights), or the name of a module input (kpn: `w`, f16 from a lut), which feeds every
     fwd node (the cooperative-matrix variants: through wpack's packed copy). f16 weights
     select fwd's W16 variant (the cpu variant: through w32's f32 copy). `weights16`: an f16
-    copy for the cooperative-matrix kernels (kpn-t: adam's w16). Returns the per-level nodes
-    as a dict of lists."""
+    copy for the cooperative-matrix kernels (kpn-t: adam's w16). `fp32`: the fp32 MLP
+    kernels where the f16 cooperative-matrix ones would run (kpn's `fp32`). Returns the
+    per-level nodes as a dict of lists (and "variant": the MLP kernels chosen)."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels)
     apply_mode = int(module.param("apply"))
@@ -311,7 +312,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
     variant = mlp_variant(graph, precise)
-    if variant in ("fused", "coopmat") and not train and int(module.values.get("fp32", [0])[0]):
+    if variant in ("fused", "coopmat") and fp32:
         variant = "portable"  # kpn's fp32: f16 activations overflowed with these weights
     if variant not in ("portable", "cpu") and not w16:
         if weights16 is None:

@@ -64,7 +64,8 @@ def create_nodes(graph, module) -> None:
     module.data["levels"] = levels
     feat = variant(graph, module)
     n = forward_nodes(graph, module, levels, False, "w",
-                               noise="params" if feat else None)
+                               noise="params" if feat else None,
+                               fp32=int(module.param("fp32")) != 0)
     module.data["mlp"] = n["variant"]  # which MLP kernels run (the f16 ones may overflow)
     if module.connector("ref").source is None:
         return
