@@ -227,18 +227,24 @@ def test_precise_loss_differences_match_the_gradient(device, tmp_path, act, outa
         assert abs(num - dw[j]) <= 1e-5 * np.abs(dw).max() + 1e-3 * abs(num), (j, num, dw[j])
 
 
-@pytest.mark.parametrize("opt", ["adam", "sgd"])
-def test_optimizer_step_matches_reference(device, tmp_path, opt):
-    T = target_image(16, 16)
-    g = mlp_graph(tmp_path, T, dict(enc="frequency", octaves=2, width=16, depth=2, bias=1,
-                                    act="tanh", batch=64, opt=opt, alpha=0.01), frames=3)
+def first_step(device, tmp_path, **params):
+    """(module, weights and gradient of frame 0, weights after frame 1's optimiser step) of a
+    small frequency-encoded mlp-t graph with `params` added (opt, alpha, ...)."""
+    g = mlp_graph(tmp_path, target_image(16, 16), dict(
+        enc="frequency", octaves=2, width=16, depth=2, bias=1, act="tanh", batch=64,
+        **params), frames=3)
     b = Build(g, device)
     m = g.modules[("mlp-t", "01")]
     b.run_frame(0, download=False)
     w0 = b.read(m.trainable.adam, "w").astype(np.float64)
     g0 = b.read(m.trainable.dw, "dw").astype(np.float64)
     b.run_frame(1, download=False)
-    w1 = b.read(m.trainable.adam, "w")
+    return m, w0, g0, b.read(m.trainable.adam, "w")
+
+
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+def test_optimizer_step_matches_reference(device, tmp_path, opt):
+    m, w0, g0, w1 = first_step(device, tmp_path, opt=opt, alpha=0.01)
     if opt == "adam":
         wr, _, _ = ref.adam_step(w0, 0 * w0, 0 * w0, g0, 1, alpha=0.01)
     else:

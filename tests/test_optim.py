@@ -81,20 +81,9 @@ def test_reference_skips_non_finite_steps():
 
 def test_mlp_t_adamw_step_matches_the_reference(device, tmp_path):
     """mlp-t's adam kernel (the same optim.glsl) with opt adamw, frame 1 from zero moments."""
-    from test_mlp_gpu import mlp_graph, target_image
+    from test_mlp_gpu import first_step
 
-    from vkgraph.pipeline.runner import Build
-
-    g = mlp_graph(tmp_path, target_image(16, 16), dict(
-        enc="frequency", octaves=2, width=16, depth=2, bias=1, act="tanh", batch=64,
-        opt="adamw", alpha=0.01, wdecay=0.5), frames=3)
-    b = Build(g, device)
-    m = g.modules[("mlp-t", "01")]
-    b.run_frame(0, download=False)
-    w0 = b.read(m.trainable.adam, "w").astype(np.float64)
-    g0 = b.read(m.trainable.dw, "dw").astype(np.float64)
-    b.run_frame(1, download=False)
-    w1 = b.read(m.trainable.adam, "w")
+    m, w0, g0, w1 = first_step(device, tmp_path, opt="adamw", alpha=0.01, wdecay=0.5)
     hyper = [float(np.float32(m.param(k))) for k in ("beta1", "beta2", "eps")]
     used = m.trainable.used
     want, _, _ = optim.step(w0, 0 * w0, 0 * w0, g0, float(np.float32(0.01)), 1, 2, *hyper,
