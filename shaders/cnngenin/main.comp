@@ -96,8 +96,8 @@ float noisy_site(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, f
 // photosite; each other colour the (1 2 1)^2 weighted mean of the 3x3 photosites of that colour
 vec3 demosaiced(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, float b) {
   vec3 sum = vec3(0.0), wsum = vec3(0.0);
-  int own;
-  float site = noisy_site(tl, origin, s, lp, gain, a, b, own);
+  int own = 0;
+  float site = 0.0;
   for (int dy = -1; dy <= 1; dy++)
     for (int dx = -1; dx <= 1; dx++) {
       int c;
@@ -105,6 +105,10 @@ vec3 demosaiced(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, fl
       float w = float((2 - abs(dx)) * (2 - abs(dy)));
       sum[c] += w * v;
       wsum[c] += w;
+      if (dx == 0 && dy == 0) {
+        own = c;
+        site = v;
+      }
     }
   vec3 rgb = sum / max(wsum, vec3(1.0));
   rgb[own] = site;
@@ -190,8 +194,7 @@ void main() {
   }
 
   if (params.generate == 3 || params.generate == 4) {  // RGGB mosaic, channel replicated
-    float v = ((p.x + p.y) & 1) == 1 ? img.g : ((p.y & 1) == 1 ? img.b : img.r);
-    img.rgb = vec3(v);
+    img.rgb = vec3(img[cfa(p)]);
   }
 
   if (lp.x == 0 && lp.y == 0) {  // the tile's record
