@@ -57,10 +57,7 @@ class Denoiser:
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         self.levels = check_weights(self.weights, levels, self.registry)
         self.explicit_levels = levels is not None
-        if max_pixels is None:
-            span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
-            max_pixels = span // BYTES_PER_PIXEL if span else 1 << 62
-        self.max_pixels = max_pixels
+        self.max_pixels = max_pixels or max_pixels_of(device, BYTES_PER_PIXEL)
         self.profile = profile
         self.builds: dict[tuple[int, int, bool], tuple[Build, Graph]] = {}
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
@@ -204,6 +201,13 @@ def tile_length(n: int, core: int, margin: int, step: int) -> int:
     """The length of every tile along an axis of n pixels (n when one tile spans it): core +
     2 margin + n mod step, so that the last tile, which ends at n, starts on the grid too."""
     return min(n, core + 2 * margin + n % step)
+
+
+def max_pixels_of(device, bytes_per_pixel: int) -> int:
+    """The most pixels of `bytes_per_pixel` that one storage buffer of the device can span
+    (unbounded where the device does not say)."""
+    span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
+    return span // bytes_per_pixel if span else 1 << 62
 
 
 def spans(n: int, core: int, margin: int, length: int) -> list[tuple[int, int, int, int]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats import atomic_write
+from .raw import pattern_plane
 
 _EXIF_IFD = 34665
 _PLACEHOLDER = 34666  # sorts where the EXIF pointer belongs; renamed after writing
@@ -105,8 +106,7 @@ def mosaic_counts(mosaic: np.ndarray, black, white: int) -> np.ndarray:
     ht, wd = mosaic.shape
     blk = np.asarray(black, np.float64)
     if blk.ndim == 2:
-        p = blk.shape[0]
-        blk = np.tile(blk, (-(-ht // p), -(-wd // p)))[:ht, :wd]
+        blk = pattern_plane(blk, ht, wd)
     counts = np.rint(blk + np.asarray(mosaic, np.float64) * (white - blk))
     return np.clip(counts, 0, white).astype(np.uint16)
 
@@ -141,7 +141,5 @@ def camera_mosaic(rgb: np.ndarray, cfa, color_matrix=CAMERA_MATRIX,
     cam = np.einsum("ij,hwj->hwi", camera_from_rgb(color_matrix, neutral),
                     np.asarray(rgb, np.float64)[..., :3])
     ht, wd = cam.shape[:2]
-    tile = np.asarray(cfa, np.int64)
-    p = tile.shape[0]
-    colours = np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
+    colours = pattern_plane(np.asarray(cfa, np.int64), ht, wd)
     return np.take_along_axis(cam, colours[..., None], axis=2)[..., 0]

@@ -73,10 +73,6 @@ class RawMeta:
         """3 x 3: raw camera rgb (not white-balanced) -> CIE XYZ (D65)."""
         return XYZ_FROM_RGB @ np.array(self.rgb_cam) @ np.diag(self.wb)
 
-    @property
-    def camera(self) -> str:
-        return " ".join(s for s in (self.make, self.model) if s) or "unknown camera"
-
 
 @dataclass
 class RawImage:
@@ -130,6 +126,14 @@ def _libraw_names(rawpy, path: Path) -> tuple[str, str]:
         return (make, model) if ok else ("", "")
     except (OSError, AttributeError, ValueError):
         return "", ""
+
+
+def pattern_plane(tile, ht: int, wd: int) -> np.ndarray:
+    """(ht, wd): a P x P tile (a CFA pattern, or per-photosite values) repeated over the
+    mosaic from its top-left corner."""
+    tile = np.asarray(tile)
+    p = tile.shape[0]
+    return np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
 
 
 def _cfa(raw, colours: np.ndarray) -> tuple[tuple[int, ...], ...]:
@@ -260,7 +264,7 @@ def _unpack(raw, path: Path, rawpy) -> RawImage:
     p = len(cfa)
     # black per photosite: LibRaw's per-channel levels repeat with the CFA's period
     tile = black[np.clip(colours[:p, :p], 0, 3)].astype(np.float32)
-    blk = np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
+    blk = pattern_plane(tile, ht, wd)
     mosaic = (values.astype(np.float32) - blk) / (np.float32(white) - blk)
     make, model = _libraw_names(rawpy, path)
     meta = RawMeta(cfa=cfa, wb=_white_balance(raw), rgb_cam=_rgb_cam(raw), make=make,

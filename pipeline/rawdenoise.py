@@ -21,10 +21,10 @@ import weakref
 import numpy as np
 
 from .camnoise import NoiseProfile, profile_for
-from .denoise import HOST_MODULES
+from .denoise import HOST_MODULES, max_pixels_of, spans, tile_length
 from .errors import GraphError
 from .graph import Graph
-from .raw import RawImage
+from .raw import RawImage, RawMeta
 from .registry import DEFAULT_DIR, Registry
 from .runner import Build
 
@@ -41,11 +41,10 @@ class Demosaicer:
     def __init__(self, device, max_pixels: int | None = None):
         self.device = device
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        self.builds: dict[tuple, tuple[Build, Graph]] = {}
-        if max_pixels is None:
-            span = int(getattr(getattr(device, "info", None), "max_storage_range", 0) or 0)
-            max_pixels = span // 16 if span else 1 << 62
-        self.max_pixels = max_pixels
+        # one build per mosaic size and use; the metadata (pattern, white balance) is
+        # recorded into it, so another file's metadata replaces the build of that size
+        self.builds: dict[tuple, tuple[Build, Graph, RawMeta]] = {}
+        self.max_pixels = max_pixels or max_pixels_of(device, 16)
 
     def __call__(self, raw: RawImage, wb: bool = True, colour: bool = False) -> np.ndarray:
         """(h, w, 3) float32: balanced (wb) and demosaiced, in camera rgb or (colour) linear
@@ -55,23 +54,22 @@ class Demosaicer:
             return self._run(raw, wb, colour)
         p = raw.meta.period
         margin = -(-self.REACH // p) * p
-        rows = (self.max_pixels // wd - 2 * margin) // p * p
+        rows = (self.max_pixels // wd - 2 * margin - (p - 1)) // p * p
         if rows < p:
             raise GraphError(f"cannot demosaic a {wd}x{ht} mosaic on this device: its "
                              f"buffers hold {self.max_pixels} pixels, less than "
-                             f"{rows + 2 * margin} rows of {wd}")
+                             f"{p + 2 * margin + p - 1} rows of {wd}")
         out = np.empty((ht, wd, 3), np.float32)
-        for k0 in range(0, ht, rows):
-            k1 = min(ht, k0 + rows)
-            y0, y1 = max(0, k0 - margin), min(ht, k1 + margin)
+        # bands of one length (one build), on the pattern's grid (denoise.py's tiles)
+        for y0, y1, k0, k1 in spans(ht, rows, margin, tile_length(ht, rows, margin, p)):
             band = RawImage(np.ascontiguousarray(raw.mosaic[y0:y1]), raw.meta)
             out[k0:k1] = self._run(band, wb, colour)[k0 - y0:k1 - y0]
         return out
 
     def _run(self, raw: RawImage, wb: bool, colour: bool) -> np.ndarray:
         ht, wd = raw.mosaic.shape
-        key = (wd, ht, raw.meta, wb, colour)
-        if key not in self.builds:
+        key = (wd, ht, wb, colour)
+        if key not in self.builds or self.builds[key][2] != raw.meta:
             g = Graph(self.registry)
             g.add_module("i-raw", "main").data["given"] = raw
             dem = g.add_module("demosaic", "main")
@@ -80,8 +78,8 @@ class Demosaicer:
             g.add_module("o-array", "main")
             g.connect("i-raw", "main", "output", "demosaic", "main", "input")
             g.connect("demosaic", "main", "output", "o-array", "main", "input")
-            self.builds[key] = (Build(g, self.device), g)
-        build, g = self.builds[key]
+            self.builds[key] = (Build(g, self.device), g, raw.meta)
+        build, g, _ = self.builds[key]
         g.modules[("i-raw", "main")].data["given"] = raw
         build.run_frame(0)  # frame 0: the source uploads again
         return np.ascontiguousarray(g.modules[("o-array", "main")].data.pop("image")[..., :3])
