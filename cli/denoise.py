@@ -29,7 +29,7 @@ from collections import deque
 from pathlib import Path
 
 from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable
-from vkgraph.pipeline.formats import IMAGE_WRITERS, JPG_QUALITY
+from vkgraph.pipeline.formats import IMAGE_WRITERS, JPG_QUALITY, output_quality
 
 log = logging.getLogger("vkgraph")
 
@@ -417,8 +417,7 @@ def kept(meta, dst: Path, quality: int | None) -> str:
     if meta.depth != "u8" and kind in ("png", "tiff"):
         said.append("float" if kind == "tiff" and meta.depth.startswith("f") else "16-bit")
     if kind in QUALITY_FORMATS:
-        q = quality or (meta.quality if kind == "jpg" else None) or JPG_QUALITY
-        said.append(f"quality {q}")
+        said.append(f"quality {output_quality(meta, quality)}")
     return f", {', '.join(said)}" if said else ""
 
 
@@ -433,7 +432,7 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
         return denoise_raw_file(den, src, dst, noise, quality, strength)
     t0 = time.perf_counter()
     image, meta = decode_image(src, finite=True)
-    (a, b), how = noise_profile(image, noise, strength, jpeg=is_jpeg(src))
+    (a, b), how = noise_profile(image, noise, strength, jpeg=meta.format == "jpg")
     out = den(image, a, b)
     write_like(dst, out, meta, quality)
     ht, wd = image.shape[:2]
@@ -460,12 +459,3 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
             f"({how}), {time.perf_counter() - t0:.2f} s")
 
-
-def is_jpeg(path: Path) -> bool:
-    """Whether a file holds a JPEG (its first bytes, whatever its name): its noise is
-    estimated at the scale JPEG compression leaves it (pipeline/noise.py)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(3) == b"\xff\xd8\xff"
-    except OSError:
-        return False

@@ -674,7 +674,7 @@ def _decode_table(nbytes: int) -> np.ndarray:
 
 def to_srgb8(array) -> np.ndarray:
     """Linear float -> sRGB-encoded uint8, clamped to [0, 1]; NaN becomes 0."""
-    return _chunked(lambda v: np.rint(_to_srgb(v) * 255.0).astype(np.uint8), array, np.uint8)
+    return srgb_samples(array, "u8")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1187,10 +1187,9 @@ DEPTHS = ("u8", "u16", "f32")
 
 def srgb_samples(array, depth: str = "u8") -> np.ndarray:
     """Linear float rgb or grey -> sRGB-encoded uint8 or uint16 samples (ht, wd, c), clamped
-    to [0, 1]; NaN becomes 0."""
-    top = 65535.0 if depth == "u16" else 255.0
-    return np.rint(linear_to_srgb(array) * top).astype(np.uint16 if depth == "u16"
-                                                       else np.uint8)
+    to [0, 1]; NaN becomes 0 (in chunks, as to_srgb8)."""
+    top, dt = (65535.0, np.uint16) if depth == "u16" else (255.0, np.uint8)
+    return _chunked(lambda v: np.rint(_to_srgb(v) * top).astype(dt), array, dt)
 
 
 def _samples(array, what: str, depth: str) -> np.ndarray:
@@ -1334,6 +1333,12 @@ IMAGE_WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".tif": "tiff", "
 JPG_QUALITY = 95  # JPEG/WebP output of an input without a JPEG quality
 
 
+def output_quality(meta: ImageMeta, quality: int | None = None) -> int:
+    """The JPEG/WebP quality write_like uses: `quality`, else the input JPEG's, else
+    JPG_QUALITY."""
+    return quality or meta.quality or JPG_QUALITY
+
+
 def write_like(path: PathLike, array, meta: ImageMeta | None = None,
                quality: int | None = None) -> None:
     """Write a linear float image in the format of path's extension (IMAGE_WRITERS), like
@@ -1347,7 +1352,7 @@ def write_like(path: PathLike, array, meta: ImageMeta | None = None,
                          f"{', '.join(IMAGE_WRITERS)}")
     meta = meta or ImageMeta("", "u8")
     depth = "u8" if meta.depth == "u8" else "u16" if meta.depth == "u16" else "f32"
-    q = quality or meta.quality or JPG_QUALITY
+    q = output_quality(meta, quality)
     if kind == "png":
         write_png(path, array, depth, meta.exif, meta.icc)
     elif kind == "jpg":

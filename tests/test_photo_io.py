@@ -305,6 +305,16 @@ def test_denoise_quality_flag_and_formats(denoised, tmp_path):
             assert Image.open(tmp_path / dst).format == "WEBP"
 
 
+def test_the_line_says_the_quality_written(denoised, tmp_path, capsys):
+    """A JPEG input written as WebP without --quality gets the JPEG's own quality, and the
+    file's line says that one (it said the default, 95)."""
+    src, _ = denoised
+    w = denoised[0].parent / "w.lut"
+    assert main(["denoise", str(src / "portrait.jpg"), "-o", str(tmp_path / "p.webp"),
+                 "--noise", "1e6", "100", "--weights", str(w)]) == 0
+    assert ", quality 80, " in capsys.readouterr().out
+
+
 def test_writers_refuse_a_quality_out_of_range(tmp_path):
     """1..100, as o-jpg's range says: an error, never a silent clamp."""
     for q in (0, 101):
