@@ -122,11 +122,9 @@ def _lower_line(x: np.ndarray, v: np.ndarray) -> tuple[float, float]:
 
 def _fit(img: np.ndarray) -> tuple[float, float]:
     """(a, b) of white noise at the image's own pixel scale (steps 1-4 of the module
-    docstring); (0, 0) when it holds fewer than 16 blocks over its channels."""
-    img = np.asarray(img)
-    if img.ndim == 2:
-        img = img[:, :, None]
-    chans = img[:, :, :3]
+    docstring); (0, 0) when it holds fewer than 16 blocks over its channels. img: (h, w, c),
+    c <= 3 (estimate_noise's channels)."""
+    chans = np.asarray(img)
     h, w = chans.shape[:2]
     rows = max(BLOCK * 8 + 2, MAX_PIXELS // max(w, 1))
     means, variances = [], []
