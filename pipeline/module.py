@@ -123,6 +123,15 @@ class Roi:
         return self.wd > 0 and self.ht > 0
 
 
+# a node connector for graph.add_node: (name, type, chan, format, roi or None)
+def ssbo(name: str, ctype: str, n: int | None = None, fmt: str = "f32"):
+    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
+
+
+def img(name: str, ctype: str, roi: Roi | None = None):
+    return (name, ctype, "rgba", "f32", roi)
+
+
 @dataclass
 class Connector:
     name: str

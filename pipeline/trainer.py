@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import GraphError
-from .module import OPTIONAL, Roi
+from .module import OPTIONAL, Roi, ssbo
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,6 @@ def trainable_modules(modules) -> list:
 
 
 # -- building: the nodes every trainer has
-
-
-def ssbo(name: str, ctype: str, n: int | None = None, fmt: str = "f32"):
-    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
 
 
 def optimizer(graph, module, n: int, shader: str, wcp: str | None, best: tuple,

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.module import OPTIONAL, Roi
+from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
 from vkgraph.pipeline.trainer import (
     Trainable,
     Trains,
@@ -281,12 +281,6 @@ def _pad(n: int) -> int:
     return math.ceil(n / CM_PAD) * CM_PAD
 
 
-def img(name, ctype, roi=None):
-    return (name, ctype, "rgba", "f32", roi)
-
-
-def ssbo(name, ctype, n=None, fmt="f32"):
-    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
 
 
 def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None,

@@ -39,7 +39,8 @@ from typing import NamedTuple
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, closest
-from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi
+from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi, img, ssbo
+from vkgraph.pipeline.optim import OPTIMIZERS
 from vkgraph.pipeline.trainer import (
     Trainable,
     Trains,
@@ -67,7 +68,6 @@ TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky": 2, "sigmoid": 3, "tanh": 4, "exp": 5,
                "softplus": 6}
 LOSSES = {"l2": 0, "l1": 1, "rel-l2": 2, "smape": 3}
-OPTIMIZERS = {"adam": 0, "sgd": 1, "adamw": 2}
 XFORMS = {"identity": 0, "flip": 1, "zoom": 2}
 FILTERS = {"nearest": 0, "bilinear": 1}
 ALIASES = {"identity": "none", "freq": "frequency", "tri": "triangle", "linear": "none",
@@ -427,12 +427,6 @@ def modify_roi_out(graph, module):
     graph.meta(module, "w")["text"] = a.describe()  # o-lut writes it after the weights
 
 
-def ssbo(name, ctype, n=None, fmt="f32"):
-    return (name, ctype, "ssbo", fmt, Roi(n, 1) if n else None)
-
-
-def img(name, ctype, roi=None):
-    return (name, ctype, "rgba", "f32", roi)
 
 
 def _checkpoint(module, a: Arch) -> str | None:
