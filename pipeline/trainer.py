@@ -163,22 +163,26 @@ def current_loss(graph, module) -> float:
     return float(cur[0] + cur[1])
 
 
-def skipped(graph, module) -> int:
-    """How many updates the optimiser skipped (non-finite loss or gradient)."""
-    return int(graph.read(trainable(module).adam, "stats")[0])
-
-
-# adam's stats: 4 floats, then the guard's two slots of 8 (shaders/include/guard.glsl)
-STATS = 4 + 2 * 8
+# adam's stats: 4 floats (stats[0] the skipped updates, stats[2] the loss scale), then the
+# guard's two slots of 8 (shaders/include/guard.glsl)
+STATS_HEAD, GUARD_SLOT = 4, 8
+STATS = STATS_HEAD + 2 * GUARD_SLOT
 GUARD = {"consec": 0, "rate": 1, "rollbacks": 2, "ema": 3, "best": 4, "stopped": 5}
+
+
+def _stats(graph, module) -> dict:
+    """adam's stats after this frame, read once: skipped updates, the loss scale and the
+    guard's state (this frame's slot: frame f's thread 0 writes slot f & 1)."""
+    st = graph.read(trainable(module).adam, "stats").astype(np.float64)
+    base = STATS_HEAD + GUARD_SLOT * (graph.frame & 1)
+    return {"skipped": int(st[0]), "lscale": float(st[2]),
+            "guard": {k: float(st[base + i]) for k, i in GUARD.items()}}
 
 
 def guard(graph, module) -> dict:
     """The divergence guard's state after this frame: consecutive bad updates, the learning
     rate's factor, rollbacks, the smoothed loss, the best smoothed loss, stopped (0/1)."""
-    st = graph.read(trainable(module).adam, "stats").astype(np.float64)
-    base = 4 + 8 * (graph.frame & 1)  # frame f's thread 0 writes slot f & 1
-    return {k: float(st[base + i]) for k, i in GUARD.items()}
+    return _stats(graph, module)["guard"]
 
 
 def diverged(graph, module) -> str | None:
@@ -209,20 +213,15 @@ def diverging(build, every: float = 2.0):
     return stop
 
 
-def loss_scale(graph, module) -> float:
-    """The dynamic loss scale (adam's stats[2]) of a trainer that has one."""
-    return float(graph.read(trainable(module).adam, "stats")[2])
-
-
 def stats(graph, module) -> dict:
     """The progress bar's: this frame's loss, the skipped updates, the loss scale."""
     out = {"loss": current_loss(graph, module)}
-    n = skipped(graph, module)
-    if n:
-        out["skipped"] = n
+    st = _stats(graph, module)
+    if st["skipped"]:
+        out["skipped"] = st["skipped"]
     if trainable(module).lscale:
-        out["lscale"] = loss_scale(graph, module)
-    rollbacks = int(guard(graph, module)["rollbacks"])
+        out["lscale"] = st["lscale"]
+    rollbacks = int(st["guard"]["rollbacks"])
     if rollbacks:
         out["rollbacks"] = rollbacks
     return out
@@ -239,14 +238,14 @@ def summary(graph, module) -> str:
     best = np.nanmin(hist) if np.isfinite(hist).any() else float("nan")
     line = (f"{module}: {frames} frames, first loss {hist[0]:.4g}, loss {hist[-1]:.4g}, "
             f"best {best:.4g}, {fps:.1f} frames/s")
-    n_skipped = skipped(graph, module)
-    if n_skipped:
-        line += f", {n_skipped} updates skipped (non-finite loss or gradient)"
+    st = _stats(graph, module)
+    if st["skipped"]:
+        line += f", {st['skipped']} updates skipped (non-finite loss or gradient)"
     if t.kernels:
         line += f", {t.kernels}"
     if t.lscale:
-        line += f" (loss scale {loss_scale(graph, module):g})"
-    g = guard(graph, module)
+        line += f" (loss scale {st['lscale']:g})"
+    g = st["guard"]
     if g["rollbacks"]:
         line += (f", {int(g['rollbacks'])} rollbacks to the last good weights (learning rate "
                  f"x{g['rate']:g})")
