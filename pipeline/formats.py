@@ -1174,6 +1174,28 @@ def decode_image(path: PathLike, finite: bool = False) -> tuple[np.ndarray, Imag
     return image, meta
 
 
+def image_size(path: PathLike) -> tuple[int, int]:
+    """(wd, ht) of an image file from its header, without decoding the pixels: PFM and
+    OpenEXR by their own headers, the rest by Pillow (quietly); else from the decoded image
+    (read_image)."""
+    head, _ = _read_bytes(path, 4)
+    if head[:2] in (b"PF", b"Pf"):
+        info = pfm_info(path)
+        return info.wd, info.ht
+    if head[:4] == _EXR_MAGIC:
+        (xmin, ymin), (xmax, ymax) = _exr_load(path, _read_bytes(path)[0], True)[0][
+            "dataWindow"]
+        return int(xmax) - int(xmin) + 1, int(ymax) - int(ymin) + 1
+    try:
+        from PIL import Image
+
+        with _pillow_quiet(), Image.open(path) as im:
+            return im.size
+    except Exception:  # a file Pillow does not read (some TIFFs): decode it
+        ht, wd = read_image(path).shape[:2]
+        return wd, ht
+
+
 def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     """float32 (ht, wd, 4) linear rgba of an image file (see `decode_image`)."""
     return decode_image(path, finite)[0]

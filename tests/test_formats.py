@@ -625,3 +625,22 @@ def test_srgb_conversions_work_in_chunks(monkeypatch):
     parts = (F.to_srgb8(y), F.linear_to_srgb(y), F.srgb_to_linear(np.clip(y, 0, 1)))
     for a, b in zip(whole, parts, strict=True):
         assert a.shape == y.shape and np.array_equal(a, b, equal_nan=True)
+
+
+def test_image_size_reads_headers_only(tmp_path, monkeypatch):
+    """formats.image_size: (wd, ht) of PFM, OpenEXR, PNG and TIFF files without decoding the
+    pixels (i-set sizes its set with it)."""
+    from vkgraph.pipeline import formats
+
+    img = np.random.default_rng(3).random((5, 7, 3)).astype(np.float32)
+    formats.write_pfm(tmp_path / "a.pfm", img)
+    formats.write_exr(tmp_path / "a.exr", img)
+    formats.write_png(tmp_path / "a.png", img)
+    formats.write_tiff(tmp_path / "a.tif", img, "u16")
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(formats, "read_image", no_decoding)
+    for name in ("a.pfm", "a.exr", "a.png", "a.tif"):
+        assert formats.image_size(tmp_path / name) == (7, 5), name

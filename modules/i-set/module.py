@@ -23,7 +23,7 @@ import numpy as np
 
 from vkgraph.pipeline.datasets import image_set
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.formats import read_image
+from vkgraph.pipeline.formats import image_size, read_image
 from vkgraph.pipeline.module import Roi
 
 MAX_PIXELS = 1 << 28  # 4 GiB of f32 rgba: more does not fit one storage buffer binding
@@ -83,26 +83,24 @@ def budget(graph, module, nimages: int) -> tuple[int, str]:
     return MAX_PIXELS, "4 GiB of rgba f32; param maxpix sets another limit"
 
 
-def _read(module, path) -> np.ndarray:
+def _named(module, path, read):
+    """read(path), a reader's own error made one naming the file."""
     try:
-        return read_image(path, finite=True)
+        return read(path)
     except GraphError:
         raise
-    except Exception as e:  # a reader's own error: name the file
+    except Exception as e:
         raise GraphError(f"{module}: cannot read '{path}': {str(e)[:200]}") from e
 
 
-def pixel_count(module, path) -> int:
-    """wd * ht of an image, from its header where Pillow reads the format (no decoding),
-    else from the decoded image."""
-    try:
-        from PIL import Image
+def _read(module, path) -> np.ndarray:
+    return _named(module, path, lambda p: read_image(p, finite=True))
 
-        with Image.open(path) as im:
-            return im.size[0] * im.size[1]
-    except Exception:  # not a format Pillow knows (PFM, EXR): decode it
-        im = _read(module, path)
-        return im.shape[0] * im.shape[1]
+
+def pixel_count(module, path) -> int:
+    """wd * ht of an image, from its header (formats.image_size: no decoding)."""
+    wd, ht = _named(module, path, image_size)
+    return wd * ht
 
 
 def _box_axis(im: np.ndarray, n: int, axis: int) -> np.ndarray:
