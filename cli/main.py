@@ -452,7 +452,7 @@ def shader_variants():
 
 def cmd_shaders(args) -> int:
     from vkgraph.pipeline.errors import GraphError
-    from vkgraph.pipeline.kernels import compile_kernel
+    from vkgraph.pipeline.kernels import compile_kernel, shader_headers
     from vkgraph.pipeline.registry import Registry
     from vkgraph.pipeline.vk import ShaderCompileError
 
@@ -467,7 +467,7 @@ def cmd_shaders(args) -> int:
             cls = reg.get(module) if module in reg else None
             params = cls.params if cls is not None else []
             where = str(cls.folder / "params") if cls is not None else "params"
-            compile_kernel(path, defines, params, where)
+            compile_kernel(path, defines, params, where, shader_headers(reg, path.parent.name))
             log.debug("ok %s %s (params of %s)", path, defines, module)
         except (ShaderCompileError, GraphError) as e:
             failed += 1

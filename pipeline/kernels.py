@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import loader
 from .errors import GraphError
 from .nodes import Node
 from .paramblock import GENERATED, glsl_name, params_glsl
@@ -59,34 +58,31 @@ def kernel_file(shader: str, kernel: str, dirs=()) -> Path:
                      + ", ".join(str(f) for f in searched))
 
 
-def folder_headers(folder: Path) -> dict[str, str]:
-    """Headers generated for the kernels of shipped folder shaders/<name>/: the `HEADERS`
-    ({include name: text}) of module <name>'s module.py (kpn-t's layout.gen: its weight
-    layout, defined once in Python)."""
-    module = ROOT / "modules" / folder.name
-    if folder.resolve().parent != SHADERS.resolve() or not (module / "module.py").is_file():
-        return {}
-    return dict(getattr(loader.hooks(folder.name, module), "HEADERS", {}))
+def shader_headers(registry, shader: str) -> dict[str, str]:
+    """The generated headers of kernel folder `shader`: those its module of the same name
+    declares (`HEADERS` in its module.py), found through the graph's registry, so a user
+    module's own folder gets its own; none where no module has that name."""
+    return registry.get(shader).headers if registry is not None and shader in registry else {}
 
 
 def compile_kernel(path: Path, defines: dict | None = None, params=(),
-                   where: str = "params") -> bytes:
+                   where: str = "params", headers: dict[str, str] | None = None) -> bytes:
     """SPIR-V of a kernel file; `#include "..."` finds the generated `params.gen` (the block
-    of `params`, the module's declared params: pipeline/paramblock.py) and its folder's
-    generated headers (folder_headers), the shared shaders/include/ and the kernel's own
-    folder. `where` names the params file in errors."""
+    of `params`, the module's declared params: pipeline/paramblock.py) and `headers` (the
+    folder's generated headers: shader_headers), the shared shaders/include/ and the
+    kernel's own folder. `where` names the params file in errors."""
     params = list(params)
     for p in params:
         if glsl_name(p.name) in (defines or {}):
             raise GraphError(f"param '{p.name}' has the name of a define of kernel "
                              f"{path.parent.name}/{path.name}", where=where)
     return compile_glsl(path, [SHADERS / "include", path.parent], defines,
-                        {**folder_headers(path.parent), GENERATED: params_glsl(params, where)})
+                        {**(headers or {}), GENERATED: params_glsl(params, where)})
 
 
 def kernel_spirv(shader: str, kernel: str, defines: dict | None = None, dirs=(), params=(),
-                 where: str = "params") -> bytes:
-    return compile_kernel(kernel_file(shader, kernel, dirs), defines, params, where)
+                 where: str = "params", headers: dict[str, str] | None = None) -> bytes:
+    return compile_kernel(kernel_file(shader, kernel, dirs), defines, params, where, headers)
 
 
 SET0_BINDINGS = 3  # global uniform, the module's params, node info (shaders/include)

@@ -423,6 +423,9 @@ class ModuleClass:
         self.optional = self._read_optional(folder / "optional")
         # module.py, imported once as vkgraph.modules.<name>.module (pipeline/loader.py)
         self.hooks: ModuleType | None = loader.hooks(name, folder)
+        # headers generated for its kernels' folder ({include name: text}, e.g. kpn-t's
+        # layout.gen: its weight layout, defined once in Python)
+        self.headers: dict[str, str] = dict(getattr(self.hooks, "HEADERS", None) or {})
         for old in REMOVED_HOOKS:
             if callable(getattr(self.hooks, old, None)):
                 raise GraphError(f"module '{name}' defines hook '{old}', which the engine does "

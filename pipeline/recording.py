@@ -9,7 +9,14 @@ import os
 from pathlib import Path
 
 from .buffers import FRAME_LISTS
-from .kernels import check_bindings, check_params, check_readonly, kernel_spirv, pack_push
+from .kernels import (
+    check_bindings,
+    check_params,
+    check_readonly,
+    kernel_spirv,
+    pack_push,
+    shader_headers,
+)
 from .module import CLEAR
 from .nodes import Node
 
@@ -65,7 +72,9 @@ class Recording:
                 continue
             cls = node.module.cls
             spirv = kernel_spirv(node.shader, node.kernel, node.defines, self._kernel_dirs(),
-                                 cls.params, str(cls.folder / "params"))
+                                 cls.params, str(cls.folder / "params"),
+                                 shader_headers(getattr(self.graph, "registry", None),
+                                                node.shader))
             check_bindings(node, spirv)
             check_readonly(node, spirv)
             check_params(f"{node.shader}/{node.kernel}.comp", cls.params, spirv)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .denoise import HOST_MODULES
 from .errors import GraphError
-from .kernels import check_bindings, check_params, kernel_spirv, pack_push
+from .kernels import check_bindings, check_params, kernel_spirv, pack_push, shader_headers
 from .module import Connector, ModuleInstance, Roi
 from .nodes import Node
 from .registry import Registry, default_dirs
@@ -140,7 +140,7 @@ def dispatch(module: str, kernel: str = "main", inputs: Mapping[str, np.ndarray]
     node = Node(inst, shader or module, kernel, size, tuple(local), list(push),
                 dict(defines or {}), conns)
     spirv = kernel_spirv(node.shader, kernel, node.defines, registry.dirs, cls.params,
-                         str(cls.folder / "params"))
+                         str(cls.folder / "params"), shader_headers(registry, node.shader))
     check_bindings(node, spirv)
     check_params(f"{node.shader}/{kernel}.comp", cls.params, spirv)
     return _run(device or session_device(), node, spirv, {**arrays, **outs}, frame, frames)

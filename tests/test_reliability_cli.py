@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import VKGRAPH, vkgraph_env
 
@@ -310,6 +311,25 @@ def test_a_missing_user_kernel_names_every_folder_searched(user_module, capsys):
     assert "kernel bright/main.comp not found" in line
     for folder in ("mods/bright", "mods/shaders/bright", str(ROOT / "shaders" / "bright")):
         assert folder in line
+
+
+def test_a_user_module_s_generated_headers_reach_its_own_kernels(user_module, capsys):
+    """HEADERS in a user module's module.py are included by the kernels of its own folder (as
+    kpn-t's layout.gen is by its kernels); they were looked up for shipped folders only."""
+    from test_wheel import image
+
+    from vkgraph.pipeline.formats import read_pfm
+
+    (user_module / "bright" / "module.py").write_text(
+        'HEADERS = {"extra.gen": "#define EXTRA 0.5\\n"}\n')
+    main_comp = user_module / "shaders" / "bright" / "main.comp"
+    main_comp.write_text(main_comp.read_text().replace(
+        '#include "params.gen"', '#include "params.gen"\n#include "extra.gen"').replace(
+        "params.gain", "params.gain * EXTRA"))
+    rc, _, err = run_main(capsys, "-q", "--modules", "mods", "cli", "-g", "g.cfg")
+    assert rc == 0, err
+    out = read_pfm(user_module.parent / "out.pfm")
+    assert np.allclose(out[..., :3], image()[..., :3] * 3 * 0.5)
 
 
 def test_a_broken_user_module_leaves_the_others_listed(user_module, capsys):

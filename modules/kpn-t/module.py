@@ -50,7 +50,7 @@ TRAINABLE = Trains(precise="precise", rates=("alpha",), clip="gradclip")
 
 # the weight layout: MATRICES matrices of WIDTH x WIDTH (row = output neuron), the last one
 # using its first OUT_ROWS rows (15 taps and the blend weight); the kernels see it as
-# layout.gen (HEADERS, compiled in like params.gen: pipeline/kernels.py, folder_headers)
+# layout.gen (HEADERS, compiled in like params.gen: pipeline/kernels.py, shader_headers)
 MATRICES, WIDTH, OUT_ROWS = 7, 64, 16
 NW = MATRICES * WIDTH * WIDTH
 HEADERS = {"layout.gen": "".join(f"#define {k} {v}u\n" for k, v in (
