@@ -45,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from quality import fingerprint, load_cache, save_cache  # noqa: E402
+from quality import bm3d_rgb, fingerprint, load_cache, nl_means, save_cache  # noqa: E402
 
 from vkgraph.pipeline import camera, heldout  # noqa: E402
 from vkgraph.pipeline.formats import to_srgb8  # noqa: E402
@@ -102,17 +102,11 @@ def classical(method: str, noisy: np.ndarray) -> np.ndarray:
         import pyoidn
 
         return pyoidn.denoise(np.clip(noisy, 0, 1).astype(np.float32), quality="high")
-    from skimage.restoration import denoise_nl_means, estimate_sigma
+    from skimage.restoration import estimate_sigma
 
     s = srgb(noisy)
     sigma = float(estimate_sigma(s, channel_axis=-1, average_sigmas=True))
-    if method == "nlm":
-        out = denoise_nl_means(s, h=0.8 * sigma, sigma=sigma, fast_mode=True, patch_size=5,
-                               patch_distance=6, channel_axis=-1)
-    else:
-        import bm3d
-
-        out = bm3d.bm3d_rgb(s, max(sigma, 1e-4), profile="np", colorspace="opp")
+    out = nl_means(s, sigma) if method == "nlm" else bm3d_rgb(s, max(sigma, 1e-4))
     return srgb_to_linear(np.clip(out, 0.0, 1.0))
 
 
