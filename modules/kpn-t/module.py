@@ -73,8 +73,10 @@ LUT_TEXT = "\n".join([
     "leaky relu mlp activation",
     "{loss} loss",
 ])
-# the line kpn-t adds for weights that need the noise profile (kpn reads it back)
+# the lines kpn-t adds for weights that need the noise profile, and for arch 1 (kpn reads
+# them back)
 FEAT_TEXT = "noise-normalised features"
+CTX_TEXT = "chroma and context features"
 LOSS_NAMES = {0: "SMAPE", 1: "L2", 2: "L1"}
 APPLY_NAMES = {0: "plain", 1: "softmax", 2: "softmax"}  # 2: softmax taps, sigmoid blend
 
@@ -82,19 +84,21 @@ APPLY_NAMES = {0: "plain", 1: "softmax", 2: "softmax"}  # 2: softmax taps, sigmo
 LEVELS_TEXT = "{} pyramid levels"
 
 
-def lut_text(apply: int, loss: int, feat: int, levels: int) -> str:
+def lut_text(apply: int, loss: int, feat: int, levels: int, arch: int = 0) -> str:
     """The .lut's trailing text: vkdt's description, then what kpn must match (levels, and
-    the noise-normalised features when used)."""
+    the noise-normalised features and arch 1 when used)."""
     text = LUT_TEXT.format(apply=APPLY_NAMES.get(apply, "plain"),
                            blend="sigmoid" if apply == 2 else "const",
                            loss=LOSS_NAMES.get(loss, "SMAPE"))
-    return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else []))
+    return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else [])
+                     + ([CTX_TEXT] if arch else []))
 
 
 def trained_with(text: str) -> dict:
     """What a kpn-t .lut's trailing text says the weights need: `apply`, `levels` (None
-    where the text does not say) and `feat` (0 or 1)."""
-    out = {"apply": None, "levels": None, "feat": int(FEAT_TEXT in text)}
+    where the text does not say), `feat` and `arch` (0 or 1)."""
+    out = {"apply": None, "levels": None, "feat": int(FEAT_TEXT in text),
+           "arch": int(CTX_TEXT in text)}
     if "softmax kernel weight activation" in text:
         out["apply"] = 2 if "sigmoid alpha blending activation" in text else 1
     elif "plain kernel weight activation" in text:
@@ -116,7 +120,7 @@ def check_start_weights(graph, module) -> None:
     if not text:
         return
     said = trained_with(text)
-    for name in ("feat", "apply"):
+    for name in ("feat", "apply", "arch"):
         want, value = said[name], int(module.param(name))
         if want is not None and want != value:
             raise GraphError(f"{module}: the weights on wcp were trained with {name} {want} "
@@ -173,8 +177,21 @@ def band_noise(levels: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+def check_arch(module) -> int:
+    """`arch`, checked: arch 1 filters with softmax taps and a band gain (apply 2) and reads
+    the noise-normalised features (feat 1)."""
+    arch = int(module.param("arch"))
+    if arch and (int(module.param("feat")) != 1 or int(module.param("apply")) != 2):
+        raise GraphError(f"{module}: arch 1 needs feat 1 and apply 2 (it filters with softmax "
+                         "taps and a band gain on noise-normalised features); set "
+                         f"param:{module.name}:{module.inst}:feat:1 and "
+                         f"param:{module.name}:{module.inst}:apply:2")
+    return arch
+
+
 def modify_roi_out(graph, module):
     check_start_weights(graph, module)
+    arch = check_arch(module)
     inp = module.connector("input").roi
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("debug").roi = Roi(inp.wd, inp.ht)
@@ -184,7 +201,7 @@ def modify_roi_out(graph, module):
     # what o-lut writes after the weights, and kpn reads back from its .lut
     graph.meta(module, "w")["text"] = lut_text(
         int(module.param("apply")), int(module.param("loss")), int(module.param("feat")),
-        int(module.param("levels")))
+        int(module.param("levels")), arch)
 
 
 def level_sizes(wd: int, ht: int, levels: int) -> list[tuple[int, int]]:
@@ -284,7 +301,7 @@ def _pad(n: int) -> int:
 
 
 def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None,
-                  noise=None, fp32: bool = False):
+                  noise=None, fp32: bool = False, arch: int = 0):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
     `noise`: None for vkdt's features; for the noise-normalised features (`feat 1`) where the
     noise profile comes from: "noiseab" (kpn-t: the module input carrying cnngenin's per-tile
@@ -294,10 +311,15 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     fwd node (the cooperative-matrix variants: through wpack's packed copy). f16 weights
     select fwd's W16 variant (the cpu variant: through w32's f32 copy). `weights16`: an f16
     copy for the cooperative-matrix kernels (kpn-t: adam's w16). `fp32`: the fp32 MLP
-    kernels where the f16 cooperative-matrix ones would run (kpn's `fp32`). Returns the
-    per-level nodes as a dict of lists (and "variant": the MLP kernels chosen)."""
+    kernels where the f16 cooperative-matrix ones would run (kpn's `fp32`). `arch` 1: the
+    chroma and context variant (README.md, `arch`; needs the noise profile): diff also
+    writes each level's context plane `ctx`, one level deeper than the filtered ones, and
+    the MLP predicts 32 values a pixel. Returns the per-level nodes as a dict of lists (and
+    "variant": the MLP kernels chosen)."""
     inp = module.connector("input").roi
-    sizes = level_sizes(inp.wd, inp.ht, levels)
+    sizes = level_sizes(inp.wd, inp.ht, levels + arch)
+    nout = OUT_ROWS * (2 if arch else 1)  # K's values a pixel
+    ctx = {"KPN_CTX": 1} if arch else {}
     apply_mode = int(module.param("apply"))
     # double-float forward for the gradient check (training modules only)
     precise = train and "precise" in module.values and int(module.param("precise")) != 0
@@ -306,6 +328,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     else:
         w16 = weights[0].connector(weights[1]).format == "f16"
     variant = mlp_variant(graph, precise)
+    if variant == "coopmat" and arch:  # bck_cm and mulw_cm know 16 outputs only
+        variant = "fused"
     if variant in ("fused", "coopmat") and fp32:
         variant = "portable"  # kpn's fp32: f16 activations overflowed with these weights
     if variant not in ("portable", "cpu") and not w16:
@@ -345,69 +369,22 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.bind(module, noise, nmap, "noiseab")
         else:
             nmap.connector("noiseab").flags |= OPTIONAL
-        bands = band_noise(levels)  # only the noise-normalised features need them
-    for i in range(levels):
+        bands = band_noise(levels + arch)  # only the noise-normalised features need them
+    elif arch:
+        raise GraphError(f"{module}: arch 1 needs the noise-normalised features (feat 1)")
+    # the cooperative-matrix kernels gather vkdt's features from an f16 plane
+    plane = variant in ("fused", "coopmat") and not arch
+    for i in range(levels + arch):  # the pyramid: sub_i (-> M_{i+1}), diff_i (-> D_i)
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
-        npx = w * h
         sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
                              img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
-        # the cooperative-matrix kernels gather their features from an f16 plane
-        plane = variant in ("fused", "coopmat")
         diff = graph.add_node(module, "diff", (w, h), [
             img("fine", "read"), img("coarse", "read"), img("detail", "write", Roi(w, h))]
-            + ([("feat", "write", "ssbo", "f16", Roi(w, h))] if plane else []),
+            + ([("feat", "write", "ssbo", "f16", Roi(w, h))] if plane else [])
+            + ([img("ctx", "write", Roi(w, h))] if arch else []),
             shader="kpn-t", push=[bands[i]] if nmap else [],
             defines={**({"NOISE_FEATURES": 1} if nmap else {}),
-                     **({"FEATURE_PLANE": 1} if plane else {})})
-        if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
-            conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
-            px = CPU_PX if train else INFER_PX
-            defines = {"PX": px, **cpu_texel(graph, npx)}
-            if nmap is not None:
-                defines["KPN_BIAS"] = 1
-            if train:
-                conns.append(ssbo("A", "write", 7 * 64 * npx))
-                defines["TRAIN"] = 1
-            groups = math.ceil(npx / (8 * px))
-            fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
-                                 local=(8, 1, 1), defines=defines, push=[npx])
-        elif variant == "portable":
-            conns = [img("detail", "read"), ssbo("w", "read"), ssbo("K", "write", 16 * npx)]
-            defines = {}
-            if train:
-                conns.append(ssbo("A", "write", 7 * 64 * npx))
-                defines["TRAIN"] = 1
-            if w16:
-                defines["W16"] = 1
-            if precise:  # float64 copies for the gradient check (2 floats per double)
-                conns.append(ssbo("Kd", "write", 2 * 16 * npx))
-                defines["PRECISE"] = 1
-            if nmap is not None:
-                defines["KPN_BIAS"] = 1
-            batch = MLP_BATCH // 2 if precise else MLP_BATCH
-            fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
-                                 shader="kpn-t", local=(64, 1, 1), defines=defines)
-        else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
-            npad = _pad(npx)
-            conns = [ssbo("feat", "read", fmt="f16"), ssbo("wp", "read", fmt="f16"),
-                     ssbo("K", "write", 16 * npad)]
-            tune = cm_tuning()
-            warps, rows = tune["fwd_warps"], tune["fwd_rows"]
-            defines = cm_defines(graph, FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u")
-            if nmap is not None:
-                defines["KPN_BIAS"] = 1
-            if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
-                conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
-                defines["TRAIN"] = 1
-            fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
-                                 shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
-        app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
-        if precise:
-            app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
-        app = graph.add_node(module, "apply", (w, h), app_conns, shader="kpn-t",
-                             push=[apply_mode], defines={"PRECISE": 1} if precise else {})
-        if precise:
-            graph.node_connect(fwd, "Kd", app, "Kd")
+                     **({"FEATURE_PLANE": 1} if plane else {}), **ctx})
         if i == 0 and nmap is not None:
             graph.node_connect(nmap, "output", sub, "fine")
             graph.node_connect(nmap, "output", diff, "fine")
@@ -418,16 +395,80 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.node_connect(n["sub"][-1], "coarse", sub, "fine")
             graph.node_connect(n["sub"][-1], "coarse", diff, "fine")
         graph.node_connect(sub, "coarse", diff, "coarse")
-        src = "feat" if plane else "detail"  # the features' source
-        graph.node_connect(diff, src, fwd, src)
+        n["sub"].append(sub)
+        n["diff"].append(diff)
+    for i in range(levels):  # features + MLP (fwd_i -> K_i), the filter (apply_i -> I_i)
+        w, h = sizes[i]
+        npx = w * h
+        diff = n["diff"][i]
+        src = "ctxf" if arch else "detail"  # the portable kernels' feature source
+        if variant == "cpu":  # one pixel per lane, CPU_PX pixels per invocation
+            conns = [img(src, "read"), ssbo("w", "read"), ssbo("K", "write", nout * npx)]
+            px = CPU_PX if train else INFER_PX
+            defines = {"PX": px, **cpu_texel(graph, npx), **ctx}
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
+            if train:
+                conns.append(ssbo("A", "write", 7 * 64 * npx))
+                defines["TRAIN"] = 1
+            groups = math.ceil(npx / (8 * px))
+            _ctx_inputs(conns, defines, arch)
+            fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
+                                 local=(8, 1, 1), defines=defines, push=[npx])
+        elif variant == "portable":
+            conns = [img(src, "read"), ssbo("w", "read"), ssbo("K", "write", nout * npx)]
+            defines = dict(ctx)
+            if train:
+                conns.append(ssbo("A", "write", 7 * 64 * npx))
+                defines["TRAIN"] = 1
+            if w16:
+                defines["W16"] = 1
+            if precise:  # float64 copies for the gradient check (2 floats per double)
+                conns.append(ssbo("Kd", "write", 2 * nout * npx))
+                defines["PRECISE"] = 1
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
+            batch = MLP_BATCH // 2 if precise else MLP_BATCH
+            _ctx_inputs(conns, defines, arch)
+            fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
+                                 shader="kpn-t", local=(64, 1, 1), defines=defines)
+        else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
+            npad = _pad(npx)
+            conns = [img("ctxf", "read") if arch else ssbo("feat", "read", fmt="f16"),
+                     ssbo("wp", "read", fmt="f16"), ssbo("K", "write", nout * npad)]
+            tune = cm_tuning()
+            warps, rows = tune["fwd_warps"], tune["fwd_rows"]
+            defines = cm_defines(graph, FWD_WARPS=f"{warps}u", FWD_ROWS=f"{rows}u", **ctx)
+            if nmap is not None:
+                defines["KPN_BIAS"] = 1
+            if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
+                conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
+                defines["TRAIN"] = 1
+            _ctx_inputs(conns, defines, arch)
+            fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
+                                 shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
+        app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
+        if precise:
+            app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
+        app = graph.add_node(module, "apply", (w, h), app_conns, shader="kpn-t",
+                             push=[apply_mode], defines={**({"PRECISE": 1} if precise else {}),
+                                                         **ctx})
+        if precise:
+            graph.node_connect(fwd, "Kd", app, "Kd")
+        if arch:  # the level's context plane and the next coarser one's
+            graph.node_connect(diff, "ctx", fwd, "ctxf")
+            graph.node_connect(n["diff"][i + 1], "ctx", fwd, "ctxc")
+        else:
+            src = "feat" if plane else "detail"  # the features' source
+            graph.node_connect(diff, src, fwd, src)
         if n["wpack"] is not None:
             graph.node_connect(n["wpack"], "wp", fwd, "wp")
         else:
             feed_weights(fwd, "w")
         graph.node_connect(diff, "detail", app, "detail")
         graph.node_connect(fwd, "K", app, "K")
-        for k, v in zip(("sub", "diff", "fwd", "apply"), (sub, diff, fwd, app), strict=True):
-            n[k].append(v)
+        n["fwd"].append(fwd)
+        n["apply"].append(app)
     ups = [None] * levels
     for i in reversed(range(levels)):
         w, h = sizes[i]
@@ -457,8 +498,17 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     n["precise"] = precise
     n["variant"] = variant
     n["bias"] = nmap is not None
+    n["arch"], n["nout"] = arch, nout
     graph.bind(module, "output", ups[0], "output")
     return n
+
+
+def _ctx_inputs(conns: list, defines: dict, arch: int) -> None:
+    """arch 1's fwd kernels read a second context plane, the next coarser level's, as their
+    last connector (binding CTXC_B)."""
+    if arch:
+        defines["CTXC_B"] = len(conns)
+        conns.append(img("ctxc", "read"))
 
 
 def create_nodes(graph, module):
@@ -471,8 +521,10 @@ def create_nodes(graph, module):
                          f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
                          f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout, 64 x 448: w16 and the best weights
+    arch = check_arch(module)
+    ctx = {"KPN_CTX": 1} if arch else {}
     adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
-                     best=("f16", lut), w16=lut, wcp_format="f16")
+                     best=("f16", lut), w16=lut, wcp_format="f16", defines=ctx)
     bind_weights(graph, module, adam, "w16")
     noise = None
     if int(module.param("feat")):
@@ -481,7 +533,7 @@ def create_nodes(graph, module):
                              "profile: connect cnngenin's noiseab to kpn-t's noiseab")
         noise = "noiseab"
     n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"),
-                      noise=noise)
+                      noise=noise, arch=arch)
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
@@ -499,7 +551,7 @@ def create_nodes(graph, module):
     hist_len = history_length(graph.frames)
     lsum = loss_sum(graph, module, loss, groups, hist_len)
     used = np.ones(NW, bool)
-    used[(MATRICES - 1) * WIDTH * WIDTH + OUT_ROWS * WIDTH:] = False  # its rows past OUT_ROWS
+    used[(MATRICES - 1) * WIDTH * WIDTH + n["nout"] * WIDTH:] = False  # its rows past K's
 
     grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
     acc = None
@@ -514,8 +566,8 @@ def create_nodes(graph, module):
             grad = (dup, "gcoarse")
         dap = graph.add_node(module, "dapply", (w, h), [
             img("detail", "read"), ssbo("K", "read"), img("filtered", "read"),
-            img("dI", "read"), ssbo("dK", "write", 16 * npx)], shader="kpn-t",
-            push=[int(module.param("apply"))])
+            img("dI", "read"), ssbo("dK", "write", n["nout"] * npx)], shader="kpn-t",
+            push=[int(module.param("apply"))], defines=ctx)
         graph.node_connect(n["diff"][i], "detail", dap, "detail")
         graph.node_connect(n["fwd"][i], "K", dap, "K")
         graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
@@ -547,6 +599,7 @@ def create_nodes(graph, module):
 
 def _backward_portable(graph, module, n, i, adam, dap):
     """bck (-> G) and mulw (-> per-chunk partials of dE/dW) of level i, fp32."""
+    ctx = {"KPN_CTX": 1} if n["arch"] else {}
     w, h = n["sizes"][i]
     npx = w * h
     conns = [ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
@@ -554,10 +607,10 @@ def _backward_portable(graph, module, n, i, adam, dap):
     if n["variant"] == "cpu":  # one pixel per SIMD lane, as fwd_cpu
         bck = graph.add_node(module, "bck_cpu", (math.ceil(npx / (8 * CPU_PX)) * 8, 1), conns,
                              shader="kpn-t", local=(8, 1, 1), push=[npx],
-                             defines={"PX": CPU_PX, **cpu_texel(graph, npx)})
+                             defines={"PX": CPU_PX, **cpu_texel(graph, npx), **ctx})
     else:
         bck = graph.add_node(module, "bck", (math.ceil(npx / MLP_BATCH) * 64, 1), conns,
-                             shader="kpn-t", local=(64, 1, 1), push=[npx])
+                             shader="kpn-t", local=(64, 1, 1), push=[npx], defines=ctx)
     graph.node_connect(adam, "w", bck, "w")
     graph.node_connect(n["fwd"][i], "A", bck, "A")
     graph.node_connect(dap, "dK", bck, "dK")
@@ -566,10 +619,11 @@ def _backward_portable(graph, module, n, i, adam, dap):
              ssbo("part", "write", NW * chunks)]
     if n["variant"] == "cpu":  # one subgroup per (chunk, layer)
         mulw = graph.add_node(module, "mulw_cpu", (8 * chunks, 7), conns, shader="kpn-t",
-                              local=(8, 1, 1), push=[npx, chunk], defines=cpu_texel(graph, npx))
+                              local=(8, 1, 1), push=[npx, chunk],
+                              defines={**cpu_texel(graph, npx), **ctx})
     else:
         mulw = graph.add_node(module, "mulw", (16 * chunks, 16 * 7), conns, shader="kpn-t",
-                              local=(16, 16, 1), push=[npx, chunk])
+                              local=(16, 16, 1), push=[npx, chunk], defines=ctx)
     graph.node_connect(n["fwd"][i], "A", mulw, "A")
     graph.node_connect(bck, "G", mulw, "G")
     graph.node_connect(dap, "dK", mulw, "dK")
@@ -596,13 +650,22 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         cap = tune["fused_groups"] or fused_groups(graph)
         per = math.ceil(tiles / min(tiles, cap))
         groups = math.ceil(tiles / per)
-        node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), [
-            ssbo("feat", "read", fmt="f16"), ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
-            ssbo("scr", "write", groups * warps // 2 * 6 * 1024, "f16"),
-            ssbo("part", "write", NW * groups)], shader="kpn-t", local=(32 * warps, 1, 1),
-            push=[npx, per, scale, 1.0 / scale],
-            defines=cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {})))
-        graph.node_connect(n["diff"][i], "feat", node, "feat")
+        arch = n["arch"]
+        conns = [img("ctxf", "read") if arch else ssbo("feat", "read", fmt="f16"),
+                 ssbo("w", "read", fmt="f16"), ssbo("dK", "read"),
+                 ssbo("scr", "write", groups * warps // 2 * 6 * 1024, "f16"),
+                 ssbo("part", "write", NW * groups)]
+        defines = cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {}),
+                             **({"KPN_CTX": 1} if arch else {}))
+        _ctx_inputs(conns, defines, arch)
+        node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), conns,
+                              shader="kpn-t", local=(32 * warps, 1, 1),
+                              push=[npx, per, scale, 1.0 / scale], defines=defines)
+        if arch:
+            graph.node_connect(n["diff"][i], "ctx", node, "ctxf")
+            graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")
+        else:
+            graph.node_connect(n["diff"][i], "feat", node, "feat")
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups
@@ -673,7 +736,8 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         w, h = n["sizes"][0]
         node = graph.add_node(module, "debug", (w, h), [
             img("detail", "read"), ssbo("K", "read"), img("debug", "write", Roi(w, h))],
-            shader="kpn-t", push=[int(module.param("apply"))])
+            shader="kpn-t", push=[int(module.param("apply"))],
+            defines={"KPN_CTX": 1} if n["arch"] else {})
         graph.node_connect(n["diff"][0], "detail", node, "detail")
         graph.node_connect(n["fwd"][0], "K", node, "K")
         graph.bind(module, "debug", node, "debug")

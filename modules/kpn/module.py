@@ -63,9 +63,14 @@ def create_nodes(graph, module) -> None:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     feat = variant(graph, module)
+    text = weights_text(graph, module)
+    if text and trained_with(text)["arch"] and not feat:
+        raise GraphError(f"{module}: the weights' .lut says arch 1 without noise-normalised "
+                         "features; kpn-t never writes that")
     n = forward_nodes(graph, module, levels, False, "w",
-                               noise="params" if feat else None,
-                               fp32=int(module.param("fp32")) != 0)
+                      noise="params" if feat else None,
+                      fp32=int(module.param("fp32")) != 0,
+                      arch=trained_with(text)["arch"] if text else 0)
     module.data["mlp"] = n["variant"]  # which MLP kernels run (the f16 ones may overflow)
     if module.connector("ref").source is None:
         return

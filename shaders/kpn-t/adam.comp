@@ -27,10 +27,16 @@ SSBO_RW(6, float, stats)
 SSBO_OUT(7, float16_t, wout)
 #include "guard.glsl"
 
+#ifdef KPN_CTX  // arch 1: the last matrix's first 32 rows (two 15-tap kernels and gains)
+#define USED_LAST (2u * KPN_LAST_USED)
+#else
+#define USED_LAST KPN_LAST_USED
+#endif
+
 void main() {
   uint i = gl_GlobalInvocationID.x;
   if (i >= KPN_NW) return;
-  bool used = i < KPN_LAST || (i - KPN_LAST) < KPN_LAST_USED;  // the last matrix: 16 rows
+  bool used = i < KPN_LAST || (i - KPN_LAST) < USED_LAST;  // the last matrix: 16 or 32 rows
   float wi;
   if (global.frame == 0) {
     if (params.init != 0 || push.has_wcp == 0) {

@@ -11,12 +11,16 @@
 //        gain beta = sigmoid(K_15) lets the network remove a band where it is only noise)
 // PRECISE (gradient check): K, the taps' weights, the sums and I in float64 (Kd in, Id out);
 // softmax and the band gain through a float64 exp (f64.glsl).
+// KPN_CTX (arch 1, mode 2 only): in the opponent space of P (kpn.glsl), Do = P D,
+//   Io.x = sigmoid(K_15) sum_k softmax(K_0..14)_k Do.x(p + T_k)          (luma)
+//   Io.yz = sigmoid(K_31) sum_k softmax(K_16..30)_k Do.yz(p + T_k)      (chroma)
+//   I = P^T Io
 layout(push_constant) uniform Push { int mode; } push;
 IMG_IN(0, detail)
 #ifdef PRECISE
 SSBO_IN(1, float, K)
 #else
-SSBO_IN(1, vec4, K4)  // K: 4 vec4 a pixel (16-byte reads, as dapply.comp)
+SSBO_IN(1, vec4, K4)  // K: N_OUT / 4 vec4 a pixel (16-byte reads, as dapply.comp)
 #endif
 IMG_RW(2, filtered)
 #ifdef PRECISE
@@ -24,6 +28,34 @@ IMG_RW(2, filtered)
 SSBO_IN(3, double, Kd)
 SSBO_OUT(4, dvec4, Id)
 
+#ifdef KPN_CTX
+// softmax weights and gain of group g (0 luma, 1 chroma) of pixel i, float64
+double group_weights64(int i, int g, out double wk[N_TAPS]) {
+  int o = i * N_OUT + 16 * g;
+  double mx = -1e300lf, S = 0.0lf;
+  for (int k = 0; k < N_TAPS; k++) mx = max(mx, Kd[o + k]);
+  for (int k = 0; k < N_TAPS; k++) {
+    wk[k] = mlp_exp64(Kd[o + k] - mx);
+    S += wk[k];
+  }
+  double gain = 1.0lf / (1.0lf + mlp_exp64(-Kd[o + N_TAPS]));
+  for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
+  return gain;
+}
+
+dvec3 apply_precise(int i, ivec2 p, int mode) {
+  double wy[N_TAPS], wc[N_TAPS];
+  group_weights64(i, 0, wy);
+  group_weights64(i, 1, wc);
+  dmat3 P = dmat3(opp);
+  dvec3 Io = dvec3(0.0lf);
+  for (int k = 0; k < N_TAPS; k++) {
+    dvec3 Do = P * dvec3(detail[texel(0, p + taps[k])].rgb);
+    Io += dvec3(wy[k] * Do.x, wc[k] * Do.yz);
+  }
+  return Io * P;
+}
+#else
 dvec3 apply_precise(int i, ivec2 p, int mode) {
   double wk[N_TAPS];
   double S = 0.0lf;
@@ -43,7 +75,10 @@ dvec3 apply_precise(int i, ivec2 p, int mode) {
   if (mode == 2) I /= 1.0lf + mlp_exp64(-Kd[i * N_OUT + N_TAPS]);  // the band gain
   return I;
 }
+#endif  // KPN_CTX
 #endif
+
+
 
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
@@ -55,7 +90,19 @@ void main() {
   Id[i] = dvec4(Ip, 1.0lf);
 #else
   float kv[N_OUT];
-  LOAD_K16(K4, i, kv)
+  LOAD_K(K4, i, kv)
+#ifdef KPN_CTX
+  float sy[N_TAPS], sc[N_TAPS];
+  group_softmax(kv, 0, sy);
+  group_softmax(kv, 1, sc);
+  vec3 Fo = vec3(0.0);
+  for (int k = 0; k < N_TAPS; k++) {
+    vec3 Do = opp * detail[texel(0, p + taps[k])].rgb;
+    Fo += vec3(sy[k] * Do.x, sc[k] * Do.yz);
+  }
+  vec3 Io = Fo * vec3(sigmoid(kv[N_TAPS]), vec2(sigmoid(kv[16 + N_TAPS])));
+  filtered[i] = vec4(Io * opp, 1.0);
+#else
   float wk[N_TAPS];
   float S = 0.0;
   if (push.mode >= 1) {
@@ -73,5 +120,6 @@ void main() {
   vec3 s = vec3(0.0);
   for (int k = 0; k < N_TAPS; k++) s += wk[k] * detail[texel(0, p + taps[k])].rgb;
   filtered[i] = vec4(s / max(S, S_FLOOR), 1.0);
+#endif  // KPN_CTX
 #endif
 }

@@ -15,7 +15,7 @@ layout(push_constant) uniform Push { int N; } push;
 #include "cpu.glsl"  // PX, SG, ROW2, VEC4_IN
 VEC4_IN(0, w4)   // W_l[o][4q..4q+3] = V4(w4, 1024 l + 16 o + q)
 VEC4_IN(1, A4)   // h_s[p][4q..4q+3] = V4(A4, 16 (s N + p) + q)
-VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, 4 p + q)
+VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, N_OUT / 4 p + q)
 SSBO_OUT(3, vec4, G4)  // g_l[p][4q..4q+3] = G4[16 ((l-1) N + p) + q]
 #define MLP_WIDTH 64
 #include "mlp.glsl"
@@ -40,8 +40,8 @@ void main() {
   // of pixel N-1 and store nothing
   [[unroll]] for (int k = 0; k < PX; k++) {
     int p = min(base + SG * k, N - 1);
-    [[unroll]] for (int q = 0; q < 4; q++) {
-      vec4 v = V4(dK4, 4 * p + q);
+    [[unroll]] for (int q = 0; q < N_OUT / 4; q++) {
+      vec4 v = V4(dK4, N_OUT / 4 * p + q);
       g[k][4 * q] = v.x; g[k][4 * q + 1] = v.y; g[k][4 * q + 2] = v.z; g[k][4 * q + 3] = v.w;
     }
   }

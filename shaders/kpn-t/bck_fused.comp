@@ -14,10 +14,10 @@
 // and adds the tile's weight gradient to accumulators that stay in registers for all the
 // tiles of the workgroup; each workgroup writes its sum once:
 //   h_0 = f, h_{l+1} = leaky(W_l h_l)                       (l = 0..5; K is not needed)
-//   g_7 := s dK, g_l = leaky'(h_l) * (W_l^T g_{l+1})       (l = 6..1, W_6: rows 0..15)
+//   g_7 := s dK, g_l = leaky'(h_l) * (W_l^T g_{l+1})       (l = 6..1, W_6: rows 0..N_OUT-1)
 //   dW_l += G_{l+1}^T H_l over the tile's pixels              (l = 6..0)
 // s = `scale` is the loss scale of bck_cm (with its saturation at +-65504); the partials are
-// divided by it: part[wg * NW + 4096 l + 64 o + c] (rows 16..63 of W_6 stay zero), and
+// divided by it: part[wg * NW + 4096 l + 64 o + c] (rows N_OUT..63 of W_6 stay zero), and
 // reduce.comp sums the workgroups.
 //
 // Work split. Forward and backward products: the warps pair up on the tile's 16-pixel row
@@ -52,9 +52,17 @@
 #define RB (WARPS / 2u)
 #define NJ (16u / WARPS)
 #define HS 72u
+#define OT (uint(N_OUT) / 16u)  // output tiles of W_6 (rows 0..N_OUT-1)
+#define NJ6 ((4u * OT + WARPS - 1u) / WARPS)  // W_6's tiles a warp
+#define G7 (uint(N_OUT) / 4u)  // g_7 values a lane
 
 layout(push_constant) uniform Push { uint N; uint tiles; float scale; float inv_scale; } push;
+#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
+IMG_IN(0, ctxf)
+IMG_IN(CTXC_B, ctxc)
+#else
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
+#endif
 SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_IN(2, float, dK)
 layout(std430, set = 1, binding = 3) buffer scr_buf { uvec4 scr[]; };  // f16, 8 per uvec4
@@ -91,27 +99,32 @@ void scr_store(uint l) {
 // the scaled dK of rows 8 half_ .. 8 half_ + 7 of the block, 4 values a lane. Loaded ahead
 // of the tile's first barrier (so the loads overlap the wait), stored to hs and gs after it
 // (bck_fused 1.818 -> 1.772 ms at 1024² on the H100, 127 registers, no spill).
+#ifdef KPN_CTX
+DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
+DEFINE_CTX_FEATURES(gather, ctx_feature, 0, 16)
+#else
 DEFINE_KPN_FEATURES(gather, feat, 0, 2)
-void tile_loads(out float f[16], out float g[4]) {
+#endif
+void tile_loads(out float f[16], out float g[G7]) {
   uint r = lane / 2u, p = p0 + r, q = 2u * half_ + lane % 2u;
   if (p < push.N) {
     gather(p, q, f);
   } else {
     [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
-  [[unroll]] for (uint i = 0u; i < 4u; i++) {
-    uint e = lane + CM_WARP * i, o = e % 16u;
-    p = p0 + 8u * half_ + e / 16u;
-    g[i] = cm_clamp(p < push.N ? dK[p * 16u + o] * push.scale : 0.0, CM_F16_MAX);
+  [[unroll]] for (uint i = 0u; i < G7; i++) {
+    uint e = lane + CM_WARP * i, o = e % uint(N_OUT);
+    p = p0 + 8u * half_ + e / uint(N_OUT);
+    g[i] = cm_clamp(p < push.N ? dK[p * uint(N_OUT) + o] * push.scale : 0.0, CM_F16_MAX);
   }
 }
-void tile_stores(float f[16], float g[4]) {
+void tile_stores(float f[16], float g[G7]) {
   uint r = lane / 2u, q = 2u * half_ + lane % 2u;
   [[unroll]] for (uint j = 0u; j < 2u; j++)
     CM_PUT8(hs, (row0 + r) * (HS / 8u) + 2u * q + j, CM_PACK8(f, 8u * j));
-  [[unroll]] for (uint i = 0u; i < 4u; i++) {  // g_7 into columns 0..15 of gs
+  [[unroll]] for (uint i = 0u; i < G7; i++) {  // g_7 into columns 0..N_OUT-1 of gs
     uint e = lane + CM_WARP * i;
-    gs[(row0 + 8u * half_ + e / 16u) * HS + e % 16u] = float16_t(g[i]);
+    gs[(row0 + 8u * half_ + e / uint(N_OUT)) * HS + e % uint(N_OUT)] = float16_t(g[i]);
   }
 }
 
@@ -205,13 +218,13 @@ void main() {
   lane = cm_lane();
   half_ = warp % 2u;
   row0 = 16u * (warp / 2u);
-  CM_ACC dwacc[6u * NJ + 1u];
-  CM_UNROLL for (uint i = 0u; i < 6u * NJ + 1u; i++) CM_ZERO(dwacc[i]);
+  CM_ACC dwacc[6u * NJ + NJ6];
+  CM_UNROLL for (uint i = 0u; i < 6u * NJ + NJ6; i++) CM_ZERO(dwacc[i]);
   uint ntiles = (push.N + T - 1u) / T;
   uint t0 = gl_WorkGroupID.x * push.tiles, t1 = min(ntiles, t0 + push.tiles);
   for (uint t = t0; t < t1; t++) {
     p0 = t * T + row0;
-    float f[16], g7[4];
+    float f[16], g7[G7];
     tile_loads(f, g7);
     barrier();  // the previous tile's dW_0 has read hs and gs
     tile_stores(f, g7);  // h_0, and g_7 (the forward does not touch gs)
@@ -219,13 +232,18 @@ void main() {
     barrier();  // h_6 (the last forward layer's stores) and g_7 complete
     for (uint l = 6u; ; l--) {  // gs = g_{l+1}, hs = h_l
       if (l == 6u) {
-        if (warp < 4u) {  // dW_6 (rows 0..15): dK^T h_6, this warp's 16 columns
-          for (uint q = 0u; q < RB; q++) {
-            CM_A g;
-            CM_LOAD_COL(g, gs, 16u * q * HS, HS);
-            CM_B h;
-            CM_LOAD_ROW(h, hs, 16u * q * HS + 16u * warp, HS);
-            CM_MMA(dwacc[6u * NJ], g, h);
+        // dW_6 (rows 0..N_OUT-1): dK^T h_6, this warp's tiles t = warp + WARPS j < 4 OT
+        // at (o, c) = (t div 4, t mod 4)
+        CM_UNROLL for (uint j = 0u; j < NJ6; j++) {
+          uint t = warp + WARPS * j;
+          if (t < 4u * OT) {
+            for (uint q = 0u; q < RB; q++) {
+              CM_A g;
+              CM_LOAD_COL(g, gs, 16u * q * HS + 16u * (t / 4u), HS);
+              CM_B h;
+              CM_LOAD_ROW(h, hs, 16u * q * HS + 16u * (t % 4u), HS);
+              CM_MMA(dwacc[6u * NJ + j], g, h);
+            }
           }
         }
       } else {
@@ -235,7 +253,7 @@ void main() {
         switch (l) { DW_CASE_OUT(0u) DW_CASE_OUT(1u) DW_CASE_OUT(2u) DW_CASE_OUT(3u) DW_CASE_OUT(4u) DW_CASE_OUT(5u) }
       }
       if (l == 0u) break;
-      back_step(l, l == 6u ? 1u : 4u);
+      back_step(l, l == 6u ? OT : 4u);
     }
   }
   uint out0 = gl_WorkGroupID.x * KPN_NW;
@@ -245,8 +263,11 @@ void main() {
       CM_SCALE(dwacc[l * NJ + j], push.inv_scale);
       CM_STORE_ROW(dwacc[l * NJ + j], part, out0 + 4096u * l + 1024u * (t % 4u) + 16u * (t / 4u), 64u);
     }
-  if (warp < 4u) {
-    CM_SCALE(dwacc[6u * NJ], push.inv_scale);
-    CM_STORE_ROW(dwacc[6u * NJ], part, out0 + KPN_LAST + 16u * warp, 64u);
+  CM_UNROLL for (uint j = 0u; j < NJ6; j++) {
+    uint t = warp + WARPS * j;
+    if (t < 4u * OT) {
+      CM_SCALE(dwacc[6u * NJ + j], push.inv_scale);
+      CM_STORE_ROW(dwacc[6u * NJ + j], part, out0 + KPN_LAST + 1024u * (t / 4u) + 16u * (t % 4u), 64u);
+    }
   }
 }

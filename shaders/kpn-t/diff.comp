@@ -6,6 +6,7 @@
 // or with NOISE_FEATURES its signal-to-noise ratio log2(1 + Y(|D_i|) / sigma_i), where
 // sigma_i = band * sqrt(M_i.alpha): M_i's alpha holds the local noise variance of a level-0
 // pixel (nmap, blurred by sub) and `band` is the std of D_i for unit white noise at level 0.
+// KPN_CTX: also the context plane of arch 1's features (kpn.glsl).
 // FEATURE_PLANE: the feature source also goes to `feat` as f16, one a pixel, for the
 // cooperative-matrix kernels (which round it to f16 anyway): their gathers of 64 features a
 // pixel then read 2 bytes each instead of a 16-byte texel.
@@ -18,6 +19,9 @@ IMG_IN(1, coarse)
 IMG_OUT(2, detail)
 #ifdef FEATURE_PLANE
 SSBO_OUT(3, float16_t, feat)
+#endif
+#ifdef KPN_CTX  // arch 1's context plane Q_i (kpn.glsl): (s_i, c_i, 0, 0), NOISE_FEATURES only
+IMG_OUT(3, ctx)
 #endif
 DEFINE_UPSAMPLE(upsample, coarse, 1)
 #ifdef NOISE_FEATURES
@@ -36,6 +40,11 @@ void main() {
   f = log2(1.0 + f / max(sigma, SIGMA_FLOOR));
 #endif
   detail[i] = vec4(d, f);
+#ifdef KPN_CTX
+  float y = dot(d, luma2020), s = max(sigma, SIGMA_FLOOR);
+  vec3 o = opp * d;
+  ctx[i] = vec4(sign(y) * log2(1.0 + abs(y) / s), log2(1.0 + length(o.yz) / s), 0.0, 0.0);
+#endif
 #ifdef FEATURE_PLANE
   feat[i] = float16_t(f);
 #endif

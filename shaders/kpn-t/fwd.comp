@@ -10,7 +10,7 @@
 #include "vkgraph.glsl"
 #include "kpn.glsl"
 // Features + MLP forward for MLP_BATCH pixels per workgroup, one thread per neuron.
-//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
+//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:N_OUT] h_6.
 // TRAIN stores every post-activation h_0..h_6 in A (slot s at s*N*64 + 64p + c) for the
 // backward; inference (kpn) only writes K. PRECISE computes in float64 and also writes K
 // in float64 to Kd (for the gradient check, see mlp_f64.glsl).
@@ -20,7 +20,13 @@
 #else
 #define MLP_BATCH 32
 #endif
+#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
+IMG_IN(0, ctxf)
+IMG_IN(CTXC_B, ctxc)
+DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
+#else
 IMG_IN(0, detail)
+#endif
 #ifdef W16  // kpn: f16 weights straight from a .lut
 SSBO_IN(1, float16_t, w)
 #define MLP_W(i) float(w[i])
@@ -59,7 +65,11 @@ void main() {
   for (int r = 0; r < MLP_BATCH; r++) {
     int p = p0 + r;
     float f = 0.0;
+#ifdef KPN_CTX
+    if (p < N) f = ctx_feature(ivec2(p % size.x, p / size.x), c);
+#else
     if (p < N) f = KPN_FEATURE(detail, 0, size, p, c);
+#endif
 #ifdef PRECISE
     mlp_dact[r][c] = double(f);
 #else

@@ -9,7 +9,7 @@
 #include "vkgraph.glsl"
 #include "kpn.glsl"
 // fwd.comp's function with cooperative matrices (f16 operands and activations, f32 sums):
-//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
+//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:N_OUT] h_6.
 // A workgroup of FWD_WARPS warps takes FWD_TILE pixels, 16 FWD_ROWS per warp. A warp keeps
 // its pixels' activations in its own rows of shared memory (row = pixel, 64 columns + pad)
 // and never waits for the others. Per layer and 16 pixels: Z (16 x 64) = H (16 x 64) W_l^T
@@ -28,7 +28,12 @@
 #define FWD_TILE (16u * FWD_ROWS * FWD_WARPS)
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
 
+#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
+IMG_IN(0, ctxf)
+IMG_IN(CTXC_B, ctxc)
+#else
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
+#endif
 SSBO_IN(1, uvec4, wp)  // packed B fragments (wpack.comp)
 SSBO_OUT(2, float, K)
 #ifdef TRAIN  // f16 activations, written 8 at a time
@@ -47,7 +52,12 @@ shared U128 { uvec4 hs8[FWD_TILE * HS / 8u]; };
 #else
 shared float16_t hs[FWD_TILE * HS];
 #endif
+#ifdef KPN_CTX
+DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
+DEFINE_CTX_FEATURES(features, ctx_feature, 0, 32)
+#else
 DEFINE_KPN_FEATURES(features, feat, 0, 4)
+#endif
 
 #ifdef TRAIN
 // h_s of this warp's rows (in hs) -> buffer As (plain per-invocation copies)
@@ -115,14 +125,16 @@ void main() {
           CM_STORE_ROW(h, hs, (row0 + 16u * r) * HS + 16u * nt, HS);
         }
       }
-    } else {  // K = W_6[0:16] h_6
-      CM_B b[4];
-      CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_UNPACK_B(b[k], wp, 96u + k);
-      CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
-        CM_ACC z;
-        CM_ZERO(z);
-        CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
-        CM_STORE_ROW(z, K, (p0 + 16u * r) * 16u, 16u);
+    } else {  // K = W_6[0:N_OUT] h_6, N_OUT / 16 output tiles
+      CM_UNROLL for (uint nt = 0u; nt < uint(N_OUT) / 16u; nt++) {
+        CM_B b[4];
+        CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_UNPACK_B(b[k], wp, 96u + 4u * nt + k);
+        CM_UNROLL for (uint r = 0u; r < FWD_ROWS; r++) {
+          CM_ACC z;
+          CM_ZERO(z);
+          CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
+          CM_STORE_ROW(z, K, (p0 + 16u * r) * uint(N_OUT) + 16u * nt, uint(N_OUT));
+        }
       }
     }
     CM_SYNC();

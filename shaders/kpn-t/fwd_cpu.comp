@@ -13,11 +13,17 @@
 // the vec4 W_l[o][4i..4i+3] (one load brings 32 weights of row o), and a subgroupShuffle
 // from a constant lane hands each weight to every lane (cpu.glsl says why not
 // subgroupBroadcast), where it is used for PX pixels.
-//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:16] h_6.
+//   h_0 = f (64 features), h_{l+1} = leaky(W_l h_l) (l = 0..5), K = W_6[0:N_OUT] h_6.
 // TRAIN stores h_0..h_6 in A as fwd does (slot s at s*N*64 + 64p + c), for bck and mulw.
 // Needs a subgroup of SG = 8 invocations and workgroups of whole subgroups.
 layout(push_constant) uniform Push { int N; } push;
+#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
+IMG_IN(0, ctxf)
+IMG_IN(CTXC_B, ctxc)
+DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
+#else
 IMG_IN(0, detail)
+#endif
 #include "cpu.glsl"  // PX, SG, ROW, VEC4_IN
 VEC4_IN(1, w4)  // W_l[o][4q..4q+3] = V4(w4, 1024 l + 16 o + q)
 SSBO_OUT(2, float, K)
@@ -58,7 +64,11 @@ void main() {
   // of pixel N-1 and store nothing
   [[unroll]] for (int k = 0; k < PX; k++) {
     int p = min(base + SG * k, N - 1);
+#ifdef KPN_CTX
+    [[unroll]] for (int c = 0; c < 64; c++) h[k][c] = ctx_feature(ivec2(p % size.x, p / size.x), c);
+#else
     [[unroll]] for (int c = 0; c < 64; c++) h[k][c] = KPN_FEATURE(detail, 0, size, p, c);
+#endif
   }
   store(0, base, N);
   for (int l = 0; l < 7; l++) {

@@ -4,7 +4,13 @@
 #define KPN_GLSL
 
 #define N_TAPS 15
+// K's values a pixel: 15 taps and the band gain; with KPN_CTX (arch 1) a second 15 taps and
+// gain for the chroma axes
+#ifdef KPN_CTX
+#define N_OUT 32
+#else
 #define N_OUT 16
+#endif
 #define TAP_LIMIT 10.0
 #define TAP_FALLBACK 0.001
 #define S_FLOOR 0.001
@@ -31,15 +37,15 @@ float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
     }                                                                         \
   }
 
-// kv[0..15] = K's 16 values of pixel i, read as 4 vec4 from a vec4 view K4 of K (16-byte
+// kv[0..N_OUT-1] = K's values of pixel i, read as vec4s from a vec4 view K4 of K (16-byte
 // reads; one float at a time, a warp's reads strided by 64 bytes, was far slower)
-#define LOAD_K16(K4, i, kv)                  \
-  for (int q_ = 0; q_ < 4; q_++) {           \
-    vec4 v_ = K4[4 * (i) + q_];              \
-    kv[4 * q_] = v_.x;                       \
-    kv[4 * q_ + 1] = v_.y;                   \
-    kv[4 * q_ + 2] = v_.z;                   \
-    kv[4 * q_ + 3] = v_.w;                   \
+#define LOAD_K(K4, i, kv)                              \
+  for (int q_ = 0; q_ < N_OUT / 4; q_++) {             \
+    vec4 v_ = K4[N_OUT / 4 * (i) + q_];                \
+    kv[4 * q_] = v_.x;                                 \
+    kv[4 * q_ + 1] = v_.y;                             \
+    kv[4 * q_ + 2] = v_.z;                             \
+    kv[4 * q_ + 3] = v_.w;                             \
   }
 
 const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
@@ -80,6 +86,53 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 #else
 #define KPN_BIAS_FIRST(h, f)
 #endif
+
+// KPN_CTX (arch 1): the features come from context planes Q_i (rgba images, diff's `ctx`:
+// .x = s_i, the signed luma SNR sign(y) log2(1 + |y| / sigma_i), y = Y(D_i); .y = c_i, the
+// chroma SNR log2(1 + |C D_i| / sigma_i)) of the level (conn fc) and the next coarser one (cc):
+//   c = 0: 1;  1..49: s_i on the 7x7 window around p (j = c - 1: dx = j mod 7 - 3,
+//   dy = j div 7 - 3);  50..58: s_{i+1} on the 3x3 window around the parent p div 2
+//   (j = c - 50: dx = j mod 3 - 1, dy = j div 3 - 1);  59..63: c_i on the 5-point star.
+// Mirrored borders, each level at its own size.
+const ivec2 chroma_star[5] = ivec2[](ivec2(0, -1), ivec2(-1, 0), ivec2(0, 0), ivec2(1, 0),
+                                     ivec2(0, 1));
+#define DEFINE_CTX_FEATURE(fname, fine, fc, coarse, cc)                              \
+  float fname(ivec2 p, int c) {                                                      \
+    if (c == 0) return 1.0;                                                          \
+    if (c < 50) return fine[texel(fc, p + ivec2((c - 1) % 7 - 3, (c - 1) / 7 - 3))].x; \
+    if (c < 59)                                                                      \
+      return coarse[texel(cc, (p >> 1) + ivec2((c - 50) % 3 - 1, (c - 50) / 3 - 1))].x; \
+    return fine[texel(fc, p + chroma_star[c - 59])].y;                               \
+  }
+// fname(p, h, f): features NF h .. NF (h + 1) - 1 of pixel p (row-major at the size of
+// connector fc) through the feature function ffeat, as DEFINE_KPN_FEATURES's functions
+#define DEFINE_CTX_FEATURES(fname, ffeat, fc, NF)                                 \
+  void fname(uint p, uint h, out float f[NF]) {                                  \
+    int w = node.roi[fc].x;                                                      \
+    ivec2 q = ivec2(int(p) % w, int(p) / w);                                     \
+    [[unroll]] for (int j = 0; j < NF; j++) f[j] = ffeat(q, NF * int(h) + j);    \
+  }
+
+#ifdef KPN_CTX
+// the softmax of group g's taps (g = 0 luma: K_0..14, g = 1 chroma: K_16..30) of a pixel's
+// K values kv
+void group_softmax(float kv[N_OUT], int g, out float s[N_TAPS]) {
+  float mx = -1e30, S = 0.0;
+  for (int k = 0; k < N_TAPS; k++) mx = max(mx, kv[16 * g + k]);
+  for (int k = 0; k < N_TAPS; k++) {
+    s[k] = exp(kv[16 * g + k] - mx);
+    S += s[k];
+  }
+  for (int k = 0; k < N_TAPS; k++) s[k] /= S;
+}
+#endif
+
+// P, the orthonormal opponent basis of KPN_CTX's filter: rows (1, 1, 1) / sqrt 3 (luma),
+// (1, 0, -1) / sqrt 2, (1, -2, 1) / sqrt 6 (chroma); white noise stays white with the same
+// std in it. GLSL takes the columns: opp * d = P d, d * opp = P^T d (= P^-1 d).
+const mat3 opp = mat3(0.57735027, 0.70710678, 0.40824829,
+                      0.57735027, 0.0, -0.81649658,
+                      0.57735027, -0.70710678, 0.40824829);
 
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }

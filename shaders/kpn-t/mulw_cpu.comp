@@ -24,7 +24,7 @@ layout(push_constant) uniform Push { int N; int chunk; } push;
 #include "cpu.glsl"  // VEC4_IN
 VEC4_IN(0, A4)   // h_s[p][4q..4q+3] = V4(A4, 16 (s N + p) + q)
 VEC4_IN(1, G4)   // g_{s+1}[p][4q..4q+3] = V4(G4, 16 (s N + p) + q)
-VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, 4 p + q)
+VEC4_IN(2, dK4)  // dK[p][4q..4q+3] = V4(dK4, N_OUT / 4 p + q)
 SSBO_OUT(3, vec4, part4)
 
 // rows 4J..4J+3 for pixels a and b (TWO), g from lane J % 8 of g?[J / 8]; the
@@ -50,10 +50,10 @@ SSBO_OUT(3, vec4, part4)
   }
 
 // pixel p's h_layer columns c0 + 4 lane .. +3, and its g_{layer+1} rows 32 k + 4 lane .. +3
-// (dK has 4 vec4s a pixel: lanes 4..7 load copies that no row uses)
+// (dK has N_OUT / 4 vec4s a pixel: lanes past them load copies that no row uses)
 #define LOAD_H(p, c0) V4(A4, 16 * (layer * N + (p)) + (c0) + lane)
 #define LOAD_G(p, k)                                                                   \
-  (layer < 6 ? V4(G4, 16 * (layer * N + (p)) + 8 * (k) + lane) : V4(dK4, 4 * (p) + min(lane, 3)))
+  (layer < 6 ? V4(G4, 16 * (layer * N + (p)) + 8 * (k) + lane) : V4(dK4, N_OUT / 4 * (p) + min(8 * (k) + lane, N_OUT / 4 - 1)))
 #define LOAD_PIXEL(p, h0, h1, g)                                   \
   vec4 h0 = LOAD_H(p, 0), h1 = LOAD_H(p, 8), g[2];                 \
   g[0] = LOAD_G(p, 0);                                             \
@@ -67,7 +67,7 @@ void main() {
   int lane = int(gl_SubgroupInvocationID);
   int chunk = int(gl_WorkGroupID.x), layer = int(gl_WorkGroupID.y);
   int pbeg = chunk * push.chunk, pend = min(N, pbeg + push.chunk);
-  // rows 16..63 of the last matrix have no gradient (they stay 0)
+  // rows N_OUT..63 of the last matrix have no gradient (they stay 0)
   int nrows = layer < 6 ? 64 : N_OUT;
   vec4 acc[64][2];  // [row o][column half]
   [[unroll]] for (int r = 0; r < 64; r++) { acc[r][0] = vec4(0.0); acc[r][1] = vec4(0.0); }
