@@ -213,16 +213,21 @@ def _kernels_plain(rng, n):
 
 
 def _apply_fd(D, K, G, mode, eps):
-    """Numeric dE/dK (N, 16) of E = <G, apply(D, K)>. I(p) depends on K[p] only, so perturbing
-    a whole tap column at once still gives every pixel's own derivative."""
+    """Numeric dE/dK (N, 16) of E = <G, apply(D, K)>."""
+    return _filter_fd(lambda k: ref.apply(D, k, mode), K, G, eps)
+
+
+def _filter_fd(filt, K, G, eps):
+    """Numeric dE/dK (N, n_out) of E = <G, filt(K)>. I(p) depends on K[p] only, so perturbing
+    a whole column of K at once still gives every pixel's own derivative."""
     n = K.shape[0]
-    num = np.zeros((n, 16))
+    num = np.zeros(K.shape)
     g = G.reshape(n, 3)
-    for k in range(16):
+    for k in range(K.shape[1]):
         kp, km = K.copy(), K.copy()
         kp[:, k] += eps
         km[:, k] -= eps
-        diff = ref.apply(D, kp, mode) - ref.apply(D, km, mode)
+        diff = filt(kp) - filt(km)
         num[:, k] = np.sum(g * diff.reshape(n, 3), axis=1) / (2 * eps)
     return num
 
@@ -446,6 +451,210 @@ def test_forward_backward_against_finite_differences(w, h, levels, mode, kind):
             _assert_fd_close(np.sum(ana * v), num, E, eps)
             checked += 1
     assert checked >= 2
+
+
+# ------------------------------------------------------------------------ arch 1 (ctx)
+
+NOISE = (5e6, 400.0)  # cnngenin's (a, b): sigma ~ 0.034 at level 0 for mid-grey
+
+
+def _noisy_pair(rng, w, h, scale=0.05):
+    R = _image(rng, w, h, 0.1, 1.0)
+    return R + scale * rng.standard_normal(R.shape), R
+
+
+def _ctx_weights(rng):
+    """Uniform +-sqrt(6/64) (He) on every weight arch 1 uses (W_6 rows 0..31): activations and
+    K stay O(1) through the leaky layers, so the softmaxes and gains are far from saturated."""
+    return rng.uniform(-1.0, 1.0, (7, 64, 64)) * np.sqrt(6.0 / 64.0) * ref.USED_CTX
+
+
+def test_opponent_basis_is_orthonormal():
+    P = ref.OPPONENT
+    np.testing.assert_allclose(P @ P.T, np.eye(3), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(P[0], np.full(3, 1 / np.sqrt(3)), rtol=1e-15)
+    np.testing.assert_allclose(P[1] * np.sqrt(2), [1, 0, -1], rtol=1e-15)
+    np.testing.assert_allclose(P[2] * np.sqrt(6), [1, -2, 1], rtol=1e-15)
+
+
+@pytest.mark.parametrize("w,h", SIZES + [(13, 11)])
+def test_apply_ctx_backward(w, h):
+    """apply_ctx_backward is the exact adjoint: every one of the 32 columns of K (taps, and the
+    gains 15 and 31) against central differences of apply_ctx."""
+    rng = np.random.default_rng(15)
+    D = _image(rng, w, h)
+    G = _image(rng, w, h)
+    K = rng.normal(0.0, 2.0, (w * h, 32))
+    ana = ref.apply_ctx_backward(G, D, K)
+    assert ana.shape == (w * h, 32)
+    num = _filter_fd(lambda k: ref.apply_ctx(D, k), K, G, 1e-6)
+    assert np.abs(ana[:, 15]).max() > 1e-3 and np.abs(ana[:, 31]).max() > 1e-3
+    assert _rel(ana, num) < 1e-6
+
+
+@pytest.mark.parametrize("w,h", SIZES + [(13, 11)])
+def test_apply_ctx_centre_tap_is_the_identity(w, h):
+    """One-hot softmaxes on the centre tap (k = 7 and 16 + 7) and gains 1 give Io = P D, and
+    P^T P = I returns D; with the chroma gain 0 only D's projection on the luma axis remains."""
+    rng = np.random.default_rng(16)
+    D = _image(rng, w, h)
+    K = np.zeros((w * h, 32))
+    K[:, [7, 15, 23, 31]] = 60.0  # e^-60 leaks below float64 resolution
+    np.testing.assert_allclose(ref.apply_ctx(D, K), D, rtol=0, atol=1e-15)
+    K[:, 31] = -60.0
+    grey = np.repeat(D.mean(axis=2, keepdims=True), 3, axis=2)
+    np.testing.assert_allclose(ref.apply_ctx(D, K), grey, rtol=0, atol=1e-15)
+
+
+def _planes_at(D, var, band, x, y):
+    """(s, c) of the spec at pixel (x, y), by hand: scalar maths on one pixel."""
+    r, g, b = D[y, x]
+    sigma = max(band * np.sqrt(max(var[y, x], 0.0)), 1e-6)
+    luma = 0.2627 * r + 0.6780 * g + 0.0593 * b
+    s = float(np.sign(luma)) * np.log2(1 + abs(luma) / sigma)
+    chroma = np.hypot((r - b) / np.sqrt(2), (r - 2 * g + b) / np.sqrt(6))
+    return s, np.log2(1 + chroma / sigma)
+
+
+def _ctx_features_at(D, var, bands, i, x, y):
+    """The 64 features of the spec at pixel (x, y) of level i, by hand (loops)."""
+    h, w = D[i].shape[:2]
+    hc, wc = D[i + 1].shape[:2]
+    f = [1.0]
+    for j in range(49):  # 7x7 window, dy-major
+        xx, yy = int(ref.mirror(x + j % 7 - 3, w)), int(ref.mirror(y + j // 7 - 3, h))
+        f.append(_planes_at(D[i], var[i], bands[i], xx, yy)[0])
+    for j in range(9):  # 3x3 around the parent, mirrored in level i+1's size
+        xx, yy = int(ref.mirror(x // 2 + j % 3 - 1, wc)), int(ref.mirror(y // 2 + j // 3 - 1, hc))
+        f.append(_planes_at(D[i + 1], var[i + 1], bands[i + 1], xx, yy)[0])
+    for dx, dy in [(0, -1), (-1, 0), (0, 0), (1, 0), (0, 1)]:
+        xx, yy = int(ref.mirror(x + dx, w)), int(ref.mirror(y + dy, h))
+        f.append(_planes_at(D[i], var[i], bands[i], xx, yy)[1])
+    return np.array(f)
+
+
+def test_ctx_features_by_hand():
+    """forward(arch=1)'s h_0 is the spec's feature vector: checked pixel by pixel at borders and
+    odd sizes (13x11 -> 7x6 -> 4x3 -> 2x2: the parent x div 2 + 1 of x = 12 mirrors 7 -> 6),
+    and at the last level, whose parent plane needs D_L (one level below the filtered ones)."""
+    rng = np.random.default_rng(17)
+    w, h, levels = 13, 11, 3
+    X, R = _noisy_pair(rng, w, h)
+    bands = ref.band_noise_mc(levels + 1)
+    _, _, cache = ref.forward(X, R, _ctx_weights(rng), levels, "blend", "l2", NOISE, bands, 1)
+    _, D = ref.pyramid(X, levels + 1)
+    var = [ref.noise_variance(X, *NOISE)[..., None]]
+    for _ in range(levels):
+        var.append(ref.sub(var[-1]))
+    var = [v[..., 0] for v in var]
+    pixels = {0: [(0, 0), (12, 10), (12, 0), (5, 4), (1, 9), (11, 3)], 1: [(6, 5), (3, 0)],
+              2: [(3, 2), (0, 0), (2, 1)]}  # fmt: skip
+    for i, xys in pixels.items():
+        wi = D[i].shape[1]
+        for x, y in xys:
+            got = cache.acts[i].h[0][x + y * wi]
+            np.testing.assert_allclose(got, _ctx_features_at(D, var, bands, i, x, y), rtol=1e-14)
+    # signed luma: negative detail gives negative s, zero detail s = c = 0
+    Dz = np.zeros((1, 3, 3))
+    Dz[0, 0] = [-0.1, -0.2, 0.0]
+    Dz[0, 2] = [0.2, 0.0, 0.0]
+    s, c = ref.ctx_planes(Dz, np.full((1, 3), 1e-3), 1.0)
+    assert s[0, 0] < 0 < s[0, 2] and s[0, 1] == 0.0 and c[0, 1] == 0.0 and c[0, 2] > 0
+
+
+def test_arch1_needs_noise_and_blend():
+    rng = np.random.default_rng(18)
+    X, R = _noisy_pair(rng, 5, 4)
+    W = _ctx_weights(rng)
+    with pytest.raises(ValueError, match="arch 1"):
+        ref.forward(X, R, W, 2, "blend", arch=1)  # no noise
+    with pytest.raises(ValueError, match="arch 1"):
+        ref.forward(X, R, W, 2, "softmax", noise=NOISE, arch=1)
+    with pytest.raises(ValueError, match="arch"):
+        ref.forward(X, R, W, 2, "blend", noise=NOISE, arch=2)
+    # the default bands are those of L + 1 levels (band_noise_mc)
+    E, _, _ = ref.forward(X, R, W, 2, "blend", noise=NOISE, arch=1)
+    assert E == ref.forward(X, R, W, 2, "blend", noise=NOISE, bands=ref.band_noise_mc(3),
+                            arch=1)[0]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["l2", "l1"])
+def test_forward_backward_arch1_against_finite_differences(kind):
+    """dE/dW of backward(arch 1) against central differences of forward's E: 10 single weights
+    of every layer (of W_6: 5 of the luma rows 0..15 and 5 of the chroma rows 16..31), the
+    largest entry and random directions over all used weights."""
+    rng = np.random.default_rng(19)
+    w, h, levels = 13, 11, 3
+    X, R = _noisy_pair(rng, w, h)
+    W = _ctx_weights(rng)
+    bands = ref.band_noise_mc(levels + 1)
+
+    def run(Wx):
+        return ref.forward(X, R, Wx, levels, "blend", kind, NOISE, bands, arch=1)
+
+    E, O, cache = run(W)
+    assert np.isfinite(E) and O.shape == (h, w, 3) and cache.K[0].shape == (w * h, 32)
+    ana = ref.backward(cache)
+    assert np.all(ana[6, 32:] == 0.0) and np.abs(ana[6, 16:32]).max() > 1e-6
+    base = _regime(cache, R)
+    eps = 1e-6
+
+    def fd(direction):
+        vals, same = [], True
+        for s in (eps, -eps):
+            e, _, c = run(W + s * direction)
+            vals.append(e)
+            same &= all(np.array_equal(a, b) for a, b in zip(_regime(c, R), base, strict=True))
+        return (vals[0] - vals[1]) / (2 * eps), same
+
+    picks = [np.unravel_index(np.argmax(np.abs(ana)), W.shape)]
+    for layer in range(6):
+        picks += [(layer, j // 64, j % 64) for j in rng.choice(64 * 64, 10, replace=False)]
+    for first in (0, 16):  # luma rows, chroma rows of W_6
+        picks += [(6, first + j // 64, j % 64) for j in rng.choice(16 * 64, 5, replace=False)]
+    a, n = [], []
+    for idx in picks:
+        e = np.zeros_like(W)
+        e[idx] = 1.0
+        num, same = fd(e)
+        if same:
+            a.append(ana[idx])
+            n.append(num)
+    assert len(a) >= 0.9 * len(picks)
+    _assert_fd_close(a, n, E, eps)
+    checked = 0
+    for _ in range(4):
+        v = rng.normal(size=W.shape) * ref.USED_CTX
+        v /= np.linalg.norm(v)
+        num, same = fd(v)
+        if same:
+            _assert_fd_close(np.sum(ana * v), num, E, eps)
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (dict(apply_mode="blend", loss="l1", noise=NOISE, bands=[0.9, 0.2, 0.1]),
+         (0.643653813425566, 11.413726388655427, 0.04307637403921328)),
+        (dict(apply_mode="plain", loss="smape"),
+         (2.3709418181871786, 177.82522942225296, 19.30985803412573)),
+    ],
+)  # fmt: skip
+def test_arch0_is_the_default_and_unchanged(args, expect):
+    """arch 0 is today's network: arch=0 is the default, bit for bit, and E, |O| and |dE/dW| are
+    the values the reference gave before arch 1 existed (pinned)."""
+    rng = np.random.default_rng(14)
+    X, R = _noisy_pair(rng, 13, 11)
+    W = ref.xavier_init()
+    E, O, cache = ref.forward(X, R, W, 3, **args)
+    E0, O0, cache0 = ref.forward(X, R, W, 3, **args, arch=0)
+    dW = ref.backward(cache)
+    assert E == E0 and np.array_equal(O, O0) and np.array_equal(dW, ref.backward(cache0))
+    assert cache.K[0].shape[1] == 16 and np.all(dW[6, 16:] == 0.0)
+    got = (E, float(np.linalg.norm(O)), float(np.linalg.norm(dW)))
+    np.testing.assert_allclose(got, expect, rtol=1e-10)
 
 
 # ------------------------------------------------------------------------- init and Adam

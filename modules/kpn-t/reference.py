@@ -4,7 +4,7 @@ Every GPU kernel of kpn-t is checked against the function of the same step here.
 images are arrays (H, W, 3) indexed [y, x] (rgb; alpha is not part of the maths); pixel p of a
 level is p = x + y*W (row-major flattening of (H, W)); the weights are one array W (7, 64, 64)
 with W[l, o, c] = stored w[4096 l + 64 o + c] (row o = output neuron); matrix 6 uses rows 0..15
-only (``USED``), rows 16..63 are unused and kept 0.
+only (``USED``; arch 1: rows 0..31, ``USED_CTX``), the other rows are unused and kept 0.
 
 Borders. Every out-of-range read uses the mirrored-repeat index
     mirror(i, n) = j if j < n else 2n - 1 - j,   j = i mod 2n      (-1 -> 0, n -> n - 1).
@@ -51,6 +51,22 @@ Init: vkdt's xorshift mrand (s ^= s<<13; s ^= s>>17; s ^= s<<5, mod 2^32; value 
 with seed s_i = i * 133700013 mod 2^32 for stored index i; w_i = (0.5 - value) 2 sqrt(6/128);
 rows 16..63 of matrix 6 are then zeroed. (A float32 GPU computes the same values up to the
 last bits of w; mrand's value itself is exact in float32.)
+
+Arch 1 ("ctx", README "Beyond this architecture"; needs noise (a, b) and apply "blend"): one
+pyramid level deeper, to M_{L+1}, so that D_L exists for the features (reconstruction unchanged).
+Per level i = 0..L, with sigma_i = max(band_i sqrt(max(var_i, 0)), 1e-6), band_i of L + 1 levels:
+    s_i = sign(y) log2(1 + |y| / sigma_i),  y = dot(D_i, LUMA)      (signed luma SNR)
+    c_i = log2(1 + ||C D_i||_2 / sigma_i),  C = rows 1, 2 of P      (chroma SNR)
+The 64 features of pixel (x, y) at level i < L (``ctx_features``): c = 0 the constant 1;
+c = 1..49: s_i((x, y) + (j mod 7 - 3, j div 7 - 3)), j = c - 1; c = 50..58:
+s_{i+1}((x div 2, y div 2) + (j mod 3 - 1, j div 3 - 1)), j = c - 50, mirrored in level i+1's
+size; c = 59..63: c_i((x, y) + o), o = (0,-1), (-1,0), (0,0), (1,0), (0,1).
+MLP unchanged but K = W_6[0:32] h_6 (N_OUT_CTX values a pixel).
+Filter in the orthonormal opponent basis P (``OPPONENT``), Do(q) = P D(q):
+    Io_0 = bY sum_k sY_k Do_0(p + T_k),     sY = softmax(K_0..14),  bY = sigmoid(K_15)
+    Io_12 = bC sum_k sC_k Do_12(p + T_k),   sC = softmax(K_16..30), bC = sigmoid(K_31)
+    I = P^T Io;  adjoint: dIo = P dI, then each half as "blend" (dK_k = b s_k <dIo, Do_k - F>,
+    dK_15 = b (1 - b) <dIo, F>, F = sum_k s_k Do_k).
 """
 
 from dataclasses import dataclass, field
@@ -88,6 +104,26 @@ USED[N_LAYERS - 1, N_OUT:, :] = False
 FEATURE_OFFSETS = np.array(
     [(c // 8 - 4, c % 8 - 4) for c in range(WIDTH)], dtype=np.int64
 )  # (dx, dy) of feature c
+
+# arch 1: K has 32 values a pixel (luma taps and gain, then chroma taps and gain)
+N_OUT_CTX = 2 * N_OUT
+USED_CTX = np.ones((N_LAYERS, WIDTH, WIDTH), dtype=bool)
+USED_CTX[N_LAYERS - 1, N_OUT_CTX:, :] = False
+
+# orthonormal opponent basis, rows: luma, red-blue, green-magenta (P P^T = I)
+OPPONENT = np.array(
+    [
+        np.array([1.0, 1.0, 1.0]) / np.sqrt(3.0),
+        np.array([1.0, 0.0, -1.0]) / np.sqrt(2.0),
+        np.array([1.0, -2.0, 1.0]) / np.sqrt(6.0),
+    ]
+)
+OPPONENT_AXES = (slice(0, 1), slice(1, 3))  # luma, chroma: the axes K's halves filter
+
+# (dx, dy) of the arch-1 features: 7x7 window (dy-major), 3x3 around the parent, chroma star
+CTX_WINDOW = np.array([(j % 7 - 3, j // 7 - 3) for j in range(49)], dtype=np.int64)
+CTX_PARENT = np.array([(j % 3 - 1, j // 3 - 1) for j in range(9)], dtype=np.int64)
+CTX_CHROMA = np.array([(0, -1), (-1, 0), (0, 0), (1, 0), (0, 1)], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------- sampling
@@ -237,11 +273,52 @@ def band_noise_mc(levels: int, size: int = 1024, seed: int = 0) -> list[float]:
     return out
 
 
+def noise_sigma(var: np.ndarray, band: float) -> np.ndarray:
+    """(H, W): sigma = max(band sqrt(max(var, 0)), SIGMA_FLOOR), the noise std of a level's
+    detail; var is the level's blurred noise variance."""
+    return np.maximum(band * np.sqrt(np.maximum(var, 0.0)), SIGMA_FLOOR)
+
+
 def noise_features(D: np.ndarray, var: np.ndarray, band: float) -> np.ndarray:
-    """(H, W): the signal-to-noise feature log2(1 + Y(|D|) / sigma), sigma = band sqrt(var)
-    floored at SIGMA_FLOOR; var is the level's blurred noise variance."""
-    sigma = np.maximum(band * np.sqrt(np.maximum(var, 0.0)), SIGMA_FLOOR)
-    return np.log2(1.0 + luminance_abs(D) / sigma)
+    """(H, W): the signal-to-noise feature log2(1 + Y(|D|) / sigma), sigma = noise_sigma."""
+    return np.log2(1.0 + luminance_abs(D) / noise_sigma(var, band))
+
+
+def ctx_planes(D: np.ndarray, var: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
+    """(s, c), each (H, W), arch 1's feature planes of one level, sigma = noise_sigma:
+    s = sign(y) log2(1 + |y| / sigma), y = dot(D, LUMA) (signed luma SNR);
+    c = log2(1 + ||C D||_2 / sigma), C = rows 1, 2 of OPPONENT (chroma SNR)."""
+    rgb = np.asarray(D, dtype=np.float64)[..., :3]
+    sigma = noise_sigma(var, band)
+    y = rgb @ LUMA
+    s = np.sign(y) * np.log2(1.0 + np.abs(y) / sigma)
+    chroma = np.linalg.norm(rgb @ OPPONENT[1:].T, axis=-1)
+    return s, np.log2(1.0 + chroma / sigma)
+
+
+def shifted_parent(a: np.ndarray, W: int, H: int, offsets: np.ndarray) -> np.ndarray:
+    """(len(offsets), H, W): a((x div 2, y div 2) + offset) for each pixel (x, y) of the finer
+    W x H level, a the next coarser level's plane, mirrored in a's size."""
+    Hc, Wc = a.shape[:2]
+    xs = mirror(np.arange(W)[None, :] // 2 + offsets[:, 0:1], Wc)  # (n_off, W)
+    ys = mirror(np.arange(H)[None, :] // 2 + offsets[:, 1:2], Hc)  # (n_off, H)
+    return a[ys[:, :, None], xs[:, None, :]]
+
+
+def ctx_features(s: np.ndarray, s_next: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(H*W, 64): arch 1's features of a level from its planes s, c (H, W) and the next coarser
+    level's s_next: 1 (bias), s on the 7x7 window (CTX_WINDOW), s_next on the 3x3 around the
+    parent (CTX_PARENT), c on the 5-point star (CTX_CHROMA); mirrored borders."""
+    H, W = s.shape
+    f = np.concatenate(
+        [
+            np.ones((1, H, W)),
+            shifted(np.asarray(s, dtype=np.float64), CTX_WINDOW),
+            shifted_parent(np.asarray(s_next, dtype=np.float64), W, H, CTX_PARENT),
+            shifted(np.asarray(c, dtype=np.float64), CTX_CHROMA),
+        ]
+    )
+    return f.reshape(WIDTH, -1).T.copy()
 
 
 # ------------------------------------------------------------------------------------- MLP
@@ -263,26 +340,30 @@ class MlpActivations:
     z: list = field(default_factory=list)
 
 
-def mlp_forward(F: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, MlpActivations]:
-    """K (N, 16) = W_6[0:16] h_6 and the stored activations."""
+def mlp_forward(
+    F: np.ndarray, W: np.ndarray, n_out: int = N_OUT
+) -> tuple[np.ndarray, MlpActivations]:
+    """K (N, n_out) = W_6[0:n_out] h_6 and the stored activations (n_out 16; arch 1: 32)."""
     W = np.asarray(W, dtype=np.float64)
     acts = MlpActivations(h=[np.asarray(F, dtype=np.float64)], z=[None])
     for layer in range(N_LAYERS - 1):
         z = acts.h[-1] @ W[layer].T
         acts.z.append(z)
         acts.h.append(leaky(z))
-    K = acts.h[-1] @ W[N_LAYERS - 1, :N_OUT].T
+    K = acts.h[-1] @ W[N_LAYERS - 1, :n_out].T
     return K, acts
 
 
 def mlp_backward(dK: np.ndarray, acts: MlpActivations, W: np.ndarray) -> np.ndarray:
-    """dW (7, 64, 64) for the upstream dE/dK (N, 16); rows 16..63 of layer 6 are 0."""
+    """dW (7, 64, 64) for the upstream dE/dK (N, n_out), n_out = 16 (arch 1: 32); rows
+    n_out..63 of layer 6 are 0."""
     W = np.asarray(W, dtype=np.float64)
     dW = np.zeros((N_LAYERS, WIDTH, WIDTH))
     g = np.asarray(dK, dtype=np.float64)
+    n_out = g.shape[1]
     last = N_LAYERS - 1
-    dW[last, :N_OUT] = g.T @ acts.h[last]
-    dh = g @ W[last, :N_OUT]
+    dW[last, :n_out] = g.T @ acts.h[last]
+    dh = g @ W[last, :n_out]
     for layer in range(last - 1, -1, -1):
         g = dh * leaky_grad(acts.z[layer + 1])
         dW[layer] = g.T @ acts.h[layer]
@@ -326,7 +407,7 @@ def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
     elif mode == "softmax":
         I = np.einsum("nk,knc->nc", softmax_weights(K), taps)
     elif mode == "blend":  # softmax taps times the band's gain sigmoid(K_15)
-        I = np.einsum("nk,knc->nc", softmax_weights(K), taps) * blend_gain(K)[:, None]
+        I = blend_filter(taps, K)
     else:
         raise ValueError(f"unknown apply mode {mode!r} (plain, softmax, blend)")
     return I.reshape(H, W, 3)
@@ -335,6 +416,24 @@ def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
 def blend_gain(K: np.ndarray) -> np.ndarray:
     """(N,): beta = sigmoid(K_15), the per-pixel gain of the filtered band (apply 2)."""
     return 1.0 / (1.0 + np.exp(-np.asarray(K, dtype=np.float64)[:, N_TAPS]))
+
+
+def blend_filter(taps: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """(N, C): beta F, F = sum_k s_k taps_k, s = softmax(K_0..14), beta = sigmoid(K_15), for
+    taps (15, N, C) (apply 2's filter; C channels)."""
+    return np.einsum("nk,knc->nc", softmax_weights(K), taps) * blend_gain(K)[:, None]
+
+
+def blend_backward(g: np.ndarray, taps: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """dE/dK (N, 16) of blend_filter for the upstream g (N, C):
+    dK_k = beta s_k <g, taps_k - F>,  dK_15 = beta (1 - beta) <g, F>."""
+    s = softmax_weights(K)
+    beta = blend_gain(K)
+    F = np.einsum("nk,knc->nc", s, taps)
+    dK = np.zeros((g.shape[0], N_OUT))
+    dK[:, :N_TAPS] = beta[:, None] * s * np.einsum("nc,knc->nk", g, taps - F[None])
+    dK[:, N_TAPS] = np.einsum("nc,nc->n", g, F) * beta * (1.0 - beta)
+    return dK
 
 
 def apply_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
@@ -358,14 +457,44 @@ def apply_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray, mode: str = "pl
         s = softmax_weights(K)
         dK[:, :N_TAPS] = s * np.einsum("nc,knc->nk", g, taps - I[None])
     elif mode == "blend":  # I = beta F, F = sum s_k D_k
-        s = softmax_weights(K)
-        beta = blend_gain(K)
-        F = np.einsum("nk,knc->nc", s, taps)
-        dK[:, :N_TAPS] = beta[:, None] * s * np.einsum("nc,knc->nk", g, taps - F[None])
-        dK[:, N_TAPS] = np.einsum("nc,nc->n", g, F) * beta * (1.0 - beta)
+        dK = blend_backward(g, taps, K)
     else:
         raise ValueError(f"unknown apply mode {mode!r} (plain, softmax, blend)")
     return dK
+
+
+def opponent_taps(D: np.ndarray) -> np.ndarray:
+    """(15, H*W, 3): Do(p + T_k) = P D(p + T_k), the taps in the opponent basis, mirrored."""
+    return gather_taps(D) @ OPPONENT.T
+
+
+def _halves(K: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+    """[(axes of Do, K's 16 columns that filter them)]: luma K_0..15, chroma K_16..31."""
+    return [(ax, K[:, N_OUT * j : N_OUT * (j + 1)]) for j, ax in enumerate(OPPONENT_AXES)]
+
+
+def apply_ctx(D: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """I (H, W, 3) of arch 1 for K (N, 32): Io = (bY FY, bC FC), blend_filter of the luma axis
+    of Do with K_0..15 and of the two chroma axes with K_16..31; I = P^T Io."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = opponent_taps(D)
+    K = np.asarray(K, dtype=np.float64)
+    Io = np.concatenate([blend_filter(taps[..., ax], k) for ax, k in _halves(K)], axis=1)
+    return (Io @ OPPONENT).reshape(H, W, 3)
+
+
+def apply_ctx_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """dE/dK (N, 32) of apply_ctx for the upstream dE/dI (H, W, 3): dIo = P dI, then
+    blend_backward of each half (its axes of dIo and Do)."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = opponent_taps(D)
+    g = np.asarray(dI, dtype=np.float64).reshape(H * W, 3) @ OPPONENT.T
+    K = np.asarray(K, dtype=np.float64)
+    return np.concatenate(
+        [blend_backward(g[:, ax], taps[..., ax], k) for ax, k in _halves(K)], axis=1
+    )
 
 
 # --------------------------------------------------------------------------- reconstruction
@@ -436,6 +565,8 @@ class Cache:
     I: list
     O: list
     dEdO: np.ndarray
+    arch: int = 0
+    planes: list | None = None  # arch 1: (s_i, c_i) of levels 0..L
 
 
 def forward(
@@ -447,30 +578,46 @@ def forward(
     loss: str = "smape",
     noise: tuple[float, float] | None = None,
     bands: list[float] | None = None,
+    arch: int = 0,
 ) -> tuple[float, np.ndarray, Cache]:
     """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss.
     With `noise` = (a, b) the features are noise-normalised: the noise variance of each pixel
     goes through the same pyramid (sub), level i's feature source is noise_features with
-    bands[i] (default: band_noise_mc), and feature 0 is the constant 1."""
+    bands[i] (default: band_noise_mc), and feature 0 is the constant 1.
+    arch 1 (needs `noise` and apply_mode "blend"): the pyramid runs to M_{L+1}, level i's
+    features are ctx_features of ctx_planes of levels i and i+1 (bands of L + 1 levels, default
+    band_noise_mc(L + 1)), K has 32 values a pixel and apply_ctx filters."""
+    if arch not in (0, 1):
+        raise ValueError(f"unknown arch {arch!r} (0, 1)")
+    if arch == 1 and (noise is None or apply_mode != "blend"):
+        raise ValueError("arch 1 needs noise (a, b) and apply mode 'blend'")
     X = np.asarray(X, dtype=np.float64)[..., :3]
     W = np.asarray(W, dtype=np.float64)
-    M, D = pyramid(X, levels)
-    source = [None] * levels
+    M, D = pyramid(X, levels + arch)
     if noise is not None:
-        bands = band_noise_mc(levels) if bands is None else bands
+        bands = band_noise_mc(levels + arch) if bands is None else bands
         var = [noise_variance(X, *noise)[..., None]]
         for _ in range(levels):
             var.append(sub(var[-1]))
+    planes = None
+    if arch == 1:
+        planes = [ctx_planes(D[i], var[i][..., 0], bands[i]) for i in range(levels + 1)]
+        F = [ctx_features(planes[i][0], planes[i + 1][0], planes[i][1]) for i in range(levels)]
+    elif noise is not None:
         source = [noise_features(D[i], var[i][..., 0], bands[i]) for i in range(levels)]
+        F = [features(D[i], source[i], bias=True) for i in range(levels)]
+    else:
+        F = [features(D[i]) for i in range(levels)]
+    D = D[:levels]
     K, acts, I = [], [], []
     for i in range(levels):
-        k, a = mlp_forward(features(D[i], source[i], bias=noise is not None), W)
+        k, a = mlp_forward(F[i], W, N_OUT_CTX if arch == 1 else N_OUT)
         K.append(k)
         acts.append(a)
-        I.append(apply(D[i], k, apply_mode))
+        I.append(apply_ctx(D[i], k) if arch == 1 else apply(D[i], k, apply_mode))
     O = reconstruct(M[levels], I)
     E, dEdO = _loss(O[0], R, loss)
-    return E, O[0], Cache(W, apply_mode, M, D, K, acts, I, O, dEdO)
+    return E, O[0], Cache(W, apply_mode, M, D, K, acts, I, O, dEdO, arch, planes)
 
 
 def backward(cache: Cache) -> np.ndarray:
@@ -478,7 +625,10 @@ def backward(cache: Cache) -> np.ndarray:
     dI, _ = reconstruct_adjoint(cache.dEdO, len(cache.D))
     dW = np.zeros((N_LAYERS, WIDTH, WIDTH))
     for i, D in enumerate(cache.D):
-        dK = apply_backward(dI[i], D, cache.K[i], cache.apply_mode)
+        if cache.arch == 1:
+            dK = apply_ctx_backward(dI[i], D, cache.K[i])
+        else:
+            dK = apply_backward(dI[i], D, cache.K[i], cache.apply_mode)
         dW += mlp_backward(dK, cache.acts[i], cache.W)
     return dW
 
