@@ -211,16 +211,19 @@ def test_coopmat_matches_portable(cm_device, tmp_path, monkeypatch):
     check_fused_vs_portable(Ep, dWp, Op, Ef, dWf, Of)
 
 
-def check_fused_vs_portable(Ep, dWp, Op, Ef, dWf, Of):
+def check_fused_vs_portable(Ep, dWp, Op, Ef, dWf, Of, cancel=1.0):
     """Loss and output within f16 rounding; the gradient wherever no kink separates them (a
     flipped kink moves single entries; the bulk must agree), relative to each matrix's
-    largest entry."""
+    largest entry. `cancel`: how much more the gradient's sums over pixels cancel (arch 1's
+    signed features: terms of both signs, so the f16 terms' rounding is larger against the
+    sum; measured emulated at 48x40, median 2.0e-3 and 99% 2.9e-2 of the largest entry in
+    W_0, 5e-6 in W_6; an indexing error is O(1))."""
     assert abs(Ef - Ep) <= 2e-4 * abs(Ep)
     assert np.abs(Of - Op).max() <= 5e-4
     for layer in range(7):
         scale = np.abs(dWp[layer]).max()
         err = np.abs(dWf[layer] - dWp[layer]) / scale
-        assert np.median(err) <= 1e-3 and np.quantile(err, 0.99) <= 2e-2, layer
+        assert np.median(err) <= 1e-3 * cancel and np.quantile(err, 0.99) <= 2e-2 * cancel, layer
 
 
 @pytest.mark.coopmat
@@ -235,28 +238,32 @@ def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant)
     assert int(b.read(m.trainable.adam, "stats")[0]) == 0  # no skipped (non-finite) updates
 
 
-@pytest.mark.parametrize("emulate", [True, False])
-def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emulate):
+@pytest.mark.parametrize("emulate,arch", [(True, 0), (False, 0), (True, 1), (False, 1)])
+def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emulate, arch):
     """feat 1 (noise map, signal-to-noise features, the constant bias feature) and apply 2
     in the fused kernels agree with the portable ones (the tolerances of
     test_coopmat_matches_portable): emulated on any device, the real kernels where the device
-    has cooperative matrices."""
+    has cooperative matrices; arch 1: the context features and W_6's 32 rows."""
     if not emulate and not has_coopmat(device):
         pytest.skip(f"{device.info.name} has no {CM_SHAPE} cooperative matrices")
+    from test_kpn_gpu import ctx_weights
     w, h = (48, 40) if emulate else (128, 96)
     _, R = pair(w, h, seed=4)
-    W16 = conditioned_weights().astype(np.float16).astype(np.float64)
+    W16 = (ctx_weights() if arch else conditioned_weights()).astype(np.float16).astype(np.float64)
     out = {}
     for variant in ("portable", "fused"):
         use_variant(monkeypatch, variant, emulate and variant == "fused")
         g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
-                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2")
+                                f"param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2\n"
+                                f"param:kpn-t:01:arch:{arch}")
         g.frames = 2
         b, E, dW, O = run_with_weights(device, g, W16)
         assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
         out[variant] = (E, dW, O)
-    check_fused_vs_portable(*out["portable"], *out["fused"])
+    check_fused_vs_portable(*out["portable"], *out["fused"], cancel=3.0 if arch else 1.0)
     assert np.abs(out["portable"][1][6, 15]).max() > 0  # K_15 gets a gradient (apply 2)
+    if arch:
+        assert np.abs(out["fused"][1][6, 16:32]).max() > 0
 
 
 def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):

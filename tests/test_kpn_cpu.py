@@ -146,3 +146,18 @@ def test_kpn_cpu_reads_lut_weights_like_portable(cpu_device, tmp_path, monkeypat
     assert "fwd" in nodes["portable"] and "w32" not in nodes["portable"]
     assert np.abs(out["portable"]).max() > 0
     np.testing.assert_array_equal(out["cpu"], out["portable"])
+
+
+def test_cpu_arch1_matches_portable(cpu_device, tmp_path, monkeypatch):
+    """arch 1 (context features, 32 outputs): the cpu kernels give the portable ones' bits."""
+    from test_kpn_gpu import ctx_weights
+    _, R = pair(37, 23)
+    W = ctx_weights()
+    out = {}
+    for variant in ("portable", "cpu"):
+        use_variant(monkeypatch, variant)
+        g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
+                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:1")
+        g.frames = 2
+        out[variant] = frame(cpu_device, g, W)
+    check_identical(out["portable"], out["cpu"])

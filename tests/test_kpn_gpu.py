@@ -255,3 +255,50 @@ def test_noise_features_need_noiseab(device, tmp_path):
     from vkgraph.pipeline.errors import GraphError
     with pytest.raises(GraphError, match="noiseab"):
         Build(g, device)
+
+
+def ctx_weights(seed=3):
+    """conditioned_weights with W_6's rows 16..31 (arch 1's chroma kernel and gain) drawn
+    like the rest of the matrix."""
+    W = conditioned_weights(seed)
+    rng = np.random.default_rng(seed + 1)
+    W[6, 16:32] = rng.uniform(-1, 1, (16, 64)) * np.sqrt(6.0 / 128.0)
+    return W
+
+
+@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (29, 31, 2)])
+def test_arch1_matches_reference(device, tmp_path, w, h, levels):
+    """arch 1 (context planes one level deeper, 64 features with reach, 32 outputs, luma and
+    chroma filtered apart): the device's E, output and dE/dW are the reference's (the
+    tolerances of vkdt's features), and W_6's rows 16..31 get a gradient, 32..63 none."""
+    X, R = pair(w, h)
+    g = noise_feature_graph(tmp_path, R, f"param:kpn-t:01:levels:{levels}\n"
+                            "param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:1")
+    g.frames = 2
+    W = ctx_weights()
+    b, E, dW, O = run_with_weights(device, g, W)
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    Xd = b.read(gen, "imgo")[..., :3].astype(np.float64)
+    Rd = b.read(gen, "refo")[..., :3].astype(np.float64)
+    nab = b.read(gen, "noiseab").ravel()
+    Wf = W.astype(np.float32).astype(np.float64)
+    Eref, Oref, cache = ref.forward(Xd, Rd, Wf, levels=levels, apply_mode="blend",
+                                    noise=(float(nab[0]), float(nab[1])),
+                                    bands=kpn_kernels().band_noise(levels + 1), arch=1)
+    assert align_kinks(b, g.modules[("kpn-t", "01")], cache) <= 1e-5
+    dWref = ref.backward(cache)
+    assert abs(E - Eref) <= 1e-5 * abs(Eref)
+    assert np.abs(O - Oref).max() <= 1e-4
+    assert np.abs(dW - dWref).max() <= 1e-4 * np.abs(dWref).max()
+    assert np.abs(dW[6, 16:32]).max() > 0 and np.all(dW[6, 32:] == 0)
+
+
+@pytest.mark.parametrize("extra,match", [
+    ("param:kpn-t:01:arch:1\nparam:kpn-t:01:apply:1", "arch 1 needs feat 1 and apply 2"),
+])
+def test_arch1_needs_its_filter(device, tmp_path, extra, match):
+    from vkgraph.pipeline.errors import GraphError
+    X, R = pair(16, 16)
+    g = noise_feature_graph(tmp_path, R, extra)
+    with pytest.raises(GraphError, match=match):
+        Build(g, device)
