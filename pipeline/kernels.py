@@ -150,8 +150,8 @@ def check_elements(node: Node, spirv: bytes) -> None:
             if kind == "float" and bits == 32 and stride == pixel:
                 continue
             article = "a" if c.chan == "y" else "an"
-            declared = (f"{article} {c.chan} image ({glsl_element('float', 32, c.nchan)}[], {pixel} "
-                        "bytes a pixel)")
+            elem = glsl_element("float", 32, c.nchan)
+            declared = f"{article} {c.chan} image ({elem}[], {pixel} bytes a pixel)"
         raise GraphError(f"module {node.module}: kernel {node.shader}/{node.kernel}.comp "
                          f"declares set 1 binding {i} (connector '{c.name}') as "
                          f"{glsl_element(kind, bits, count)}[] ({stride} bytes an element), "
