@@ -289,9 +289,10 @@ def test_load_finds_shipped_graphs_by_name(tmp_path, monkeypatch):
         vkgraph.Session.load(tmp_path / "sub" / "fit-poly.cfg")  # a path is only a path
 
 
-def test_losses_of_every_trainable_module(device, tmp_path):
+def test_losses_of_every_trainable_module(device, tmp_path, monkeypatch):
     """losses(): the loss of each frame, in order, per trainable module (what the progress
     callback saw); save_losses writes them as CSV; no trainer, no history."""
+    monkeypatch.chdir(tmp_path)  # the graph's o-lut writes fit-poly-w.lut here
     seen = []
     s = vkgraph.Session.load("fit-poly", device=device)
     with pytest.raises(GraphError, match="has not run yet"):
