@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also save the checkpoint after every N frames")
     c.add_argument("--resume", metavar="FILE", help="continue the run saved in checkpoint "
                    "FILE (same graph; --frames may be larger)")
+    c.add_argument("--losses", metavar="FILE.csv", help="write the loss of every frame of "
+                   "every trainable module to FILE.csv at the end (frame,<module>,... rows; "
+                   "also when interrupted or diverged)")
 
     g = sub.add_parser("gui", help="run a graph and show its display modules in a window")
     add_run_args(g)
@@ -201,27 +204,10 @@ def output_slots(argv: list[str]) -> list[dict]:
     return slots
 
 
-def graph_path(name: str) -> Path:
-    """A graph file: the path as given, else (a bare file name) one of the shipped graphs,
-    so an installed vkgraph runs `vkgraph cli -g train-kpn.cfg` from any folder."""
-    path = Path(name)
-    try:
-        if path.exists():
-            return path
-    except OSError as e:  # a name past NAME_MAX or PATH_MAX
-        raise GraphError(f"cannot read graph file: {e.strerror}", where=str(path)) from None
-    from vkgraph import DATA
-
-    shipped = DATA / "graphs" / path
-    if path.parent == Path(".") and shipped.is_file():
-        return shipped
-    raise GraphError(f"{path}: no such graph file")
-
-
 def load_session(args):
     """The session of -g (vkgraph.Session, the Python API) and a function that applies the
     --config lines to its graph."""
-    from vkgraph.api import Session
+    from vkgraph.api import Session, graph_path
 
     session = Session.load(graph_path(args.graph), lenient=args.lenient, host=False)
     return session, lambda: session.apply(args.config, "--config", args.lenient)
@@ -326,9 +312,9 @@ def cmd_cli(args, argv) -> int:
         graph.frames = args.frames
     if args.checkpoint_every and not args.checkpoint:
         raise UsageError("--checkpoint-every needs --checkpoint FILE")
-    if args.checkpoint and not Path(args.checkpoint).parent.is_dir():
-        raise UsageError(f"--checkpoint {args.checkpoint}: folder "
-                         f"'{Path(args.checkpoint).parent}' does not exist")
+    for option, value in (("--checkpoint", args.checkpoint), ("--losses", args.losses)):
+        if value and not Path(value).parent.is_dir():
+            raise UsageError(f"{option} {value}: folder '{Path(value).parent}' does not exist")
     resume = None
     if args.resume:
         resume = checkpoint.Checkpoint(args.resume)
@@ -356,6 +342,9 @@ def cmd_cli(args, argv) -> int:
                     bar.update(b, f)
                     after_frame(b, f)
 
+                if args.losses and not any(m.cls.hook("losses") for m in build.active):
+                    raise UsageError(f"--losses {args.losses}: the graph has no trainable "
+                                     "module (no loss history)")
                 watch = diverging(build)  # a trainer out of rollbacks ends the run
                 session.run(build.frames - session.frame, every_frame_sinks=not
                             args.last_frame_only, on_frame=each_frame,
@@ -373,6 +362,8 @@ def cmd_cli(args, argv) -> int:
                     log.warning("no checkpoint: %s", e.line())
             if saved:
                 checkpoint.save(saved, build)
+            if args.losses:
+                session.save_losses(args.losses)
             for line in summaries(build):
                 print(line)
             if args.profile:

@@ -145,7 +145,9 @@ def cmd_sweep(args) -> int:
     from vkgraph.pipeline import distributed
     from vkgraph.pipeline.sweep import Space, rows, run_trial, write_tables
 
-    from .main import UsageError, graph_path
+    from vkgraph.api import graph_path
+
+    from .main import UsageError
 
     ray = distributed.import_ray()  # a missing extra is the first thing to say
     path = graph_path(args.graph).resolve()

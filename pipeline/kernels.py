@@ -17,6 +17,7 @@ from .vk import (
     compile_glsl,
     spirv_bindings,
     spirv_block_scalars,
+    spirv_buffer_elements,
     spirv_image_bindings,
     spirv_writable,
 )
@@ -107,6 +108,54 @@ def check_bindings(node: Node, spirv: bytes) -> None:
                     if dset == 0 else "the engine binds sets 0 and 1 only")
             raise GraphError(f"kernel {node.shader}/{node.kernel}.comp declares set {dset} "
                              f"binding {binding}, but {what}")
+    check_elements(node, spirv)
+
+
+def glsl_element(kind: str, bits: int, count: int = 1) -> str:
+    """The GLSL name of a buffer element (spirv_buffer_elements): float, vec4, float16_t,
+    uvec4, double, int64_t ..."""
+    scalar = {("float", 32): "float", ("float", 16): "float16_t", ("float", 64): "double",
+              ("int", 32): "int", ("uint", 32): "uint"}.get((kind, bits),
+                                                          f"{kind}{bits}_t")
+    if count == 1:
+        return scalar
+    prefix = {"float": "", "float16_t": "f16", "double": "d", "int": "i", "uint": "u"}.get(
+        scalar, f"{kind[0]}{bits}")
+    return f"{prefix}vec{count}"
+
+
+def check_elements(node: Node, spirv: bytes) -> None:
+    """The element a kernel declares for each connector's storage buffer against what the
+    connector holds (pipeline/README.md, "Storage"). An image holds `nchan` f32 values a
+    pixel, row-major: its array must be of 32-bit floats, one element a pixel (float for
+    y/r, vec2 for rg, vec4 for rgb/rgba: IMG_IN, IMG_OUT). An rgba image read as float[]
+    would index a quarter of the image, silently. An f16 ssbo read as 32-bit floats, or an
+    f32 ssbo as halves, reads one format's bits as the other's; other ssbo elements are the
+    kernel's choice (vec4 for 16-byte loads, uvec4 for 8 packed halves, double over an f32
+    buffer twice as long). A mismatch is a GraphError naming the module, the kernel, the
+    binding and both types."""
+    elements = spirv_buffer_elements(spirv)
+    for i, c in enumerate(node.connectors):
+        found = elements.get((1, i))
+        if found is None or c.chan == "*" or c.chan.startswith("&"):
+            continue
+        kind, bits, count, stride = found
+        if c.is_ssbo:
+            want = {"f16": 16, "f32": 32}.get(c.format)
+            if want is None or kind != "float" or bits in (want, 64):
+                continue
+            declared = f"an {c.format} ssbo ({glsl_element('float', want)}[])"
+        else:
+            pixel = 4 * c.nchan
+            if kind == "float" and bits == 32 and stride == pixel:
+                continue
+            article = "a" if c.chan == "y" else "an"
+            elem = glsl_element("float", 32, c.nchan)
+            declared = f"{article} {c.chan} image ({elem}[], {pixel} bytes a pixel)"
+        raise GraphError(f"module {node.module}: kernel {node.shader}/{node.kernel}.comp "
+                         f"declares set 1 binding {i} (connector '{c.name}') as "
+                         f"{glsl_element(kind, bits, count)}[] ({stride} bytes an element), "
+                         f"but the connector is {declared}")
 
 
 def check_readonly(node: Node, spirv: bytes) -> None:

@@ -150,11 +150,15 @@ def history_length(frames: int) -> int:
 
 
 def losses(graph, module) -> np.ndarray:
-    """The per-frame loss history of this run (frames 0 .. graph.frame)."""
+    """The per-frame loss history of this run, in frame order: frames 0 .. graph.frame, or
+    the last hist_len of them where more have run (lsum writes frame f's loss at
+    hist[f % hist_len]: the oldest kept is at (graph.frame + 1) % hist_len)."""
     t = trainable(module)
-    hist = graph.read(t.lsum, "hist")
-    n = min(graph.frame + 1, t.hist_len)
-    return hist[:n].astype(np.float64)
+    hist = graph.read(t.lsum, "hist")[: t.hist_len].astype(np.float64)
+    n = graph.frame + 1
+    if n <= t.hist_len:
+        return hist[:max(n, 0)]
+    return np.roll(hist, -(n % t.hist_len))
 
 
 def current_loss(graph, module) -> float:

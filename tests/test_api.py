@@ -18,10 +18,11 @@ from vkgraph.pipeline.formats import read_lut
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_example() -> str:
+def readme_example(n: int = 0) -> str:
+    """The n-th python example of README's "Python API"."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Python API"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = text[text.index("## Python API"):text.index("## Gradient check")]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[n]
 
 
 def test_readme_example_runs(tmp_path, monkeypatch, capsys):
@@ -249,3 +250,88 @@ def test_one_session_from_two_threads(device):
     assert not any(t.is_alive() for t in threads), "a thread hangs"
     assert not errors, errors
     assert s.frame == 13
+
+
+def test_readme_second_example_runs(tmp_path, monkeypatch, capsys):
+    """A shipped graph by name, its losses as numpy and CSV, and vkgraph.dispatch (the
+    kernel-test helper of pipeline/testing.py, at the package's door)."""
+    from vkgraph.pipeline.testing import dispatch
+
+    assert vkgraph.dispatch is dispatch
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "example.py").write_text(readme_example(1))
+    runpy.run_path(str(tmp_path / "example.py"), run_name="__main__")
+    first, second = capsys.readouterr().out.strip().splitlines()
+    m = re.fullmatch(r"50 frames: loss ([\d.]+) -> ([\d.]+)", first)
+    assert m, first
+    assert float(m.group(2)) < float(m.group(1))
+    assert second == "(4, 6, 4) [0.5  0.5  0.5  0.25]"
+    rows = (tmp_path / "losses.csv").read_text().splitlines()
+    assert rows[0] == "frame,mlp-t:01" and len(rows) == 51 and rows[50].startswith("49,")
+    assert (tmp_path / "fit-poly-w.lut").is_file()
+
+
+def test_load_finds_shipped_graphs_by_name(tmp_path, monkeypatch):
+    """As `vkgraph cli -g`: a path, else a shipped graph's name with or without .cfg; a
+    file of that name in the working folder comes first; a near miss names the closest."""
+    monkeypatch.chdir(tmp_path)
+    assert "fit-poly" in vkgraph.shipped_graphs() and "train-kpn" in vkgraph.shipped_graphs()
+    shipped = vkgraph.Session.load(ROOT / "graphs" / "fit-poly.cfg").graph
+    for name in ("fit-poly", "fit-poly.cfg"):
+        g = vkgraph.Session.load(name).graph
+        assert set(g.modules) == set(shipped.modules) and g.frames == shipped.frames
+    (tmp_path / "fit-poly.cfg").write_text(EXPOSURE)
+    assert ("exposure", "01") in vkgraph.Session.load("fit-poly.cfg").graph.modules
+    with pytest.raises(GraphError, match=r"fit-poli: no such graph file, nor a shipped graph "
+                       r"of that name \(did you mean 'fit-poly'\?\)"):
+        vkgraph.Session.load("fit-poli")
+    with pytest.raises(GraphError, match="no such graph file"):
+        vkgraph.Session.load(tmp_path / "sub" / "fit-poly.cfg")  # a path is only a path
+
+
+def test_losses_of_every_trainable_module(device, tmp_path, monkeypatch):
+    """losses(): the loss of each frame, in order, per trainable module (what the progress
+    callback saw); save_losses writes them as CSV; no trainer, no history."""
+    monkeypatch.chdir(tmp_path)  # the graph's o-lut writes fit-poly-w.lut here
+    seen = []
+    s = vkgraph.Session.load("fit-poly", device=device)
+    with pytest.raises(GraphError, match="has not run yet"):
+        s.losses()
+    s.run(6, progress=lambda frame, last, stats: seen.append(stats["mlp-t:01"]["loss"]))
+    s.run(3, progress=lambda frame, last, stats: seen.append(stats["mlp-t:01"]["loss"]))
+    losses = s.losses()
+    assert list(losses) == ["mlp-t:01"]
+    assert losses["mlp-t:01"].dtype == np.float64
+    np.testing.assert_allclose(losses["mlp-t:01"], seen, rtol=1e-6)
+    s.save_losses(tmp_path / "l.csv")
+    rows = [r.split(",") for r in (tmp_path / "l.csv").read_text().splitlines()]
+    assert rows[0] == ["frame", "mlp-t:01"] and [int(r[0]) for r in rows[1:]] == list(range(9))
+    np.testing.assert_allclose([float(r[1]) for r in rows[1:]], seen, rtol=1e-6)
+    plain = vkgraph.Session.load(EXPOSURE, device=device)
+    plain.feed("i-pfm:main", picture())
+    plain.run(1)
+    assert plain.losses() == {}
+    with pytest.raises(GraphError, match="no trainable module"):
+        plain.save_losses(tmp_path / "none.csv")
+    assert not (tmp_path / "none.csv").exists()
+
+
+def test_losses_unroll_the_ring_buffer():
+    """Past hist_len frames the history is the last hist_len in frame order (lsum writes
+    frame f at hist[f % hist_len]), and losses_csv numbers the rows by frame."""
+    from types import SimpleNamespace
+
+    from vkgraph.api import losses_csv
+    from vkgraph.pipeline import trainer
+
+    L, frames = 5, 13
+    ring = np.zeros(L, np.float32)
+    for f in range(frames):
+        ring[f % L] = f
+    module = SimpleNamespace(trainable=SimpleNamespace(lsum="lsum", hist_len=L))
+    young = SimpleNamespace(frame=2, read=lambda node, conn: np.arange(L, dtype=np.float32))
+    np.testing.assert_array_equal(trainer.losses(young, module), [0, 1, 2])
+    old = SimpleNamespace(frame=frames - 1, read=lambda node, conn: ring)
+    np.testing.assert_array_equal(trainer.losses(old, module), [8, 9, 10, 11, 12])
+    text = losses_csv({"a:1": np.array([8.0, 9.0, float("nan")]), "b:1": np.array([1.5])}, 11)
+    assert text == "frame,a:1,b:1\n8,8,\n9,9,\n10,nan,1.5\n"

@@ -239,3 +239,24 @@ def test_every_shader_variant_compiles(capsys):
     assert code == 0, err
     done, total = out.split()[0].split("/")
     assert done == total and int(total) > 40
+
+
+def test_losses_csv_and_shipped_graph_names(tmp_path, capsys, image, monkeypatch):
+    """--losses FILE.csv: frame,<module> rows, one a frame; -g takes a shipped graph's bare
+    name; a graph without a trainer or a missing folder is exit 2 before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "-q", "cli", "-g", "fit-poly", "--frames", "5",
+                         "--last-frame-only", "--format", "o-pfm", "--losses", "l.csv")
+    assert code == 0, err
+    rows = [r.split(",") for r in (tmp_path / "l.csv").read_text().splitlines()]
+    assert rows[0] == ["frame", "mlp-t:01"] and [r[0] for r in rows[1:]] == list("01234")
+    losses = [float(r[1]) for r in rows[1:]]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert f"first loss {losses[0]:.4g}, loss {losses[-1]:.4g}" in out  # the summary's
+    code, _, err = run(capsys, "-q", "cli", "-g", graph(tmp_path, PASS), "--losses", "p.csv")
+    assert code == 2 and "--losses p.csv: the graph has no trainable module" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "p.csv").exists()
+    code, _, err = run(capsys, "cli", "-g", "fit-poly", "--losses", "no/l.csv")
+    assert code == 2 and "--losses no/l.csv: folder 'no' does not exist" in err
+    code, _, err = run(capsys, "cli", "-g", "fit-poli")
+    assert code == 2 and "did you mean 'fit-poly'?" in err

@@ -13,6 +13,7 @@ from vkgraph.pipeline.vk import (
     compile_glsl,
     spirv_bindings,
     spirv_block_scalars,
+    spirv_buffer_elements,
     spirv_texel_bindings,
     spirv_writable,
 )
@@ -63,6 +64,98 @@ def test_kernel_that_may_write_an_input_is_an_error(tmp_path, monkeypatch):
     assert kernel != USER_MODULE["shaders/bright/main.comp"]
     refused(tmp_path, monkeypatch, kernel,
             "kernel bright/main.comp may write binding 0, the input connector 'input'")
+
+
+def test_an_image_read_as_float_array_is_an_error(tmp_path, monkeypatch):
+    # an rgba image holds 4 floats a pixel: read as float[], texel(0, p) would index the first
+    # quarter of the image and run without a word
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        "IMG_IN(0, img_in)", "SSBO_IN(0, float, img_in)").replace(
+        "img_in[texel(0, p)]", "vec4(img_in[texel(0, p)])")
+    assert "SSBO_IN(0, float" in kernel and "vec4(img_in" in kernel
+    refused(tmp_path, monkeypatch, kernel, "module bright:01",
+            "kernel bright/main.comp declares set 1 binding 0 (connector 'input') as float[] "
+            "(4 bytes an element), but the connector is an rgba image (vec4[], 16 bytes a pixel)")
+
+
+def test_an_image_written_as_vec2_is_an_error(tmp_path, monkeypatch):
+    kernel = USER_MODULE["shaders/bright/main.comp"].replace(
+        "IMG_OUT(1, img_out)", "SSBO_OUT(1, vec2, img_out)").replace(
+        "vec4(c.rgb * params.gain, c.a)", "c.rg * params.gain")
+    assert "vec2, img_out" in kernel and "c.rg *" in kernel
+    refused(tmp_path, monkeypatch, kernel, "binding 1 (connector 'output') as vec2[] (8 bytes",
+            "an rgba image (vec4[]")
+
+
+def test_a_missing_kernel_names_every_folder_searched(tmp_path, monkeypatch):
+    mods = setup(tmp_path)
+    (mods / "shaders" / "bright" / "main.comp").unlink()
+    monkeypatch.setenv("VKGRAPH_MODULES", str(mods))
+    rc, out, err = vkgraph(tmp_path, "-g", "g.cfg")
+    assert rc == 2, (out, err)
+    from vkgraph.pipeline.kernels import SHADERS
+
+    assert "kernel bright/main.comp not found; searched" in err
+    for folder in (mods / "bright", mods / "shaders" / "bright", SHADERS / "bright"):
+        assert str(folder) in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+    assert not (tmp_path / "out.pfm").exists()
+
+
+def elements_of(tmp_path, decls: str) -> bytes:
+    path = tmp_path / "e.comp"
+    path.write_text("#version 460\n#extension GL_EXT_shader_explicit_arithmetic_types : "
+                    "enable\nlayout(local_size_x = 1) in;\n" + decls + "void main() {}\n")
+    return compile_glsl(path, [])
+
+
+def test_spirv_buffer_elements_reads_element_and_stride(tmp_path):
+    spirv = elements_of(tmp_path, """
+layout(std430, set = 1, binding = 0) buffer a_ { vec4 a[]; };
+layout(std430, set = 1, binding = 1) buffer b_ { float b[]; };
+layout(std430, set = 1, binding = 2) buffer c_ { float16_t c[]; };
+layout(std430, set = 1, binding = 3) buffer d_ { uvec4 d[]; };
+layout(std430, set = 1, binding = 4) buffer e_ { int n; double e[]; };
+layout(std430, set = 1, binding = 5) buffer f_ { int m; };
+""")
+    assert spirv_buffer_elements(spirv) == {
+        (1, 0): ("float", 32, 4, 16), (1, 1): ("float", 32, 1, 4), (1, 2): ("float", 16, 1, 2),
+        (1, 3): ("uint", 32, 4, 16), (1, 4): ("float", 64, 1, 8)}
+
+
+def test_ssbo_float_width_is_checked(tmp_path):
+    """An f16 ssbo read as 32-bit floats (or an f32 one as halves) is refused; the elements a
+    kernel chooses for speed (vec4 over f32, uvec4 over packed halves, double over an f32
+    buffer twice as long) are not."""
+    import pytest
+
+    from vkgraph.pipeline.errors import GraphError
+    from vkgraph.pipeline.kernels import check_elements
+    from vkgraph.pipeline.module import Connector
+    from vkgraph.pipeline.nodes import Node
+
+    spirv = elements_of(tmp_path, """
+layout(std430, set = 1, binding = 0) readonly buffer a_ { float a[]; };
+layout(std430, set = 1, binding = 1) buffer b_ { vec4 b[]; };
+layout(std430, set = 1, binding = 2) buffer c_ { uvec4 c[]; };
+layout(std430, set = 1, binding = 3) buffer d_ { double d[]; };
+""")
+
+    class Module:
+        def __str__(self) -> str:
+            return "m:01"
+
+    def node(fmt0: str) -> Node:
+        conns = [Connector("a", "read", "ssbo", fmt0), Connector("b", "write", "ssbo", "f32"),
+                 Connector("c", "write", "ssbo", "f16"), Connector("d", "write", "ssbo", "f32")]
+        return Node(Module(), "m", "k", (1, 1, 1), connectors=conns)
+
+    check_elements(node("f32"), spirv)
+    check_elements(node("u32"), spirv)  # integers: the kernel's business
+    with pytest.raises(GraphError, match=r"module m:01: kernel m/k.comp declares set 1 "
+                       r"binding 0 \(connector 'a'\) as float\[\] \(4 bytes an element\), "
+                       r"but the connector is an f16 ssbo \(float16_t\[\]\)"):
+        check_elements(node("f16"), spirv)
 
 
 def test_spirv_writable_tells_readonly_from_written(tmp_path):

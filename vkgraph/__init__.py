@@ -28,10 +28,15 @@ from .pipeline import loader as _loader  # noqa: E402, F401
 
 
 def __getattr__(name: str):
-    """The Python API (vkgraph/api.py), imported on first use so that `import vkgraph`
-    stays light for the command line."""
-    if name in ("Session", "load"):
+    """The Python API (vkgraph/api.py; `dispatch`: one kernel on numpy arrays,
+    pipeline/testing.py), imported on first use so that `import vkgraph` stays light for the
+    command line."""
+    if name in ("Session", "load", "shipped_graphs"):
         from . import api
 
-        return api.Session if name == "Session" else api.Session.load
+        return api.Session.load if name == "load" else getattr(api, name)
+    if name == "dispatch":
+        from .pipeline.testing import dispatch
+
+        return dispatch
     raise AttributeError(f"module 'vkgraph' has no attribute '{name}'")

@@ -1,10 +1,11 @@
 """The Python API: a graph on a device, driven from Python (README "Python API").
 
-    with vkgraph.Session.load("graphs/train-kpn.cfg") as s:
+    with vkgraph.Session.load("train-kpn") as s:  # a shipped graph, or a cfg file's path
         s.feed("i-pfm:main", noisy)       # a numpy image instead of the file
         s.set("kpn-t:01", "alpha", 0.002)
         s.run(50, progress=lambda frame, frames, stats: ...)
         out = s.read("kpn-t:01", "output")  # any connector, as numpy
+        s.losses()["kpn-t:01"]            # the loss of every frame run
         s.save_weights("w.lut")
 
 A module is named "name:inst" (as in cfg lines). The first `run` builds the graph on the
@@ -29,8 +30,8 @@ import numpy as np
 from .pipeline import checkpoint
 from .pipeline.cfg import apply_line, read_cfg
 from .pipeline.denoise import HOST_MODULES
-from .pipeline.errors import GraphError
-from .pipeline.formats import decode_unorm, non_finite, write_lut
+from .pipeline.errors import GraphError, closest
+from .pipeline.formats import atomic_write, decode_unorm, non_finite, write_lut
 from .pipeline.graph import Graph
 from .pipeline.module import ModuleInstance, Roi
 from .pipeline.registry import Registry, default_dirs
@@ -44,6 +45,39 @@ def registry(modules: Iterable[str | Path] = (), host: bool = True) -> Registry:
     """The module folders a session sees: `modules` first, then the user's (--modules,
     $VKGRAPH_MODULES), the shipped ones and (host) the host modules i-array / o-array."""
     return Registry([*map(Path, modules), *default_dirs(), *([HOST_MODULES] if host else [])])
+
+
+def shipped_graphs() -> list[str]:
+    """The names of the graphs that come with vkgraph (graphs/*.cfg), without `.cfg`."""
+    from . import DATA
+
+    return sorted(p.stem for p in (DATA / "graphs").glob("*.cfg"))
+
+
+def graph_path(name: str | Path) -> Path:
+    """A graph file: the path as given where it is a file, else (a bare name) the shipped
+    graph of that name, with or without `.cfg`: `train-kpn` and `train-kpn.cfg` are
+    graphs/train-kpn.cfg from any folder (`vkgraph cli -g` and Session.load alike). A name
+    that is neither is a GraphError with the closest shipped name."""
+    path = Path(name)
+    try:
+        found = path.exists()
+    except OSError as e:  # a name past NAME_MAX or PATH_MAX
+        raise GraphError(f"cannot read graph file: {e.strerror}", where=str(path)) from None
+    if found and not path.is_dir():
+        return path
+    bare = path.parent == Path(".") and bool(path.name)
+    if bare:
+        from . import DATA
+
+        stem = path.name.removesuffix(".cfg")
+        if (DATA / "graphs" / f"{stem}.cfg").is_file():
+            return DATA / "graphs" / f"{stem}.cfg"
+    if found:  # a folder: read_cfg says so
+        return path
+    raise GraphError(f"{path}: no such graph file, nor a shipped graph of that name",
+                     hint=closest(path.name.removesuffix(".cfg"), shipped_graphs())
+                     if bare else None)
 
 
 class Session:
@@ -68,13 +102,14 @@ class Session:
     def load(cls, source: str | Path | Iterable[str], device=None,
              modules: Iterable[str | Path] = (), lenient: bool = False,
              host: bool = True) -> Session:
-        """A graph from a cfg file (a path), or from cfg lines (a string of several lines or
-        an iterable of lines; files they name are found in the working directory). host:
+        """A graph from a cfg file (a path, or the name of a shipped graph: "train-kpn", as
+        `vkgraph cli -g` finds it, graph_path), or from cfg lines (a string of several lines
+        or an iterable of lines; files they name are found in the working directory). host:
         the numpy modules i-array and o-array may be named (the command line leaves them
         out: cfg files do not see them)."""
         reg = registry(modules, host)
         if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
-            return cls(read_cfg(source, registry=reg, lenient=lenient), device)
+            return cls(read_cfg(graph_path(source), registry=reg, lenient=lenient), device)
         session = cls(Graph(reg), device)
         session.apply(source.splitlines() if isinstance(source, str) else source,
                       "line", lenient)
@@ -283,6 +318,32 @@ class Session:
             node, conn = backing
             return build.read(node, conn)
 
+    def losses(self) -> dict[str, np.ndarray]:
+        """The loss of every frame run so far, per trainable module: {"kpn-t:01": array},
+        float64, in frame order; a frame whose update was skipped holds its non-finite loss.
+        The history keeps the last `hist_len` frames (at least 500, and every frame of the
+        run the graph was built for: pipeline/trainer.py history_length): where more have
+        run, the array holds the last ones, so entry i is always frame
+        `frame - len(array) + i`."""
+        with self._lock:
+            build = self._built()
+            return {str(m): np.asarray(hook(build.context, m), np.float64)
+                    for m in build.active for hook in [m.cls.hook("losses")] if hook}
+
+    def save_losses(self, path: str | Path) -> Path:
+        """Write `losses()` as CSV (written whole or not at all: atomic_write): a header
+        `frame,<module>,...` and one row a frame, `nan` for a skipped update and an empty
+        cell where a module's history does not reach back that far. A graph without a
+        trainable module is a GraphError."""
+        with self._lock:
+            losses = self.losses()
+            if not losses:
+                raise GraphError("save_losses: the graph has no trainable module (no loss "
+                                 "history)", where=str(path))
+            path = Path(path)
+            atomic_write(path, losses_csv(losses, self.frame).encode())
+            return path
+
     def save_weights(self, path: str | Path, module: str | None = None,
                      connector: str = "w") -> Path:
         """Write a trainable module's weights (connector `w`) as a vkdt .lut, as o-lut would,
@@ -313,6 +374,22 @@ class Session:
             ht, wd, ch = data.shape
             write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=c.meta.get("text"))
         return path
+
+
+def losses_csv(losses: dict[str, np.ndarray], end: int) -> str:
+    """Session.save_losses' text: {module: the losses of the frames before `end`, the last
+    ones} as `frame,<module>...` rows, 9 significant digits (a float32 loss exactly)."""
+    names = list(losses)
+    start = end - max(len(a) for a in losses.values())
+    lines = [",".join(["frame", *names])]
+    for f in range(start, end):
+        cells = [str(f)]
+        for name in names:
+            a = losses[name]
+            i = f - (end - len(a))
+            cells.append(f"{a[i]:.9g}".lower() if i >= 0 else "")
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
 
 
 def feed_image(source: str, image) -> np.ndarray:

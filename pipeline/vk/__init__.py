@@ -19,6 +19,7 @@ from .compile import (
                       compile_glsl,
                       spirv_bindings,
                       spirv_block_scalars,
+                      spirv_buffer_elements,
                       spirv_image_bindings,
                       spirv_texel_bindings,
                       spirv_writable,
@@ -40,4 +41,5 @@ def __getattr__(name: str):
 
 __all__ = ["Device", "DeviceInfo", "ShaderCompileError", "VulkanError", "choose",
            "compile_glsl", "list_devices", "spirv_bindings", "spirv_block_scalars",
-           "spirv_image_bindings", "spirv_texel_bindings", "spirv_writable", "validation_messages"]
+           "spirv_buffer_elements", "spirv_image_bindings", "spirv_texel_bindings",
+           "spirv_writable", "validation_messages"]

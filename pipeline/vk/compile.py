@@ -323,6 +323,42 @@ def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
     return out
 
 
+def spirv_buffer_elements(spirv: bytes) -> dict[tuple[int, int], tuple[str, int, int, int]]:
+    """What each storage buffer a SPIR-V module declares holds per array element, by
+    (descriptor set, binding): (scalar kind 'float'/'int'/'uint', scalar bits, components,
+    array stride in bytes) of the block's runtime array (GLSL `buffer b_ { vec4 b[]; }` ->
+    ('float', 32, 4, 16)). Blocks without a runtime array of scalars or vectors (a fixed
+    struct, an array of structs or matrices) are left out."""
+    scalars: dict[int, tuple[str, int]] = {}
+    vectors: dict[int, tuple[int, int]] = {}  # vector id -> (component type id, count)
+    runtime: dict[int, int] = {}  # runtime array id -> element type id
+    members: dict[int, list[int]] = {}
+    strides: dict[int, int] = {}
+    for op, w in _instructions(spirv):
+        if op == OP_TYPE_INT and len(w) >= 3:
+            scalars[w[0]] = ("int" if w[2] else "uint", w[1])
+        elif op == OP_TYPE_FLOAT and len(w) >= 2:
+            scalars[w[0]] = ("float", w[1])
+        elif op == OP_TYPE_VECTOR and len(w) >= 3:
+            vectors[w[0]] = (w[1], w[2])
+        elif op == OP_TYPE_RUNTIME_ARRAY and len(w) >= 2:
+            runtime[w[0]] = w[1]
+        elif op == OP_TYPE_STRUCT and w:
+            members[w[0]] = list(w[1:])
+        elif op == OP_DECORATE and len(w) >= 3 and w[1] == DECORATION_ARRAY_STRIDE:
+            strides[w[0]] = w[2]
+    out = {}
+    for dset, binding, block in _bound_variables(spirv).values():
+        array = next((m for m in members.get(block, ()) if m in runtime), None)
+        if array is None:
+            continue
+        elem = runtime[array]
+        comp, count = vectors.get(elem, (elem, 1))
+        if comp in scalars and array in strides:
+            out[(dset, binding)] = (*scalars[comp], count, strides[array])
+    return out
+
+
 def _string(words) -> str:
     """A SPIR-V literal string: nul-terminated UTF-8 packed into words."""
     raw = struct.pack(f"<{len(words)}I", *words)
