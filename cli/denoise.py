@@ -35,6 +35,13 @@ log = logging.getLogger("vkgraph")
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
+# the default for raw files and linear float images (EXR, PFM): the arch 1 weights (luma and
+# chroma filtered apart), measured better there (bench/README.md: +0.8 dB on raw files,
+# raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py). JPEGs and the other
+# display-referred formats keep WEIGHTS: on white noise that went through JPEG the arch 1
+# weights lose 0.7 to 1.4 dB (photo_jpeg.py).
+WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
+LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
 QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
 RAW_OUT = ".exr"  # a raw input's output format unless -o names another
@@ -86,7 +93,8 @@ def add_parser(sub) -> None:
     out.add_argument("--outdir", metavar="DIR", help="write each output into DIR under the "
                      "input's file name (DIR is created)")
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights (default: the shipped "
-                   f"{WEIGHTS.relative_to(ROOT)})")
+                   f"{WEIGHTS_LINEAR.relative_to(ROOT)} for raw files, EXR and PFM, "
+                   f"{WEIGHTS.relative_to(ROOT)} for the rest)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
@@ -194,8 +202,9 @@ def cmd_denoise(args) -> int:
         if is_raw(p):
             check_raw(p)
     check_quality(args.quality, outs)
-    weights = Path(args.weights) if args.weights else WEIGHTS
-    check_up_front(args, weights)
+    weights = Path(args.weights) if args.weights else None
+    for w in {weights} if weights else {default_weights(p) for p in inputs}:
+        check_up_front(args, w)
     if args.outdir is not None:
         try:
             Path(args.outdir).mkdir(parents=True, exist_ok=True)
@@ -217,6 +226,32 @@ def cmd_denoise(args) -> int:
         print(f"vkgraph: {failed} of {len(inputs)} files failed", file=sys.stderr)
         return 1
     return 0
+
+
+def default_weights(src: Path) -> Path:
+    """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
+    linear float images, WEIGHTS for the rest."""
+    from vkgraph.pipeline.raw import is_raw
+
+    return WEIGHTS_LINEAR if is_raw(src) or src.suffix.lower() in LINEAR_FORMATS else WEIGHTS
+
+
+class Denoisers:
+    """A Denoiser per weights file, made when a file first needs it: `weights` (--weights)
+    for every file, else each file's default_weights."""
+
+    def __init__(self, device, weights: Path | None, levels: int | None, on_tile=None):
+        self.device, self.weights, self.levels, self.on_tile = device, weights, levels, on_tile
+        self.made = {}
+
+    def for_file(self, src: Path):
+        from vkgraph.pipeline.denoise import Denoiser
+
+        w = self.weights or default_weights(src)
+        if w not in self.made:
+            self.made[w] = Denoiser(self.device, w, levels=self.levels)
+            self.made[w].on_tile = self.on_tile
+        return self.made[w]
 
 
 def check_up_front(args, weights: Path) -> None:
@@ -257,20 +292,17 @@ FILE_ERRORS = (VkgraphError, OSError, ValueError, MemoryError)  # a file's, not 
 
 def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     """Every file on this process's device; (failed, done)."""
-    from vkgraph.pipeline.denoise import Denoiser
-
     from .main import open_device
 
     failed = done = 0
     device = open_device(args)
     try:
-        den = Denoiser(device, weights, levels=args.levels)
-        den.on_tile = tile_progress(bar)
+        dens = Denoisers(device, weights, args.levels, tile_progress(bar))
         for src, dst in jobs:
             bar.set_postfix_str(src.name[:40], refresh=False)
             try:
-                ok, text = True, denoise_file(den, src, dst, args.noise, args.quality,
-                                                  args.strength)
+                ok, text = True, denoise_file(dens.for_file(src), src, dst, args.noise,
+                                              args.quality, args.strength)
             except FILE_ERRORS as e:
                 ok, text = False, error_text(src, e)
             failed += not ok
@@ -315,14 +347,15 @@ def tile_progress(bar):
 class DenoiseWorker:
     """A Ray actor: the Vulkan device of the GPU Ray gave it and one Denoiser on it."""
 
-    def __init__(self, weights: str, levels: int | None):
-        from vkgraph.pipeline.denoise import Denoiser
+    def __init__(self, weights: str | None, levels: int | None):
         from vkgraph.pipeline.distributed import open_worker_device
 
-        self.device = self.den = self.error = None
+        self.device = self.dens = self.error = None
         try:
             self.device, _ = open_worker_device()
-            self.den = Denoiser(self.device, Path(weights), levels=levels)
+            self.dens = Denoisers(self.device, Path(weights) if weights else None, levels)
+            if weights:  # made now, so that ready() tells a bad one
+                self.dens.for_file(Path(weights))
         except VkgraphError as e:  # told to the driver by ready(), not as a dead actor
             self.error = e.line()
 
@@ -335,7 +368,8 @@ class DenoiseWorker:
                 strength: float = 1.0) -> tuple[bool, str]:
         """(ok, the file's line or its error), paths as the driver gave them."""
         try:
-            return True, denoise_file(self.den, Path(src), Path(dst), noise, quality, strength)
+            return True, denoise_file(self.dens.for_file(Path(src)), Path(src), Path(dst), noise,
+                                      quality, strength)
         except FILE_ERRORS as e:
             return False, error_text(Path(src), e)
 
@@ -354,7 +388,7 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
         slots = gpus or distributed.cluster_cpus()
         per = {"num_cpus": 1, "num_gpus": 1} if gpus else {"num_cpus": 1}
         worker = ray.remote(**per)(DenoiseWorker)
-        actors = [worker.remote(str(weights.resolve()), args.levels)
+        actors = [worker.remote(str(weights.resolve()) if weights else None, args.levels)
                   for _ in range(max(1, min(len(jobs), slots)))]
         where = {}
         for a, (error, device) in zip(actors, ray.get([a.ready.remote() for a in actors]),

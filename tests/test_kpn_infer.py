@@ -170,12 +170,18 @@ def test_kpn_refuses_a_mismatch_with_the_weights(device, trained, tmp_path):
     assert m.param("apply") == 1 and m.param("levels") == LEVELS
 
 
-def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path):
+@pytest.mark.parametrize("arch", [0, 1])
+def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path, arch):
     """feat 1: kpn with the noise profile in its params gives exactly what kpn-t shows for
-    the same (f16) weights and input, whose profile comes from cnngenin's noiseab."""
+    the same (f16) weights and input, whose profile comes from cnngenin's noiseab; arch 1
+    (the .lut's text says so; kpn takes it from there) likewise."""
     d, _, lut, _, _ = trained
     lut = relabel(lut, tmp_path / "feat.lut", "pyramid levels",
-                  "pyramid levels\nnoise-normalised features")
+                  "pyramid levels\nnoise-normalised features"
+                  + ("\nchroma and context features" if arch else ""))
+    if arch:  # arch 1 filters with softmax taps and a band gain (apply 2)
+        lut = relabel(lut, tmp_path / "feat2.lut", "plain kernel weight", "softmax kernel weight")
+        lut = relabel(lut, tmp_path / "feat3.lut", "const alpha", "sigmoid alpha")
     reg = registry()
     g = Graph(reg)
     g.add_module("i-pfm", "ref").set_param("filename", str(d / "r.pfm"))
@@ -184,7 +190,8 @@ def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path):
     for name, value in (("generate", 2), ("tiles", 0), ("noise", 0.05)):
         gen.set_param(name, value)
     k = g.add_module("kpn-t", "01")
-    for name, value in (("levels", LEVELS), ("init", 0), ("feat", 1)):
+    for name, value in (("levels", LEVELS), ("init", 0), ("feat", 1), ("arch", arch),
+                        ("apply", 2 if arch else 0)):
         k.set_param(name, value)
     g.connect("i-pfm", "ref", "output", "cnngenin", "01", "imgi")
     g.connect("i-pfm", "ref", "output", "cnngenin", "01", "refi")
@@ -202,11 +209,12 @@ def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path):
     out_t, x, nab = captured[("out", 0)], captured[("imgo", 0)], captured[("noiseab", 0)]
     assert nab[0] > 0 and nab[1] > 0
     write_pfm(tmp_path / "x1.pfm", x[..., :3])
-    out_k, _, m = run_output(device, "kpn", lut, tmp_path / "x1.pfm",
+    out_k, _, m = run_output(device, "kpn", lut, tmp_path / "x1.pfm", apply=2 if arch else 0,
                              extra={"noise a": float(nab[0]), "noise b": float(nab[1])})
     assert any(n.kernel == "nmap" for n in m.nodes)
+    assert any(n.kernel == "diff" and "KPN_CTX" in n.defines for n in m.nodes) == bool(arch)
     np.testing.assert_array_equal(out_k, out_t)
     # and the profile matters: another one gives another image
-    other, _, _ = run_output(device, "kpn", lut, tmp_path / "x1.pfm",
+    other, _, _ = run_output(device, "kpn", lut, tmp_path / "x1.pfm", apply=2 if arch else 0,
                              extra={"noise a": 4 * float(nab[0]), "noise b": float(nab[1])})
     assert np.abs(other - out_k).max() > 1e-4
