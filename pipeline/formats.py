@@ -961,14 +961,21 @@ _PILLOW_TO = {"P": None, "PA": "RGBA", "RGBX": "RGB", "YCbCr": "RGB", "HSV": "RG
 
 def _pillow_pixels(im, icc: bytes | None) -> tuple[np.ndarray, bytes | None]:
     """(samples (ht, wd[, c]) as uint8, uint16 or float32, the ICC profile they are in) of
-    a Pillow image in any mode: grey, grey+alpha, rgb, rgba; CMYK is converted to sRGB (so
-    its CMYK profile no longer applies), a palette to its colours."""
+    a Pillow image in any mode: grey, grey+alpha, rgb, rgba (8-bit rgb comes as rgba of
+    alpha 255); CMYK is converted to sRGB (so its CMYK profile no longer applies), a palette
+    to its colours."""
     mode = im.mode
     if mode == "CMYK":
         return np.asarray(_cmyk_to_rgb(im, icc)), None
     if mode in _PILLOW_TO:
         to = _PILLOW_TO[mode] or ("RGBA" if "transparency" in im.info else "RGB")
         im = im.convert(to)
+    if im.mode == "RGB":  # Pillow holds rgb as rgbx, x 255: copied as it is (read-only),
+        # rgba of alpha 1 for _linear_rgba without a padding pass (12 MP: 45 ms less)
+        wd, ht = im.size
+        rgbx = np.frombuffer(im.tobytes("raw", "RGBX"), np.uint8).reshape(ht, wd, 4)
+        if rgbx[:, :, 3].min() == 255:
+            return rgbx, icc
     arr = np.asarray(im)
     if mode == "I":  # 32-bit integers: 16-bit data that Pillow widened
         if arr.size and (arr.min() < 0 or arr.max() > 65535):
@@ -1135,6 +1142,10 @@ def _linear_rgba(image: np.ndarray) -> np.ndarray:
     image = _as_image(image, "image")
     if image.shape[2] > 4:
         image = image[:, :, :4]
+    if image.dtype == np.uint8 and image.shape[2] >= 3:
+        fast = _rgb8_linear_rgba(image)
+        if fast is not None:
+            return fast
     kind = image.dtype.kind
     if kind in "ub":
         image = decode_unorm(image)
@@ -1145,6 +1156,37 @@ def _linear_rgba(image: np.ndarray) -> np.ndarray:
     out[:, :, :3] = colour
     out[:, :, 3] = 1.0 if alpha is None else alpha
     return out
+
+
+def _rgb8_linear_rgba(image: np.ndarray) -> np.ndarray | None:
+    """_linear_rgba of 8-bit rgb, or rgba whose alpha is all 255 (else None): rgb padded to
+    rgbx (x = 255), then looked up two samples at a time (_pair_table) straight into the
+    rgba output, whose alpha comes out 1 (the table's 255). The same numbers as decode_unorm
+    and a copy into rgba, one pass over the output instead of four (12 MP: 0.57 -> 0.13 s)."""
+    ht, wd, c = image.shape
+    if c == 4:
+        if image[:, :, 3].min() != 255:
+            return None
+        rgbx = np.ascontiguousarray(image)
+    else:
+        rgbx = np.empty((ht, wd, 4), np.uint8)
+        rgbx[:, :, :3] = image
+        rgbx[:, :, 3] = 255
+    out = np.empty((ht, wd, 4), np.float32)
+    np.take(_pair_table(), rgbx.view(np.uint16).reshape(-1),
+            out=out.view(np.uint64).reshape(-1), mode="clip")
+    return out
+
+
+@functools.cache
+def _pair_table() -> np.ndarray:
+    """The linear float32 values of two sRGB-encoded bytes, as one 8-byte word per uint16
+    that the two bytes make in memory (either byte order): 65536 words."""
+    lut = _decode_table(1)
+    if lut[255] != 1.0:  # the padding byte must decode to alpha 1
+        raise AssertionError("sRGB 255 does not decode to 1")
+    pairs = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+    return np.ascontiguousarray(lut[pairs]).view(np.uint64).reshape(-1)
 
 
 def decode_image(path: PathLike, finite: bool = False) -> tuple[np.ndarray, ImageMeta]:
