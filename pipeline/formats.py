@@ -961,14 +961,21 @@ _PILLOW_TO = {"P": None, "PA": "RGBA", "RGBX": "RGB", "YCbCr": "RGB", "HSV": "RG
 
 def _pillow_pixels(im, icc: bytes | None) -> tuple[np.ndarray, bytes | None]:
     """(samples (ht, wd[, c]) as uint8, uint16 or float32, the ICC profile they are in) of
-    a Pillow image in any mode: grey, grey+alpha, rgb, rgba; CMYK is converted to sRGB (so
-    its CMYK profile no longer applies), a palette to its colours."""
+    a Pillow image in any mode: grey, grey+alpha, rgb, rgba (8-bit rgb comes as rgba of
+    alpha 255); CMYK is converted to sRGB (so its CMYK profile no longer applies), a palette
+    to its colours."""
     mode = im.mode
     if mode == "CMYK":
         return np.asarray(_cmyk_to_rgb(im, icc)), None
     if mode in _PILLOW_TO:
         to = _PILLOW_TO[mode] or ("RGBA" if "transparency" in im.info else "RGB")
         im = im.convert(to)
+    if im.mode == "RGB":  # Pillow holds rgb as rgbx, x 255: copied as it is (read-only),
+        # rgba of alpha 1 for _linear_rgba without a padding pass (12 MP: 45 ms less)
+        wd, ht = im.size
+        rgbx = np.frombuffer(im.tobytes("raw", "RGBX"), np.uint8).reshape(ht, wd, 4)
+        if rgbx[:, :, 3].min() == 255:
+            return rgbx, icc
     arr = np.asarray(im)
     if mode == "I":  # 32-bit integers: 16-bit data that Pillow widened
         if arr.size and (arr.min() < 0 or arr.max() > 65535):
@@ -1135,6 +1142,10 @@ def _linear_rgba(image: np.ndarray) -> np.ndarray:
     image = _as_image(image, "image")
     if image.shape[2] > 4:
         image = image[:, :, :4]
+    if image.dtype == np.uint8 and image.shape[2] >= 3:
+        fast = _rgb8_linear_rgba(image)
+        if fast is not None:
+            return fast
     kind = image.dtype.kind
     if kind in "ub":
         image = decode_unorm(image)
@@ -1145,6 +1156,37 @@ def _linear_rgba(image: np.ndarray) -> np.ndarray:
     out[:, :, :3] = colour
     out[:, :, 3] = 1.0 if alpha is None else alpha
     return out
+
+
+def _rgb8_linear_rgba(image: np.ndarray) -> np.ndarray | None:
+    """_linear_rgba of 8-bit rgb, or rgba whose alpha is all 255 (else None): rgb padded to
+    rgbx (x = 255), then looked up two samples at a time (_pair_table) straight into the
+    rgba output, whose alpha comes out 1 (the table's 255). The same numbers as decode_unorm
+    and a copy into rgba, one pass over the output instead of four (12 MP: 0.57 -> 0.13 s)."""
+    ht, wd, c = image.shape
+    if c == 4:
+        if image[:, :, 3].min() != 255:
+            return None
+        rgbx = np.ascontiguousarray(image)
+    else:
+        rgbx = np.empty((ht, wd, 4), np.uint8)
+        rgbx[:, :, :3] = image
+        rgbx[:, :, 3] = 255
+    out = np.empty((ht, wd, 4), np.float32)
+    np.take(_pair_table(), rgbx.view(np.uint16).reshape(-1),
+            out=out.view(np.uint64).reshape(-1), mode="clip")
+    return out
+
+
+@functools.cache
+def _pair_table() -> np.ndarray:
+    """The linear float32 values of two sRGB-encoded bytes, as one 8-byte word per uint16
+    that the two bytes make in memory (either byte order): 65536 words."""
+    lut = _decode_table(1)
+    if lut[255] != 1.0:  # the padding byte must decode to alpha 1
+        raise AssertionError("sRGB 255 does not decode to 1")
+    pairs = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+    return np.ascontiguousarray(lut[pairs]).view(np.uint64).reshape(-1)
 
 
 def decode_image(path: PathLike, finite: bool = False) -> tuple[np.ndarray, ImageMeta]:
@@ -1209,9 +1251,67 @@ DEPTHS = ("u8", "u16", "f32")
 
 def srgb_samples(array, depth: str = "u8") -> np.ndarray:
     """Linear float rgb or grey -> sRGB-encoded uint8 or uint16 samples (ht, wd, c), clamped
-    to [0, 1]; NaN becomes 0 (in chunks, as to_srgb8)."""
+    to [0, 1]; NaN becomes 0 (in chunks, as to_srgb8). float32 to 8 bits (what `vkgraph
+    denoise` writes as JPEG) goes through _srgb8_tables: the same bytes, 6x faster."""
     top, dt = (65535.0, np.uint16) if depth == "u16" else (255.0, np.uint8)
+    if dt == np.uint8 and np.asarray(array).dtype == np.float32:
+        return _srgb8_float32(np.asarray(array))
     return _chunked(lambda v: np.rint(_to_srgb(v) * top).astype(dt), array, dt)
+
+
+_SRGB8_CHUNK = 1 << 16  # values at a time: the temporaries stay in the cache
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0  # the uint16 of a float32's top 16 bits
+
+
+def _srgb8_float32(x: np.ndarray) -> np.ndarray:
+    """srgb_samples(x, "u8") of float32 x without its float64 formula: clamped to 1, each
+    value's top 16 bits pick a code and the threshold of the next code within them
+    (_srgb8_tables), code + (x >= threshold). 0.11 s against 0.7 on 36 M values."""
+    codes, thresholds = _srgb8_tables()
+    src = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(src.size, np.uint8)
+    n = min(_SRGB8_CHUNK, src.size)
+    buf, thr, up = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.bool_)
+    for i in range(0, src.size, _SRGB8_CHUNK):
+        k = min(_SRGB8_CHUNK, src.size - i)
+        v = np.minimum(src[i:i + k], np.float32(1.0), out=buf[:k])  # NaN stays NaN: code 0
+        top = v.view(np.uint16)[_HIGH_HALF::2]
+        o = out[i:i + k]
+        np.take(codes, top, out=o)
+        np.take(thresholds, top, out=thr[:k])
+        np.greater_equal(v, thr[:k], out=up[:k])
+        np.add(o, up[:k], out=o, casting="unsafe")
+    return out.reshape(x.shape)
+
+
+@functools.cache
+def _srgb8_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(code, threshold) for each top 16 bits of a float32 value at most 1: the 8-bit sRGB
+    code of the smallest value with those bits (the formula's, rint(_to_srgb(x) * 255)), and
+    the smallest such value whose code is one more (inf where none: within 16 bits the code
+    grows by at most 1, checked here). Negative values, -0 and NaN get 0, 1.0 gets 255.
+    Equal to the formula on every float32 in [0, 1] (all 2^30 of them, checked once;
+    tests/test_formats.py checks each threshold's neighbours)."""
+    def code(v: np.ndarray) -> np.ndarray:
+        return np.rint(_to_srgb(v) * 255.0)
+
+    one = 0x3F80  # the top bits of 1.0; above it (after the clamp) only NaN
+    hi = np.arange(one, dtype=np.uint32) << 16
+    first, last = code(hi.view(np.float32)), code((hi | 0xFFFF).view(np.float32))
+    if not np.all((last - first >= 0) & (last - first <= 1)):
+        raise AssertionError("an 8-bit sRGB code step within 16 bits of float32")
+    codes = np.zeros(1 << 16, np.uint8)
+    codes[:one] = first
+    codes[one] = 255
+    thresholds = np.full(1 << 16, np.inf, np.float32)
+    steps = np.nonzero(last > first)[0]
+    lo, top, want = hi[steps], hi[steps] | 0xFFFF, first[steps] + 1
+    for _ in range(16):  # the smallest value of the next code, by bisection of the bits
+        mid = lo + (top - lo) // 2
+        up = code(mid.view(np.float32)) >= want
+        top, lo = np.where(up, mid, top), np.where(up, lo, mid)
+    thresholds[steps] = top.view(np.float32)
+    return codes, thresholds
 
 
 def _samples(array, what: str, depth: str) -> np.ndarray:

@@ -178,6 +178,14 @@ void main() {
     spirv = compile_glsl(path, [])
     assert spirv_writable(spirv) == {(1, 1), (1, 2), (1, 5)}
     assert spirv_texel_bindings(spirv) == {(1, 4)}
+    # kept per module: a caller's change to a result is not the next caller's answer, and
+    # the same bytes in another object (a bytearray) give the same answers
+    spirv_writable(spirv).add((9, 9))
+    spirv_texel_bindings(spirv).clear()
+    again = bytearray(spirv)
+    assert spirv_writable(again) == {(1, 1), (1, 2), (1, 5)}
+    assert spirv_texel_bindings(again) == {(1, 4)}
+    assert spirv_bindings(again) == [(1, b) for b in range(6)]
 
 
 def test_an_input_read_through_a_texel_view_gives_the_same_image(tmp_path, monkeypatch):

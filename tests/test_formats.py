@@ -644,3 +644,57 @@ def test_image_size_reads_headers_only(tmp_path, monkeypatch):
     monkeypatch.setattr(formats, "read_image", no_decoding)
     for name in ("a.pfm", "a.exr", "a.png", "a.tif"):
         assert formats.image_size(tmp_path / name) == (7, 5), name
+
+
+def test_8bit_rgb_decodes_as_the_per_channel_tables(tmp_path):
+    """decode_image's fast 8-bit path (rgbx, two samples a lookup) gives decode_unorm's
+    numbers with alpha 1, for every byte value, an rgba of opaque alpha and a portrait JPEG;
+    rgba with real alpha still goes the per-channel way."""
+    from PIL import Image
+
+    def plain(px):
+        lin = F.decode_unorm(px)
+        out = np.ones(px.shape[:2] + (4,), np.float32)
+        out[:, :, :lin.shape[2]] = lin
+        return out
+
+    rng = np.random.default_rng(1)
+    px = rng.integers(0, 256, (37, 256, 3), dtype=np.uint8)
+    px[0, :, 0] = px[1, :, 1] = px[2, :, 2] = np.arange(256)
+    Image.fromarray(px).save(tmp_path / "a.png")
+    got, _ = F.decode_image(tmp_path / "a.png")
+    assert got.dtype == np.float32 and np.array_equal(got, plain(px))
+    rgba = np.concatenate([px, np.full(px.shape[:2] + (1,), 255, np.uint8)], axis=2)
+    assert np.array_equal(F._linear_rgba(rgba), plain(px))
+    rgba[3, 5, 3] = 7
+    assert np.array_equal(F._linear_rgba(rgba), F.decode_unorm(rgba))
+    im = Image.fromarray(px)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(tmp_path / "p.jpg", quality=95, exif=exif)
+    got, meta = F.decode_image(tmp_path / "p.jpg")
+    with Image.open(tmp_path / "p.jpg") as j:
+        stored = np.asarray(j.convert("RGB"))
+    assert meta.orientation == 6 and np.array_equal(got, plain(F.orient(stored, 6)))
+
+
+def test_8bit_srgb_of_float32_is_the_formulas():
+    """srgb_samples' float32 -> 8-bit path (a code and a threshold per top 16 bits) against
+    the float64 formula: around every threshold, on special values and random values."""
+    def formula(v):
+        return np.rint(F._to_srgb(v) * 255.0).astype(np.uint8)
+
+    _, thresholds = F._srgb8_tables()
+    bits = thresholds[np.isfinite(thresholds)].view(np.uint32).astype(np.int64)
+    assert bits.size == 255  # one step to each code 1..255
+    near = (bits[:, None] + np.arange(-4, 5)).astype(np.uint32).view(np.float32).reshape(-1)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 2.0, 1e-45, -1e-45,
+                        np.nextafter(np.float32(1), np.float32(0)), 0.0031308, 3e38],
+                       np.float32)
+    rng = np.random.default_rng(2)
+    rand = rng.random((301, 203, 3), dtype=np.float32) * 1.4 - 0.2
+    for x in (near, special, rand, rand[:, :, 1]):
+        got = F.srgb_samples(x, "u8")
+        assert got.dtype == np.uint8 and got.shape == x.shape
+        assert np.array_equal(got, formula(x))
+    assert np.array_equal(F.srgb_samples(rand.astype(np.float64)), formula(rand))

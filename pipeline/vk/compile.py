@@ -21,7 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from ..errors import RuntimeFailure
@@ -245,9 +245,24 @@ def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
     return sorted((dset, b) for dset, b, _ in _bound_variables(spirv).values())
 
 
+# The reflection below walks every instruction in Python (about 2 ms a module); a graph's
+# nodes share kernels and each node's checks read its kernel's module three or four times,
+# so the results are kept per module (a build of kpn: 22 nodes, 8 kernels)
+REFLECT_CACHE = 256
+
+
+def _bytes(spirv) -> bytes:
+    return spirv if isinstance(spirv, bytes) else bytes(spirv)
+
+
 def _bound_variables(spirv: bytes) -> dict[int, tuple[int, int, int]]:
     """variable id -> (descriptor set, binding, id of the type it points to) for every
     variable decorated with a Binding (set 0 where it has no DescriptorSet)."""
+    return dict(_bound_variables_of(_bytes(spirv)))
+
+
+@lru_cache(maxsize=REFLECT_CACHE)
+def _bound_variables_of(spirv: bytes) -> tuple[tuple[int, tuple[int, int, int]], ...]:
     sets: dict[int, int] = {}
     bindings: dict[int, int] = {}
     pointee: dict[int, int] = {}  # pointer type id -> pointee type id
@@ -262,8 +277,8 @@ def _bound_variables(spirv: bytes) -> dict[int, tuple[int, int, int]]:
             pointee[w[0]] = w[2]
         elif op == OP_VARIABLE and len(w) >= 2:
             var_type[w[1]] = w[0]
-    return {v: (sets.get(v, 0), b, pointee.get(var_type.get(v, -1), -1))
-            for v, b in bindings.items()}
+    return tuple((v, (sets.get(v, 0), b, pointee.get(var_type.get(v, -1), -1)))
+                 for v, b in bindings.items())
 
 
 # SPIR-V opcodes and decorations that spirv_block_scalars and spirv_writable read
@@ -282,14 +297,19 @@ def spirv_image_bindings(spirv: bytes) -> dict[tuple[int, int], str]:
     a uniform texel buffer (GLSL `uniform samplerBuffer`: an image of dimension Buffer that
     is sampled, Sampled = 1), which is read-only; "image" for any other image or sampler
     (storage texel buffers, 2D images, ...)."""
+    return dict(_image_bindings_of(_bytes(spirv)))
+
+
+@lru_cache(maxsize=REFLECT_CACHE)
+def _image_bindings_of(spirv: bytes) -> tuple[tuple[tuple[int, int], str], ...]:
     images: dict[int, str] = {}
     for op, w in _instructions(spirv):
         if op == OP_TYPE_IMAGE and len(w) >= 7:
             images[w[0]] = "texel" if w[2] == DIM_BUFFER and w[6] == 1 else "image"
         elif op in (OP_TYPE_SAMPLER, OP_TYPE_SAMPLED_IMAGE) and w:
             images[w[0]] = "image"
-    return {(dset, b): images[t] for dset, b, t in _bound_variables(spirv).values()
-            if t in images}
+    return tuple(((dset, b), images[t]) for dset, b, t in _bound_variables(spirv).values()
+                 if t in images)
 
 
 def spirv_texel_bindings(spirv: bytes) -> set[tuple[int, int]]:
@@ -302,6 +322,11 @@ def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
     """The (descriptor set, binding) pairs whose buffer a SPIR-V module may write: the
     variable is not NonWritable and its block has a member that is not (GLSL `readonly`
     decorates the members); uniform texel buffers are never written."""
+    return set(_writable_of(_bytes(spirv)))
+
+
+@lru_cache(maxsize=REFLECT_CACHE)
+def _writable_of(spirv: bytes) -> frozenset[tuple[int, int]]:
     nonwritable: set[int] = set()
     members: dict[int, int] = {}  # struct id -> member count
     ro_members: dict[int, set[int]] = {}
@@ -320,7 +345,7 @@ def spirv_writable(spirv: bytes) -> set[tuple[int, int]]:
         if block in members and len(ro_members.get(block, ())) >= members[block]:
             continue
         out.add((dset, binding))
-    return out
+    return frozenset(out)
 
 
 def spirv_buffer_elements(spirv: bytes) -> dict[tuple[int, int], tuple[str, int, int, int]]:
@@ -371,6 +396,13 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
     (member path, byte offset, kind 'float'/'int'/'uint', bits), read from its type and
     Offset/ArrayStride decorations; None when it declares nothing there. Runtime arrays and
     arrays sized by specialization constants are listed only up to `limit` bytes."""
+    out = _block_scalars_of(_bytes(spirv), dset, binding, limit)
+    return None if out is None else list(out)
+
+
+@lru_cache(maxsize=REFLECT_CACHE)
+def _block_scalars_of(spirv: bytes, dset: int, binding: int,
+                      limit: int) -> tuple[tuple[str, int, str, int], ...] | None:
     types: dict[int, tuple] = {}
     consts: dict[int, int] = {}
     sets: dict[int, int] = {}
@@ -451,4 +483,4 @@ def spirv_block_scalars(spirv: bytes, dset: int, binding: int,
 
     pointer = types.get(variables[var], ("pointer", 0))
     walk(pointer[1], 0, "")
-    return out
+    return tuple(out)
