@@ -53,7 +53,7 @@ from vkgraph.pipeline import dng, heldout  # noqa: E402
 LEVELS = [("ISO 1600", 50.0, 2.0), ("ISO 12800", 800.0, 15.0), ("phone", 1.0e4, 100.0)]
 CFA = dng.BAYER["RGGB"]
 BLACK, WHITE = 512, 16383
-WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
+WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"  # what vkgraph denoise uses for raw
 ROWS = ("clean", "noisy", "kpn", "bm3d")
 TITLES = {"clean": "demosaic, noise-free", "noisy": "demosaic, noisy",
           "kpn": "demosaic + kpn (vkgraph denoise)",

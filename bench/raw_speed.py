@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     wd, ht = (int(v) for v in args.size.split("x"))
 
-    from vkgraph.cli.denoise import WEIGHTS, denoise_raw_file
+    from vkgraph.cli.denoise import default_weights, denoise_raw_file
     from vkgraph.pipeline import raw as rawmod
     from vkgraph.pipeline.denoise import Denoiser
     from vkgraph.pipeline.heldout import add_noise
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         device = session_device()
         print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
         noise = (800.0, 15.0) if args.noise else None
-        den = Denoiser(device, WEIGHTS)
+        den = Denoiser(device, default_weights(src))  # what the command uses for raw files
         if not args.stages_only:
             denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
             for i in range(args.repeat):

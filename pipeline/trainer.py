@@ -60,7 +60,9 @@ class Trainable:
     layout: tuple[int, int]  # (matrices, width): the weights are width x width matrices
     groups: list | None = None  # gradcheck's sampling groups: (name, start, end); None: layers
     kernels: str = ""  # the summary's note on the kernels it runs ("" says nothing)
-    lscale: bool = False  # adam's stats[2] holds a dynamic loss scale (reported)
+    # what adam's stats[2] holds, reported: a dynamic "loss scale" (mlp-t's cooperative-matrix
+    # kernels), an "activation scale" (kpn-t's fused kernels), or nothing ("")
+    scale: str = ""
 
 
 def trainable(module) -> Trainable:
@@ -179,7 +181,7 @@ def _stats(graph, module) -> dict:
     guard's state (this frame's slot: frame f's thread 0 writes slot f & 1)."""
     st = graph.read(trainable(module).adam, "stats").astype(np.float64)
     base = STATS_HEAD + GUARD_SLOT * (graph.frame & 1)
-    return {"skipped": int(st[0]), "lscale": float(st[2]),
+    return {"skipped": int(st[0]), "scale": float(st[2]),
             "guard": {k: float(st[base + i]) for k, i in GUARD.items()}}
 
 
@@ -218,13 +220,15 @@ def diverging(build, every: float = 2.0):
 
 
 def stats(graph, module) -> dict:
-    """The progress bar's: this frame's loss, the skipped updates, the loss scale."""
+    """The progress bar's: this frame's loss, the skipped updates, the loss or activation
+    scale."""
     out = {"loss": current_loss(graph, module)}
     st = _stats(graph, module)
     if st["skipped"]:
         out["skipped"] = st["skipped"]
-    if trainable(module).lscale:
-        out["lscale"] = st["lscale"]
+    scale = trainable(module).scale
+    if scale:
+        out["lscale" if scale == "loss scale" else "ascale"] = st["scale"]
     rollbacks = int(st["guard"]["rollbacks"])
     if rollbacks:
         out["rollbacks"] = rollbacks
@@ -247,8 +251,8 @@ def summary(graph, module) -> str:
         line += f", {st['skipped']} updates skipped (non-finite loss or gradient)"
     if t.kernels:
         line += f", {t.kernels}"
-    if t.lscale:
-        line += f" (loss scale {st['lscale']:g})"
+    if t.scale:
+        line += f" ({t.scale} {st['scale']:g})"
     g = st["guard"]
     if g["rollbacks"]:
         line += (f", {int(g['rollbacks'])} rollbacks to the last good weights (learning rate "

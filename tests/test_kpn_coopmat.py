@@ -361,3 +361,39 @@ def test_denoise_with_weights_that_overflow_f16(cm_device, caplog, monkeypatch):
             assert np.isfinite(out).all(), path.stem
             assert heldout.psnr(out, clean) > heldout.psnr(noisy, clean), path.stem
     assert den.fp32 and any("overflowed" in r.getMessage() for r in caplog.records)
+
+
+def overflow_continuation(frames: int):
+    """graphs/train-photo.cfg continued from tests/fixtures/kpn-f16-overflow.lut (the last
+    good weights of a 200k-frame run that diverged by f16 overflow) for `frames` frames."""
+    from conftest import ROOT, graph_from_lines
+
+    text = (ROOT / "graphs" / "train-photo.cfg").read_text()
+    text = text.replace("filename:photos/", f"filename:{ROOT / 'graphs' / 'photos'}/")
+    lut = Path(__file__).resolve().parent / "fixtures" / "kpn-f16-overflow.lut"
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    lines = [ln for ln in lines if not ln.startswith(("frames:", "param:kpn-t:01:init:"))]
+    lines += [f"frames:{frames}", "module:i-lut:w0", f"param:i-lut:w0:filename:{lut}",
+              "connect:i-lut:w0:output:kpn-t:01:wcp", "param:kpn-t:01:init:0"]
+    return graph_from_lines("\n".join(lines))
+
+
+@pytest.mark.coopmat
+def test_activation_scale_carries_training_past_f16_overflow(cm_device, monkeypatch, tmp_path):
+    """The fused kernels' activation scale (kpn-t/adam.comp, stats[2]): continued from weights
+    whose f16 activations overflow, the photo recipe halves the scale after the non-finite
+    steps and trains on, finite, without a rollback (before the scale: every step non-finite,
+    the run stopped)."""
+    from vkgraph.pipeline.runner import run_graph
+    from vkgraph.pipeline.trainer import diverged
+
+    use_variant(monkeypatch, "fused")
+    monkeypatch.chdir(tmp_path)
+    g = overflow_continuation(300)
+    b = run_graph(g, cm_device, frames=300, last_frame_only=True)
+    m = g.modules[("kpn-t", "01")]
+    st = b.read(m.trainable.adam, "stats")
+    hist = m.cls.hook("losses")(b, m)
+    assert 0 < st[2] < 1, st[:4]  # lowered from 1: the overflow happened and was met
+    assert 0 < st[0] <= 40, st[:4]  # a few skipped steps, not all of them
+    assert np.isfinite(hist[-50:]).all() and diverged(b, m) is None

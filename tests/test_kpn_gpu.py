@@ -219,6 +219,13 @@ def noise_feature_graph(tmp_path, R, extra=""):
         {extra}""")
 
 
+def generated(b, g):
+    """cnngenin's noisy input and reference (float64 rgb) and its noise records."""
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    return (b.read(gen, "imgo")[..., :3].astype(np.float64),
+            b.read(gen, "refo")[..., :3].astype(np.float64), b.read(gen, "noiseab").ravel())
+
+
 @pytest.mark.parametrize("w,h,levels,apply", [(37, 23, 3, "blend"), (64, 48, 4, "plain")])
 def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
     """feat 1: the noise map from cnngenin's noiseab, the pyramid of the variance and the
@@ -230,10 +237,7 @@ def test_noise_features_match_reference(device, tmp_path, w, h, levels, apply):
     g.frames = 2
     W = conditioned_weights()
     b, E, dW, O = run_with_weights(device, g, W)
-    gen = g.modules[("cnngenin", "01")].nodes[0]
-    Xd = b.read(gen, "imgo")[..., :3].astype(np.float64)
-    Rd = b.read(gen, "refo")[..., :3].astype(np.float64)
-    nab = b.read(gen, "noiseab").ravel()
+    Xd, Rd, nab = generated(b, g)
     assert nab[0] > 0 and nab[1] > 0 and nab[2] == 0 and nab[3] == 1
     Wf = W.astype(np.float32).astype(np.float64)
     Eref, Oref, cache = ref.forward(Xd, Rd, Wf, levels=levels, apply_mode=apply,
@@ -277,10 +281,7 @@ def test_arch1_matches_reference(device, tmp_path, w, h, levels):
     g.frames = 2
     W = ctx_weights()
     b, E, dW, O = run_with_weights(device, g, W)
-    gen = g.modules[("cnngenin", "01")].nodes[0]
-    Xd = b.read(gen, "imgo")[..., :3].astype(np.float64)
-    Rd = b.read(gen, "refo")[..., :3].astype(np.float64)
-    nab = b.read(gen, "noiseab").ravel()
+    Xd, Rd, nab = generated(b, g)
     Wf = W.astype(np.float32).astype(np.float64)
     Eref, Oref, cache = ref.forward(Xd, Rd, Wf, levels=levels, apply_mode="blend",
                                     noise=(float(nab[0]), float(nab[1])),

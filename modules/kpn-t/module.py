@@ -301,7 +301,7 @@ def _pad(n: int) -> int:
 
 
 def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=None,
-                  noise=None, fp32: bool = False, arch: int = 0):
+                  noise=None, fp32: bool = False, arch: int = 0, scale=None):
     """Pyramid, MLP and filter at every level, reconstruction; shared with kpn (inference).
     `noise`: None for vkdt's features; for the noise-normalised features (`feat 1`) where the
     noise profile comes from: "noiseab" (kpn-t: the module input carrying cnngenin's per-tile
@@ -314,8 +314,9 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     kernels where the f16 cooperative-matrix ones would run (kpn's `fp32`). `arch` 1: the
     chroma and context variant (README.md, `arch`; needs the noise profile): diff also
     writes each level's context plane `ctx`, one level deeper than the filtered ones, and
-    the MLP predicts 32 values a pixel. Returns the per-level nodes as a dict of lists (and
-    "variant": the MLP kernels chosen)."""
+    the MLP predicts 32 values a pixel. `scale`: the (node, connector) whose element 2 is the
+    fused kernels' activation scale (kpn-t: adam's stats; kpn/adam.comp). Returns the
+    per-level nodes as a dict of lists (and "variant": the MLP kernels chosen)."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels + arch)
     nout = OUT_ROWS * (2 if arch else 1)  # K's values a pixel
@@ -445,6 +446,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                 conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
                 defines["TRAIN"] = 1
             _ctx_inputs(conns, defines, arch)
+            if scale is not None and variant == "fused":
+                _scale_input(conns, defines)
             fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
                                  shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
         app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
@@ -455,6 +458,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                                                          **ctx})
         if precise:
             graph.node_connect(fwd, "Kd", app, "Kd")
+        if "ASCALE_B" in fwd.defines:
+            graph.node_connect(scale[0], scale[1], fwd, "stats")
         if arch:  # the level's context plane and the next coarser one's
             graph.node_connect(diff, "ctx", fwd, "ctxf")
             graph.node_connect(n["diff"][i + 1], "ctx", fwd, "ctxc")
@@ -503,6 +508,13 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     return n
 
 
+def _scale_input(conns: list, defines: dict) -> None:
+    """The fused kernels' activation scale: adam's stats as the last connector (binding
+    ASCALE_B; kpn.glsl, ACTIVATION_SCALE)."""
+    defines["ASCALE_B"] = len(conns)
+    conns.append(ssbo("stats", "read"))
+
+
 def _ctx_inputs(conns: list, defines: dict, arch: int) -> None:
     """arch 1's fwd kernels read a second context plane, the next coarser level's, as their
     last connector (binding CTXC_B)."""
@@ -533,7 +545,7 @@ def create_nodes(graph, module):
                              "profile: connect cnngenin's noiseab to kpn-t's noiseab")
         noise = "noiseab"
     n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"),
-                      noise=noise, arch=arch)
+                      noise=noise, arch=arch, scale=(adam, "stats"))
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
@@ -593,7 +605,8 @@ def create_nodes(graph, module):
     graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
     feed_optimizer(graph, adam, (acc, "dw"), (norm, "gn"), lsum)
     module.trainable = Trainable(adam=adam, dw=acc, lsum=lsum, hist_len=hist_len, used=used,
-                                 layout=(MATRICES, WIDTH))
+                                 layout=(MATRICES, WIDTH),
+                                 scale="activation scale" if n["variant"] == "fused" else "")
     _view_nodes(graph, module, n, adam, acc, lsum)
 
 
@@ -658,9 +671,11 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         defines = cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {}),
                              **({"KPN_CTX": 1} if arch else {}))
         _ctx_inputs(conns, defines, arch)
+        _scale_input(conns, defines)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), conns,
                               shader="kpn-t", local=(32 * warps, 1, 1),
                               push=[npx, per, scale, 1.0 / scale], defines=defines)
+        graph.node_connect(adam, "stats", node, "stats")
         if arch:
             graph.node_connect(n["diff"][i], "ctx", node, "ctxf")
             graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")

@@ -561,7 +561,8 @@ def create_nodes(graph, module):
                f"portable kernels{f' ({why})' if why else ''}")
     module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
                                  used=a.used(), layout=(a.nets * a.layers, a.width),
-                                 groups=a.groups(), kernels=kernels, lscale=cm)
+                                 groups=a.groups(), kernels=kernels,
+                                 scale="loss scale" if cm else "")
     module.data.update(train=train, eval=ev, arch=a, variant=variant,
                        variant_why=why)
 

@@ -37,3 +37,17 @@ bool opt_step(inout float w, inout float m, inout float v, float g, float lr, fl
   v = vi;
   return true;
 }
+
+// A dynamic power-of-two scale after a step (mlp-t's loss scale, kpn-t's activation scale;
+// stats[2] and its count of clean steps stats[3]): a bad step (non-finite, skipped) halves it,
+// not below lo; `grow` clean steps in a row double it, not above hi.
+void dyn_scale(inout float sc, inout float clean, bool bad, float lo, float hi, float grow) {
+  clean += 1.0;
+  if (bad) {
+    sc = max(lo, 0.5 * sc);
+    clean = 0.0;
+  } else if (clean >= grow) {
+    sc = min(hi, 2.0 * sc);
+    clean = 0.0;
+  }
+}

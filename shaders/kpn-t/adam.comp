@@ -16,6 +16,12 @@
 // counts skipped frames. Frame 0 initialises: Xavier-uniform +-sqrt(6/128) from vkdt's
 // xorshift with seed 133700013 i (init 1, or no wcp), else the checkpoint wcp; m = v = 0.
 // Unused weights (rows 16..63 of matrix 6) stay 0. wout is the f16 copy for o-lut.
+// stats[2]: the activation scale s of the fused kernels (fwd_cm and bck_fused multiply the
+// features by s and divide it out of K and dE/dW: the MLP is positively homogeneous, so with
+// a power of two this is exact but for f16's range), stats[3] its count of clean steps: frame
+// 0 sets 1 and 0; a step with a non-finite gradient (an f16 overflow, or else) halves s (not
+// below ASCALE_MIN), ASCALE_GROW clean steps in a row double it (not above 1). In the
+// checkpoint with the rest of stats.
 layout(push_constant) uniform Push { int has_wcp; } push;
 SSBO_IN(0, float, dw)
 SSBO_IN(1, float, gn)
@@ -26,6 +32,9 @@ SSBO_RW(5, float, v)
 SSBO_RW(6, float, stats)
 SSBO_OUT(7, float16_t, wout)
 #include "guard.glsl"
+
+#define ASCALE_MIN 9.5367431640625e-7  // 2^-20
+#define ASCALE_GROW 1000.0
 
 #ifdef KPN_CTX  // arch 1: the last matrix's first 32 rows (two 15-tap kernels and gains)
 #define USED_LAST (2u * KPN_LAST_USED)
@@ -49,7 +58,10 @@ void main() {
     m[i] = 0.0;
     v[i] = 0.0;
     guard_keep(i, wi, 0.0, 0.0, true);
-    if (i == 0u) { stats[0] = 0.0; stats[1] = 0.0; guard_init(); }
+    if (i == 0u) {
+      stats[0] = 0.0; stats[1] = 0.0; stats[2] = 1.0; stats[3] = 0.0;
+      guard_init();
+    }
   } else {
     wi = w[i];
     bool ok = gn[1] != 0.0;
@@ -72,6 +84,10 @@ void main() {
     if (i == 0u) {
       if (!ok) stats[0] += 1.0;
       stats[1] = gn[0];
+      float sc = stats[2] > 0.0 ? stats[2] : 1.0, clean = stats[3];
+      dyn_scale(sc, clean, !ok, ASCALE_MIN, 1.0, ASCALE_GROW);
+      stats[2] = sc;
+      stats[3] = clean;
       guard_update(global.frame, gd, guard_loss(), !ok);
     }
   }

@@ -67,6 +67,9 @@ SSBO_IN(1, uvec4, w)  // f16, 8 per uvec4
 SSBO_IN(2, float, dK)
 layout(std430, set = 1, binding = 3) buffer scr_buf { uvec4 scr[]; };  // f16, 8 per uvec4
 SSBO_OUT(4, float, part)
+#ifdef ASCALE_B  // adam's stats, [2] the activation scale s (kpn.glsl)
+SSBO_IN(ASCALE_B, float, stats)
+#endif
 
 #ifdef CM_BLOCKS
 shared F16 { float16_t hs[T * HS]; float16_t gs[T * HS]; float16_t ws[64u * HS]; };
@@ -106,9 +109,11 @@ DEFINE_CTX_FEATURES(gather, ctx_feature, 0, 16)
 DEFINE_KPN_FEATURES(gather, feat, 0, 2)
 #endif
 void tile_loads(out float f[16], out float g[G7]) {
+  float s = ACTIVATION_SCALE();  // h_0 = s f (kpn.glsl); g_l does not change, dW carries s
   uint r = lane / 2u, p = p0 + r, q = 2u * half_ + lane % 2u;
   if (p < push.N) {
     gather(p, q, f);
+    [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] *= s;
   } else {
     [[unroll]] for (uint j = 0u; j < 16u; j++) f[j] = 0.0;
   }
@@ -257,16 +262,17 @@ void main() {
     }
   }
   uint out0 = gl_WorkGroupID.x * KPN_NW;
+  float s = ACTIVATION_SCALE();
   CM_UNROLL for (uint l = 0u; l < 6u; l++)
     CM_UNROLL for (uint j = 0u; j < NJ; j++) {
       uint t = warp + WARPS * j;
-      CM_SCALE(dwacc[l * NJ + j], push.inv_scale);
+      CM_SCALE(dwacc[l * NJ + j], push.inv_scale / s);
       CM_STORE_ROW(dwacc[l * NJ + j], part, out0 + 4096u * l + 1024u * (t % 4u) + 16u * (t / 4u), 64u);
     }
   CM_UNROLL for (uint j = 0u; j < NJ6; j++) {
     uint t = warp + WARPS * j;
     if (t < 4u * OT) {
-      CM_SCALE(dwacc[6u * NJ + j], push.inv_scale);
+      CM_SCALE(dwacc[6u * NJ + j], push.inv_scale / s);
       CM_STORE_ROW(dwacc[6u * NJ + j], part, out0 + KPN_LAST + 1024u * (t / 4u) + 16u * (t % 4u), 64u);
     }
   }

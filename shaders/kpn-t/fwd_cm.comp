@@ -46,6 +46,10 @@ SSBO_OUT(8, uvec4, A5)
 SSBO_OUT(9, uvec4, A6)
 #endif
 
+#ifdef ASCALE_B  // training: adam's stats, [2] the activation scale (kpn.glsl)
+SSBO_IN(ASCALE_B, float, stats)
+#endif
+
 #ifdef CM_BLOCKS
 shared F16 { float16_t hs[FWD_TILE * HS]; };
 shared U128 { uvec4 hs8[FWD_TILE * HS / 8u]; };
@@ -83,12 +87,14 @@ void main() {
   uint warp = cm_warp(), lane = cm_lane();
   uint row0 = warp * FWD_ROWS * 16u;  // this warp's first row in hs
   uint p0 = gl_WorkGroupID.x * FWD_TILE + row0;  // and its first pixel
+  float s = ACTIVATION_SCALE();
 
   for (uint rb = 0u; rb < FWD_ROWS; rb++) {  // lane: half lane % 2 of row 16 rb + lane / 2
     uint r = 16u * rb + lane / 2u, p = p0 + r, c0 = 32u * (lane % 2u);
     float f[32];
     if (p < N) {
       features(p, lane % 2u, f);
+      [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] *= s;
     } else {
       [[unroll]] for (uint j = 0u; j < 32u; j++) f[j] = 0.0;
     }
@@ -133,6 +139,7 @@ void main() {
           CM_ACC z;
           CM_ZERO(z);
           CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
+          CM_SCALE(z, 1.0 / s);
           CM_STORE_ROW(z, K, (p0 + 16u * r) * uint(N_OUT) + 16u * nt, uint(N_OUT));
         }
       }

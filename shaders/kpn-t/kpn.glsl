@@ -134,6 +134,16 @@ const mat3 opp = mat3(0.57735027, 0.70710678, 0.40824829,
                       0.57735027, 0.0, -0.81649658,
                       0.57735027, -0.70710678, 0.40824829);
 
+// the activation scale s of the fused training kernels (fwd_cm, bck_fused): adam's stats[2]
+// (kpn-t/adam.comp) where the kernel binds adam's stats as `stats` (ASCALE_B), else 1. The
+// features are multiplied by s and K and dE/dW divided by it: exact for a power of two, as
+// the MLP is positively homogeneous (K(s f) = s K(f)), and f16 then holds the activations.
+#ifdef ASCALE_B
+#define ACTIVATION_SCALE() (stats[2] > 0.0 ? stats[2] : 1.0)
+#else
+#define ACTIVATION_SCALE() 1.0
+#endif
+
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
 

@@ -97,14 +97,9 @@ void main() {
       stats[1] = gmax;
       guard_update(global.frame, gd, guard_loss(), skipped > 0.0);
 #ifdef DYN_SCALE
-      float sc = stats[2] > 0.0 ? stats[2] : params.lscale, clean = stats[3] + 1.0;
-      if (skipped > 0.0) {
-        sc = max(min(1.0, params.lscale), 0.5 * sc);
-        clean = 0.0;
-      } else if (clean >= float(params.lsgrow)) {
-        sc = min(max(32768.0, params.lscale), 2.0 * sc);
-        clean = 0.0;
-      }
+      float sc = stats[2] > 0.0 ? stats[2] : params.lscale, clean = stats[3];
+      dyn_scale(sc, clean, skipped > 0.0, min(1.0, params.lscale), max(32768.0, params.lscale),
+                float(params.lsgrow));
       stats[2] = sc;
       stats[3] = clean;
 #endif
