@@ -359,6 +359,12 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             ssbo("w", "read", fmt="f16"), ssbo("wp", "write", WPACK_FRAGS * 512, "f16")],
             shader="kpn-t", local=(32, 1, 1), defines=cm_defines(graph))
         feed_weights(n["wpack"], "w")
+    n["wscale"] = None
+    if variant == "fused" or (variant == "coopmat" and not train):  # fwd_cm's layer scales
+        n["wscale"] = graph.add_node(module, "wscale", (7 * 256, 1), [
+            ssbo("w", "read", fmt="f16"), ssbo("lsc", "write", 8)], shader="kpn-t",
+            local=(256, 1, 1), defines=dict(ctx))
+        feed_weights(n["wscale"], "w")
     nmap = None
     if noise is not None:  # level 0 with the noise variance in alpha
         w0, h0 = sizes[0]
@@ -448,6 +454,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             _ctx_inputs(conns, defines, arch)
             if scale is not None and variant == "fused":
                 _scale_input(conns, defines)
+            if n["wscale"] is not None:
+                _lsc_input(conns, defines)
             fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
                                  shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
         app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
@@ -460,6 +468,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.node_connect(fwd, "Kd", app, "Kd")
         if "ASCALE_B" in fwd.defines:
             graph.node_connect(scale[0], scale[1], fwd, "stats")
+        if "LSC_B" in fwd.defines:
+            graph.node_connect(n["wscale"], "lsc", fwd, "lsc")
         if arch:  # the level's context plane and the next coarser one's
             graph.node_connect(diff, "ctx", fwd, "ctxf")
             graph.node_connect(n["diff"][i + 1], "ctx", fwd, "ctxc")
@@ -506,6 +516,12 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     n["arch"], n["nout"] = arch, nout
     graph.bind(module, "output", ups[0], "output")
     return n
+
+
+def _lsc_input(conns: list, defines: dict) -> None:
+    """The fused kernels' per-layer scales (wscale.comp) as the last connector (LSC_B)."""
+    defines["LSC_B"] = len(conns)
+    conns.append(ssbo("lsc", "read"))
 
 
 def _scale_input(conns: list, defines: dict) -> None:
@@ -672,10 +688,12 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
                              **({"KPN_CTX": 1} if arch else {}))
         _ctx_inputs(conns, defines, arch)
         _scale_input(conns, defines)
+        _lsc_input(conns, defines)
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), conns,
                               shader="kpn-t", local=(32 * warps, 1, 1),
                               push=[npx, per, scale, 1.0 / scale], defines=defines)
         graph.node_connect(adam, "stats", node, "stats")
+        graph.node_connect(n["wscale"], "lsc", node, "lsc")
         if arch:
             graph.node_connect(n["diff"][i], "ctx", node, "ctxf")
             graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")

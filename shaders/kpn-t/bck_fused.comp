@@ -70,6 +70,9 @@ SSBO_OUT(4, float, part)
 #ifdef ASCALE_B  // adam's stats, [2] the activation scale s (kpn.glsl)
 SSBO_IN(ASCALE_B, float, stats)
 #endif
+#ifdef LSC_B  // the per-layer scales f_l (wscale.comp)
+SSBO_IN(LSC_B, float, lsc)
+#endif
 
 #ifdef CM_BLOCKS
 shared F16 { float16_t hs[T * HS]; float16_t gs[T * HS]; float16_t ws[64u * HS]; };
@@ -154,6 +157,7 @@ void forward_layer(uint l) {
       CM_LOAD_COL(b, ws, 16u * (HS * nt + k), HS);
       CM_MMA(z, a[k], b);
     }
+    CM_SCALE(z, LAYER_SCALE(l));
     CM_LEAKY(z, LEAKY_SLOPE);
     CM_ACC16 h;
     CM_TO_F16(h, z);
@@ -199,6 +203,7 @@ void back_step(uint l, uint kt) {
       }
     }
     CM_ACC16 g;
+    CM_SCALE(z, LAYER_SCALE(l));
     CM_CLAMP(z, CM_F16_MAX);
     CM_TO_F16(g, z);
     CM_ACC16 m;
@@ -262,17 +267,20 @@ void main() {
     }
   }
   uint out0 = gl_WorkGroupID.x * KPN_NW;
-  float s = ACTIVATION_SCALE();
+  // dW_l = G'_{l+1}^T H'_l / (scale s f_0 .. f_{l-1} f_{l+1} .. f_6): h'_l = s f_0 .. f_{l-1} h_l
+  // and g'_{l+1} = scale f_{l+1} .. f_6 g_{l+1}
+  float s = ACTIVATION_SCALE(), prod = s;
+  for (uint l = 0u; l < 7u; l++) prod *= LAYER_SCALE(l);
   CM_UNROLL for (uint l = 0u; l < 6u; l++)
     CM_UNROLL for (uint j = 0u; j < NJ; j++) {
       uint t = warp + WARPS * j;
-      CM_SCALE(dwacc[l * NJ + j], push.inv_scale / s);
+      CM_SCALE(dwacc[l * NJ + j], push.inv_scale * LAYER_SCALE(l) / prod);
       CM_STORE_ROW(dwacc[l * NJ + j], part, out0 + 4096u * l + 1024u * (t % 4u) + 16u * (t / 4u), 64u);
     }
   CM_UNROLL for (uint j = 0u; j < NJ6; j++) {
     uint t = warp + WARPS * j;
     if (t < 4u * OT) {
-      CM_SCALE(dwacc[6u * NJ + j], push.inv_scale / s);
+      CM_SCALE(dwacc[6u * NJ + j], push.inv_scale * LAYER_SCALE(6u) / prod);
       CM_STORE_ROW(dwacc[6u * NJ + j], part, out0 + KPN_LAST + 1024u * (t / 4u) + 16u * (t % 4u), 64u);
     }
   }

@@ -49,6 +49,9 @@ SSBO_OUT(9, uvec4, A6)
 #ifdef ASCALE_B  // training: adam's stats, [2] the activation scale (kpn.glsl)
 SSBO_IN(ASCALE_B, float, stats)
 #endif
+#ifdef LSC_B  // the per-layer scales (wscale.comp)
+SSBO_IN(LSC_B, float, lsc)
+#endif
 
 #ifdef CM_BLOCKS
 shared F16 { float16_t hs[FWD_TILE * HS]; };
@@ -87,7 +90,8 @@ void main() {
   uint warp = cm_warp(), lane = cm_lane();
   uint row0 = warp * FWD_ROWS * 16u;  // this warp's first row in hs
   uint p0 = gl_WorkGroupID.x * FWD_TILE + row0;  // and its first pixel
-  float s = ACTIVATION_SCALE();
+  float s = ACTIVATION_SCALE(), c6 = s;  // h_l carries s f_0 .. f_{l-1}: K is divided by c6
+  for (uint l = 0u; l < 6u; l++) c6 *= LAYER_SCALE(l);
 
   for (uint rb = 0u; rb < FWD_ROWS; rb++) {  // lane: half lane % 2 of row 16 rb + lane / 2
     uint r = 16u * rb + lane / 2u, p = p0 + r, c0 = 32u * (lane % 2u);
@@ -125,6 +129,7 @@ void main() {
           CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) CM_MMA(z[nt], a[r][k], b[nt]);
         }
         CM_UNROLL for (uint nt = 0u; nt < 4u; nt++) {
+          CM_SCALE(z[nt], LAYER_SCALE(l));
           CM_LEAKY(z[nt], LEAKY_SLOPE);
           CM_ACC16 h;
           CM_TO_F16(h, z[nt]);
@@ -139,7 +144,7 @@ void main() {
           CM_ACC z;
           CM_ZERO(z);
           CM_UNROLL for (uint k = 0u; k < 4u; k++) CM_MMA(z, a[r][k], b[k]);
-          CM_SCALE(z, 1.0 / s);
+          CM_SCALE(z, 1.0 / c6);
           CM_STORE_ROW(z, K, (p0 + 16u * r) * uint(N_OUT) + 16u * nt, uint(N_OUT));
         }
       }

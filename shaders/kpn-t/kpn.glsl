@@ -144,6 +144,15 @@ const mat3 opp = mat3(0.57735027, 0.70710678, 0.40824829,
 #define ACTIVATION_SCALE() 1.0
 #endif
 
+// the per-layer scales f_l of the fused kernels (wscale.comp) where the kernel binds them as
+// `lsc` (LSC_B), else 1: layer l's output (l < 6) and the gradient through W_l are multiplied
+// by f_l; K and dE/dW divided by the products (fwd_cm.comp, bck_fused.comp)
+#ifdef LSC_B
+#define LAYER_SCALE(l) lsc[l]
+#else
+#define LAYER_SCALE(l) 1.0
+#endif
+
 // a tap weight the plain filter may use: non-finite or |K| >= 10 is replaced (zero gradient)
 bool tap_ok(float k) { return !isnan(k) && !isinf(k) && abs(k) < TAP_LIMIT; }
 
