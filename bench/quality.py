@@ -270,13 +270,13 @@ def train(device, cfg: Path, frames: int | None, folder: Path,
 
 
 def run_vkgraph(device, weights: Path, levels: int | None,
-                estimate: bool) -> tuple[dict, dict, int]:
+                estimate: bool, ensemble: int = 1) -> tuple[dict, dict, int]:
     """{(image, level): metrics} of kpn, {(image, level): seconds} of each denoise and the
     pyramid levels kpn ran with (levels, else what the .lut says)."""
     from vkgraph.pipeline.denoise import Denoiser
     from vkgraph.pipeline.noise import estimate_noise
 
-    den = Denoiser(device, weights, levels=levels)
+    den = Denoiser(device, weights, levels=levels, ensemble=ensemble)
     out, seconds = {}, {}
     for path in photos():
         for li in range(len(LEVELS)):
@@ -375,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --weights: kpn's levels (default: what the .lut says, else 4)")
     ap.add_argument("--estimate", action="store_true",
                     help="give kpn the estimated noise profile instead of the true one")
+    ap.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8), default=1,
+                    help="kpn averaged over this many flips and rotations (Denoiser)")
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
     ap.add_argument("--baselines", type=Path, default=CACHE, help="the baseline cache (JSON)")
     ap.add_argument("--baselines-only", action="store_true",
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     info["weights"] = str(weights)
                 vk, seconds, info["kpn_levels"] = run_vkgraph(dev, weights, args.levels,
-                                                              args.estimate)
+                                                              args.estimate, args.ensemble)
         finally:
             dev.close()
         for k, m in vk.items():

@@ -219,6 +219,47 @@ def test_denoiser_reruns_in_fp32_when_the_f16_kernels_overflow(device, weights, 
         Denoiser(device, weights)(img, 2e5, 20)
 
 
+@pytest.fixture(scope="module")
+def ctx_weights(tmp_path_factory):
+    """arch 1 weights (the .lut's text says so): the conditioned ones, W_6's rows 16..31
+    (the chroma kernel and gain) drawn like the rest."""
+    d = tmp_path_factory.mktemp("w1")
+    w = conditioned_weights().reshape(7, 64, 64)
+    w[6, 16:32] = np.random.default_rng(5).uniform(-1, 1, (16, 64)) * np.sqrt(6.0 / 128.0)
+    path = d / "w1.lut"
+    write_lut(path, w.astype(np.float16).ravel(), 1, "f16", 64, 448, ssbo=True,
+              text="lut contains weights for\nsoftmax kernel weight activation\nsigmoid alpha "
+              "blending activation\nnoise-normalised features\nchroma and context features")
+    return path
+
+
+def test_arch1_tiles_equal_the_whole_image(device, ctx_weights):
+    """arch 1's features read one level deeper: its tiles take the grid and margin of one
+    more level (levels 1 here tile as levels 2 of arch 0), and meet without seams."""
+    img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
+    img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
+    whole = Denoiser(device, ctx_weights, levels=1)(img, 1e6, 100)
+    tiled = Denoiser(device, ctx_weights, levels=1, max_pixels=1600)
+    assert (tiled.arch, tiled.depth) == (1, 2) and tiled.tiling(60, 52) == (8, 8, 16)
+    out = tiled(img, 1e6, 100)
+    assert np.abs(out - whole).max() <= 1e-6
+
+
+def test_ensemble_is_the_mean_over_flips_and_rotations(device, weights):
+    """ensemble n: kpn on the image's flips and rotations, each undone, averaged."""
+    img = picture(3)[:, :40]
+    one = Denoiser(device, weights)
+    runs = [np.rot90(one(np.ascontiguousarray(np.rot90(img, k)), 1e6, 100), -k) for k in range(4)]
+    mirror = one(np.ascontiguousarray(img[:, ::-1]), 1e6, 100)[:, ::-1]
+    np.testing.assert_allclose(Denoiser(device, weights, ensemble=4)(img, 1e6, 100),
+                               np.mean(runs, axis=0), atol=1e-6)
+    np.testing.assert_allclose(Denoiser(device, weights, ensemble=2)(img, 1e6, 100),
+                               (runs[0] + mirror) / 2, atol=1e-6)
+    assert np.abs(runs[1] - runs[0]).max() > 1e-4  # the filter is not rotation-invariant
+    with pytest.raises(GraphError, match="ensemble 3"):
+        Denoiser(device, weights, ensemble=3)
+
+
 def test_tiles_equal_the_whole_image(device, weights):
     """An image larger than the device's buffers is denoised in tiles; with the margin of
     pipeline/denoise.py each tile sees everything its kept pixels depend on and starts on the
@@ -314,3 +355,17 @@ def test_tile_progress_lines_without_a_bar(monkeypatch, caplog):
         for done in range(4):
             on_tile(done, 3)
     assert not caplog.records  # a photo done within 10 s says nothing
+
+
+def test_ensemble_option(device, tmp_path, capsys, weights):
+    """--ensemble N: what Denoiser(ensemble=N) gives; another N is exit 2, nothing written."""
+    write_png(tmp_path / "a.png", picture())
+    code, _, err = run(capsys, tmp_path / "a.png", "--ensemble", "3", "--weights", weights)
+    assert code == 2 and "--ensemble" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+    code, out, err = run(capsys, tmp_path / "a.png", "--ensemble", "4", "--noise", "1e6", "100",
+                         "-o", tmp_path / "b.exr", "--weights", weights)
+    assert code == 0, err
+    got = read_image(tmp_path / "b.exr")[..., :3]
+    want = Denoiser(device, weights, ensemble=4)(read_image(tmp_path / "a.png"), 1e6, 100)
+    np.testing.assert_allclose(got, want, atol=1e-5)
