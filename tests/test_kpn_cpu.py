@@ -60,15 +60,20 @@ def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels, t
     check_identical(out["portable"], out["cpu"])
 
 
-def test_cpu_noise_features_match_portable(cpu_device, tmp_path, monkeypatch):
-    """feat 1: feature 0 is the constant 1 (KPN_BIAS) in fwd_cpu as in fwd."""
+@pytest.mark.parametrize("arch", [0, 1])
+def test_cpu_noise_features_match_portable(cpu_device, tmp_path, monkeypatch, arch):
+    """feat 1: feature 0 is the constant 1 (KPN_BIAS) in fwd_cpu as in fwd; arch 1 (context
+    features, 32 outputs) gives the portable kernels' bits as well."""
+    from test_kpn_gpu import ctx_weights
+
     _, R = pair(40, 24, seed=4)
-    W = conditioned_weights()
+    W = ctx_weights() if arch else conditioned_weights()
     out = {}
     for variant in ("portable", "cpu"):
         use_variant(monkeypatch, variant)
         g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
-                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2")
+                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:loss:2\n"
+                                f"param:kpn-t:01:arch:{arch}")
         g.frames = 2
         out[variant] = frame(cpu_device, g, W)
         assert MLP_KERNELS[variant] <= kernels(g), kernels(g)
@@ -147,17 +152,3 @@ def test_kpn_cpu_reads_lut_weights_like_portable(cpu_device, tmp_path, monkeypat
     assert np.abs(out["portable"]).max() > 0
     np.testing.assert_array_equal(out["cpu"], out["portable"])
 
-
-def test_cpu_arch1_matches_portable(cpu_device, tmp_path, monkeypatch):
-    """arch 1 (context features, 32 outputs): the cpu kernels give the portable ones' bits."""
-    from test_kpn_gpu import ctx_weights
-    _, R = pair(37, 23)
-    W = ctx_weights()
-    out = {}
-    for variant in ("portable", "cpu"):
-        use_variant(monkeypatch, variant)
-        g = noise_feature_graph(tmp_path, R, "param:kpn-t:01:levels:3\n"
-                                "param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:1")
-        g.frames = 2
-        out[variant] = frame(cpu_device, g, W)
-    check_identical(out["portable"], out["cpu"])

@@ -429,24 +429,29 @@ def test_forward_backward_against_finite_differences(w, h, levels, mode, kind):
         rows = 16 if layer == 6 else 64
         for j in rng.choice(rows * 64, 10, replace=False):
             picks.append((layer, j // 64, j % 64))
+    _check_fd(lambda d: fd(d, eps), picks, ana, ref.USED, E, eps, rng)
+
+
+def _check_fd(fd, picks, ana, used, E, eps, rng):
+    """dE/dW (ana) against central differences fd(direction) -> (value, same kink regime):
+    the single weights `picks`, then random unit directions over the `used` weights. FD steps
+    that crossed a kink (rare at eps = 1e-6) say nothing and are left out; moving every weight
+    moves every pre-activation, so some directions cross one: two of four must not."""
     a, n = [], []
     for idx in picks:
-        e = np.zeros_like(W)
+        e = np.zeros_like(ana)
         e[idx] = 1.0
-        num, same = fd(e, eps)
+        num, same = fd(e)
         if same:
             a.append(ana[idx])
             n.append(num)
-    # FD steps that crossed a kink (rare at eps = 1e-6) say nothing and are left out
     assert len(a) >= 0.9 * len(picks)
     _assert_fd_close(a, n, E, eps)
-    # and random unit directions over all used weights at once (all checked that stay in one
-    # piece: moving every weight moves every pre-activation, so some directions cross a kink)
     checked = 0
     for _ in range(4):
-        v = rng.normal(size=W.shape) * ref.USED
+        v = rng.normal(size=ana.shape) * used
         v /= np.linalg.norm(v)
-        num, same = fd(v, eps)
+        num, same = fd(v)
         if same:
             _assert_fd_close(np.sum(ana * v), num, E, eps)
             checked += 1
@@ -612,25 +617,7 @@ def test_forward_backward_arch1_against_finite_differences(kind):
         picks += [(layer, j // 64, j % 64) for j in rng.choice(64 * 64, 10, replace=False)]
     for first in (0, 16):  # luma rows, chroma rows of W_6
         picks += [(6, first + j // 64, j % 64) for j in rng.choice(16 * 64, 5, replace=False)]
-    a, n = [], []
-    for idx in picks:
-        e = np.zeros_like(W)
-        e[idx] = 1.0
-        num, same = fd(e)
-        if same:
-            a.append(ana[idx])
-            n.append(num)
-    assert len(a) >= 0.9 * len(picks)
-    _assert_fd_close(a, n, E, eps)
-    checked = 0
-    for _ in range(4):
-        v = rng.normal(size=W.shape) * ref.USED_CTX
-        v /= np.linalg.norm(v)
-        num, same = fd(v)
-        if same:
-            _assert_fd_close(np.sum(ana * v), num, E, eps)
-            checked += 1
-    assert checked >= 2
+    _check_fd(fd, picks, ana, ref.USED_CTX, E, eps, rng)
 
 
 @pytest.mark.parametrize(
