@@ -315,7 +315,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     chroma and context variant (README.md, `arch`; needs the noise profile): diff also
     writes each level's context plane `ctx`, one level deeper than the filtered ones, and
     the MLP predicts 32 values a pixel. `scale`: the (node, connector) whose element 2 is the
-    fused kernels' activation scale (kpn-t: adam's stats; kpn/adam.comp). Returns the
+    fused kernels' activation scale (kpn-t: adam's stats; kpn-t/adam.comp). Returns the
     per-level nodes as a dict of lists (and "variant": the MLP kernels chosen)."""
     inp = module.connector("input").roi
     sizes = level_sizes(inp.wd, inp.ht, levels + arch)
