@@ -93,8 +93,8 @@ def add_parser(sub) -> None:
     out.add_argument("--outdir", metavar="DIR", help="write each output into DIR under the "
                      "input's file name (DIR is created)")
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights (default: the shipped "
-                   f"{WEIGHTS_LINEAR.relative_to(ROOT)} for raw files, EXR and PFM, "
-                   f"{WEIGHTS.relative_to(ROOT)} for the rest)")
+                   f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS)} for "
+                   "the rest)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
@@ -229,6 +229,11 @@ def cmd_denoise(args) -> int:
         print(f"vkgraph: {failed} of {len(inputs)} files failed", file=sys.stderr)
         return 1
     return 0
+
+
+def shown(path: Path) -> Path:
+    """A shipped file as the help shows it: relative to the package's root."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def default_weights(src: Path) -> Path:
@@ -477,8 +482,8 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
     out = den(image, a, b)
     write_like(dst, out, meta, quality)
     ht, wd = image.shape[:2]
-    return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how})"
-            f"{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
+    return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), weights "
+            f"{den.weights.name}{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
 
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
@@ -498,5 +503,5 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
     how = profile.source + (f", strength {strength:g}" if strength != 1.0 else "")
     return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
-            f"({how}), {time.perf_counter() - t0:.2f} s")
+            f"({how}), weights {den.weights.name}, {time.perf_counter() - t0:.2f} s")
 

@@ -4,6 +4,8 @@ weights file, a broken image among good ones) and the interrupt."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_kpn_gpu import conditioned_weights
@@ -369,3 +371,23 @@ def test_ensemble_option(device, tmp_path, capsys, weights):
     got = read_image(tmp_path / "b.exr")[..., :3]
     want = Denoiser(device, weights, ensemble=4)(read_image(tmp_path / "a.png"), 1e6, 100)
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
+    """Without --weights: raw files, EXR and PFM get the arch 1 weights, the display-referred
+    formats the arch 0 ones; each file's line names the weights it used."""
+    from vkgraph.cli import denoise as cli_denoise
+
+    monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
+    monkeypatch.setattr(cli_denoise, "WEIGHTS_LINEAR", ctx_weights)
+    assert cli_denoise.default_weights(Path("x.DNG")) == ctx_weights
+    assert cli_denoise.default_weights(Path("x.exr")) == ctx_weights
+    assert cli_denoise.default_weights(Path("x.jpeg")) == weights
+    write_png(tmp_path / "a.png", picture())
+    write_pfm(tmp_path / "b.pfm", picture())
+    code, out, err = run(capsys, tmp_path / "a.png", tmp_path / "b.pfm", "--noise", "1e6", "100",
+                         "--outdir", tmp_path / "o")
+    assert code == 0, err
+    lines = {line.split(" -> ")[0]: line for line in out.splitlines() if " -> " in line}
+    assert f"weights {weights.name}" in lines[str(tmp_path / "a.png")]
+    assert f"weights {ctx_weights.name}" in lines[str(tmp_path / "b.pfm")]
