@@ -419,7 +419,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                 conns.append(ssbo("A", "write", 7 * 64 * npx))
                 defines["TRAIN"] = 1
             groups = math.ceil(npx / (8 * px))
-            _ctx_inputs(conns, defines, arch)
+            if arch:
+                _bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
             fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
                                  local=(8, 1, 1), defines=defines, push=[npx])
         elif variant == "portable":
@@ -436,7 +437,8 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             if nmap is not None:
                 defines["KPN_BIAS"] = 1
             batch = MLP_BATCH // 2 if precise else MLP_BATCH
-            _ctx_inputs(conns, defines, arch)
+            if arch:
+                _bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
             fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
         else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
@@ -451,11 +453,12 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             if train and variant == "coopmat":  # h_0..h_6, one f16 buffer each
                 conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
                 defines["TRAIN"] = 1
-            _ctx_inputs(conns, defines, arch)
+            if arch:
+                _bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
             if scale is not None and variant == "fused":
-                _scale_input(conns, defines)
+                _bind_last(conns, defines, "ASCALE_B", ssbo("stats", "read"))
             if n["wscale"] is not None:
-                _lsc_input(conns, defines)
+                _bind_last(conns, defines, "LSC_B", ssbo("lsc", "read"))
             fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
                                  shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
         app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
@@ -513,30 +516,17 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     n["precise"] = precise
     n["variant"] = variant
     n["bias"] = nmap is not None
-    n["arch"], n["nout"] = arch, nout
+    n["arch"], n["nout"], n["ctx"] = arch, nout, ctx
     graph.bind(module, "output", ups[0], "output")
     return n
 
 
-def _lsc_input(conns: list, defines: dict) -> None:
-    """The fused kernels' per-layer scales (wscale.comp) as the last connector (LSC_B)."""
-    defines["LSC_B"] = len(conns)
-    conns.append(ssbo("lsc", "read"))
-
-
-def _scale_input(conns: list, defines: dict) -> None:
-    """The fused kernels' activation scale: adam's stats as the last connector (binding
-    ASCALE_B; kpn.glsl, ACTIVATION_SCALE)."""
-    defines["ASCALE_B"] = len(conns)
-    conns.append(ssbo("stats", "read"))
-
-
-def _ctx_inputs(conns: list, defines: dict, arch: int) -> None:
-    """arch 1's fwd kernels read a second context plane, the next coarser level's, as their
-    last connector (binding CTXC_B)."""
-    if arch:
-        defines["CTXC_B"] = len(conns)
-        conns.append(img("ctxc", "read"))
+def _bind_last(conns: list, defines: dict, define: str, conn) -> None:
+    """conn as the kernel's last connector, its binding number in `define`: arch 1's second
+    context plane (CTXC_B), the fused kernels' activation scale (adam's stats, ASCALE_B) and
+    per-layer scales (wscale's lsc, LSC_B)."""
+    defines[define] = len(conns)
+    conns.append(conn)
 
 
 def create_nodes(graph, module):
@@ -549,7 +539,7 @@ def create_nodes(graph, module):
                          f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
                          f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout, 64 x 448: w16 and the best weights
-    arch = check_arch(module)
+    arch = int(module.param("arch"))  # checked by modify_roi_out
     ctx = {"KPN_CTX": 1} if arch else {}
     adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
                      best=("f16", lut), w16=lut, wcp_format="f16", defines=ctx)
@@ -628,7 +618,7 @@ def create_nodes(graph, module):
 
 def _backward_portable(graph, module, n, i, adam, dap):
     """bck (-> G) and mulw (-> per-chunk partials of dE/dW) of level i, fp32."""
-    ctx = {"KPN_CTX": 1} if n["arch"] else {}
+    ctx = n["ctx"]
     w, h = n["sizes"][i]
     npx = w * h
     conns = [ssbo("w", "read"), ssbo("A", "read"), ssbo("dK", "read"),
@@ -685,10 +675,11 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
                  ssbo("scr", "write", groups * warps // 2 * 6 * 1024, "f16"),
                  ssbo("part", "write", NW * groups)]
         defines = cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {}),
-                             **({"KPN_CTX": 1} if arch else {}))
-        _ctx_inputs(conns, defines, arch)
-        _scale_input(conns, defines)
-        _lsc_input(conns, defines)
+                             **n["ctx"])
+        if arch:
+            _bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+        _bind_last(conns, defines, "ASCALE_B", ssbo("stats", "read"))
+        _bind_last(conns, defines, "LSC_B", ssbo("lsc", "read"))
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), conns,
                               shader="kpn-t", local=(32 * warps, 1, 1),
                               push=[npx, per, scale, 1.0 / scale], defines=defines)
@@ -770,7 +761,7 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         node = graph.add_node(module, "debug", (w, h), [
             img("detail", "read"), ssbo("K", "read"), img("debug", "write", Roi(w, h))],
             shader="kpn-t", push=[int(module.param("apply"))],
-            defines={"KPN_CTX": 1} if n["arch"] else {})
+            defines=n["ctx"])
         graph.node_connect(n["diff"][0], "detail", node, "detail")
         graph.node_connect(n["fwd"][0], "K", node, "K")
         graph.bind(module, "debug", node, "debug")
