@@ -28,13 +28,14 @@ def weights_text(graph, module) -> str | None:
 _APPLY_WORDS = {0: "plain taps", 1: "softmax taps", 2: "softmax taps and a sigmoid band gain"}
 
 
-def variant(graph, module) -> int:
-    """Match kpn to its weights and return `feat`. The .lut's text (kpn-t writes it) says how
-    the weights were trained: `apply` and `levels` left at their defaults take the text's
-    values; set to something else, they are an error (the weights would give garbage)."""
+def variant(graph, module) -> tuple[int, int]:
+    """Match kpn to its weights and return (`feat`, `arch`). The .lut's text (kpn-t writes it)
+    says how the weights were trained: `apply` and `levels` left at their defaults take the
+    text's values; set to something else, they are an error (the weights would give
+    garbage)."""
     text = weights_text(graph, module)
     if text is None:
-        return 0
+        return 0, 0
     said = trained_with(text)
     for name, words in (("apply", lambda v: f"apply {v} ({_APPLY_WORDS[v]})"),
                         ("levels", lambda v: f"{v} pyramid levels")):
@@ -46,7 +47,7 @@ def variant(graph, module) -> int:
                              f".lut's text, but {name} is {value}; set "
                              f"param:{module.name}:{module.inst}:{name}:{want}")
         module.set_param(name, want)
-    return said["feat"]
+    return said["feat"], said["arch"]
 
 
 def modify_roi_out(graph, module) -> None:
@@ -62,15 +63,10 @@ def modify_roi_out(graph, module) -> None:
 def create_nodes(graph, module) -> None:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
-    feat = variant(graph, module)
-    text = weights_text(graph, module)
-    if text and trained_with(text)["arch"] and not feat:
-        raise GraphError(f"{module}: the weights' .lut says arch 1 without noise-normalised "
-                         "features; kpn-t never writes that")
+    feat, arch = variant(graph, module)  # arch 1 without feat: forward_nodes refuses it
     n = forward_nodes(graph, module, levels, False, "w",
                       noise="params" if feat else None,
-                      fp32=int(module.param("fp32")) != 0,
-                      arch=trained_with(text)["arch"] if text else 0)
+                      fp32=int(module.param("fp32")) != 0, arch=arch)
     module.data["mlp"] = n["variant"]  # which MLP kernels run (the f16 ones may overflow)
     if module.connector("ref").source is None:
         return
