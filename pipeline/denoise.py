@@ -47,7 +47,11 @@ from .runner import Build
 log = logging.getLogger("vkgraph")
 HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
 BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd's K); arch 1 32
-ENSEMBLES = (1, 2, 4, 8)
+# ensemble n -> its (quarter turns, mirrored) of the image: 2 the image and its mirror, 4 the
+# four rotations, 8 those and their mirrors
+ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
+             4: tuple((k, False) for k in range(4)),
+             8: tuple((k, m) for m in (False, True) for k in range(4))}
 MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
 
 
@@ -123,8 +127,7 @@ class Denoiser:
         if self.ensemble == 1:
             return self._denoise(image, a, b)
         out = None
-        for t in range(self.ensemble):  # rotation t mod 4, mirrored from 4 on (2: 0 and 4)
-            rot, mirror = (0, True) if (self.ensemble, t) == (2, 1) else (t % 4, t >= 4)
+        for rot, mirror in ENSEMBLES[self.ensemble]:
             x = np.rot90(image, rot)
             x = np.ascontiguousarray(x[:, ::-1] if mirror else x)
             y = self._denoise(x, a, b)
