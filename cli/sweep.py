@@ -142,10 +142,9 @@ def check_graph(path: Path, metric: str) -> None:
 
 
 def cmd_sweep(args) -> int:
+    from vkgraph.api import graph_path
     from vkgraph.pipeline import distributed
     from vkgraph.pipeline.sweep import Space, rows, run_trial, write_tables
-
-    from vkgraph.api import graph_path
 
     from .main import UsageError
 
