@@ -29,8 +29,8 @@ SSBO_IN(3, double, Kd)
 SSBO_OUT(4, dvec4, Id)
 
 #ifdef KPN_CTX
-// softmax weights and gain of group g (0 luma, 1 chroma) of pixel i, float64
-double group_weights64(int i, int g, out double wk[N_TAPS]) {
+// the softmax weights of group g (0 luma, 1 chroma) of pixel i times its gain, float64
+void group_weights64(int i, int g, out double wk[N_TAPS]) {
   int o = i * N_OUT + 16 * g;
   double mx = -1e300lf, S = 0.0lf;
   for (int k = 0; k < N_TAPS; k++) mx = max(mx, Kd[o + k]);
@@ -40,7 +40,6 @@ double group_weights64(int i, int g, out double wk[N_TAPS]) {
   }
   double gain = 1.0lf / (1.0lf + mlp_exp64(-Kd[o + N_TAPS]));
   for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
-  return gain;
 }
 
 dvec3 apply_precise(int i, ivec2 p, int mode) {
@@ -77,8 +76,6 @@ dvec3 apply_precise(int i, ivec2 p, int mode) {
 }
 #endif  // KPN_CTX
 #endif
-
-
 
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
