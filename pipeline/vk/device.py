@@ -455,6 +455,7 @@ class Device:
                              flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                              queueFamilyIndex=self.queue_family), None)
         self._pipelines: dict = {}
+        self._pipeline_cache = None  # made with the first kernel (pcache.py)
         self._oneshot = None
         self._small_staging = None
         self.closed = False
@@ -492,8 +493,21 @@ class Device:
         from .kernel import Kernel
         key = (hash(spirv), nconn, push_size, tuple(local))
         if key not in self._pipelines:
-            self._pipelines[key] = self._own(Kernel(self, spirv, nconn, push_size, local))
+            cache = self.pipeline_cache()
+            self._pipelines[key] = self._own(Kernel(self, spirv, nconn, push_size, local,
+                                                    cache.handle if cache else None))
+            if cache:
+                cache.dirty = True
         return self._pipelines[key]
+
+    def pipeline_cache(self):
+        """The on-disk cache of the driver's compiled pipelines (pcache.py), opened with
+        the first kernel; None where VKGRAPH_PIPELINE_CACHE=0."""
+        from . import pcache
+        if self._pipeline_cache is None and pcache.enabled():
+            props = vk.vkGetPhysicalDeviceProperties(self.pd)
+            self._pipeline_cache = self._own(pcache.PipelineCache(self, props))
+        return self._pipeline_cache
 
     def commands(self, timestamps: int = 0):
         from .commands import CommandList

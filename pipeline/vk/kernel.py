@@ -30,7 +30,7 @@ class Kernel:
     SET0 = [vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER]
 
-    def __init__(self, device, spirv: bytes, nconn: int, push_size: int, local):
+    def __init__(self, device, spirv: bytes, nconn: int, push_size: int, local, cache=None):
         self.device = device
         self.nconn = nconn
         self.push_size = (push_size + 3) // 4 * 4
@@ -57,7 +57,7 @@ class Kernel:
         stage = vk.VkPipelineShaderStageCreateInfo(stage=STAGE, module=self.module,
                                                    pName="main", pSpecializationInfo=spec)
         flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if device.pipeline_stats else 0
-        self.pipeline = call("vkCreateComputePipelines", vk.vkCreateComputePipelines, dev, None,
+        self.pipeline = call("vkCreateComputePipelines", vk.vkCreateComputePipelines, dev, cache,
                              1, [vk.VkComputePipelineCreateInfo(flags=flags, stage=stage,
                                                                 layout=self.layout)],
                              None)[0]
