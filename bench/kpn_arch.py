@@ -27,6 +27,12 @@ range). The candidates change one thing each:
   signed    ctx with signed luma features, sign(Y(D)) log2(1 + |Y(D)| / sigma), instead of
             the luminance of |D| (a line and an edge differ in sign patterns)
   signed2   signed, two stages
+  nl        signed, and 8 nonlocal taps per level and group: the 8 offsets within 11x11 whose
+            5x5 patches of the level's luma (the guide's, in a cascade) are closest to the
+            pixel's own, as block matching finds them; the kernel's softmax spans the star and
+            these taps, and the 8 patch distances (over twice the noise variance, log2(1 + d))
+            are 8 more features (72 in all)
+  nl2       nl, two stages
 
 Held-out evaluation: bench/quality.py's photographs and noise (true a, b), PSNR in linear
 [0, 1]. Prints one table (mean PSNR per level, training seconds) and writes --json.
@@ -72,7 +78,12 @@ VARIANTS = {
     "cascade3": dict(chroma=True, ctx=True, taps=STAR, width=64, stages=3),
     "signed": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True),
     "signed2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, stages=2),
+    "nl": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8),
+    "nl2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8, stages=2),
 }
+NL_R = 5  # nonlocal search radius: offsets within 11x11
+NL_OFFS = [(dx, dy) for dy in range(-NL_R, NL_R + 1) for dx in range(-NL_R, NL_R + 1)
+           if (dx, dy) != (0, 0)]
 
 
 def band_noise(levels: int) -> list[float]:
@@ -86,10 +97,11 @@ class Kpn:
         self.t, self.cfg, self.levels, self.dev = torch, cfg, levels, dev
         self.band = band_noise(levels)
         self.taps = cfg["taps"]
-        self.nk = len(self.taps) + 1
+        self.nl = cfg.get("nl", 0)
+        self.nk = len(self.taps) + self.nl + 1
         self.nout = self.nk * (2 if cfg["chroma"] else 1)
         w, g = cfg["width"], torch.Generator().manual_seed(seed)
-        dims = [64] + [w] * 6 + [self.nout]
+        dims = [64 + self.nl] + [w] * 6 + [self.nout]
         self.W = []
         for i in range(7):
             bound = math.sqrt(6.0 / (dims[i] + dims[i + 1])) if i < 6 else math.sqrt(6 / (2 * w))
@@ -131,6 +143,28 @@ class Kpn:
         h, w = s.shape[-2:]
         return self.t.cat([p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] for dx, dy in offs], 1)
 
+    def matches(self, Y, sig):
+        """Block matching at one level: Y (n, 1, h, w) the luma of the level's image, sig
+        its noise std. The nl offsets (indices into NL_OFFS) whose 5x5 patches are closest
+        to the pixel's, (n, nl, h, w), and log2(1 + d / (2 sig^2)) of their distances."""
+        t, r = self.t, NL_R
+        p = self.pad(Y, r)
+        h, w = Y.shape[-2:]
+        d = t.cat([(p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] - Y) ** 2
+                   for dx, dy in NL_OFFS], 1)
+        d = t.nn.functional.avg_pool2d(self.pad(d, 2), 5, stride=1)
+        v, idx = t.topk(-d / (2 * sig ** 2), self.nl, dim=1)
+        return idx, t.log2(1 + (-v).clamp_min(0))
+
+    def gather(self, D, idx):
+        """D (n, 3, h, w) at the matched offsets: (n, nl, 3, h, w)."""
+        t, r = self.t, NL_R
+        p = self.pad(D, r)
+        h, w = D.shape[-2:]
+        S = t.stack([p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] for dx, dy in NL_OFFS], 1)
+        i = idx[:, :, None].expand(-1, -1, D.shape[1], -1, -1)
+        return t.gather(S, 1, i)
+
     # ---- one image batch X (n, 3, h, w) with its per-image (a, b) -> output (n, 3, h, w)
     def pyramid(self, X):
         M = [X]
@@ -148,7 +182,7 @@ class Kpn:
         for _ in range(L + 1):
             V.append(self.sub(V[-1]))
         M, D = self.pyramid(X)
-        FD = D if guide is None else self.pyramid(guide)[1]
+        FM, FD = (M, D) if guide is None else self.pyramid(guide)
         snr, csnr = [], []
         for i in range(L + 1):
             sig = (self.band[i] * V[i].clamp_min(0).sqrt()).clamp_min(1e-6)
@@ -160,7 +194,7 @@ class Kpn:
             if self.cfg["ctx"]:
                 c = t.einsum("kc,nchw->nkhw", self.opp[1:], FD[i]).norm(dim=1, keepdim=True)
                 csnr.append(t.log2(1 + c / sig))
-        feats = []
+        feats, gathered = [], []
         for i in range(L):
             if self.cfg["ctx"]:
                 h, w = D[i].shape[-2:]
@@ -175,7 +209,12 @@ class Kpn:
             else:
                 f = self.window(snr[i], [(c // 8 - 4, c % 8 - 4) for c in range(64)])
                 f = t.cat([t.ones_like(f[:, :1]), f[:, 1:]], 1)
-            feats.append(f.permute(0, 2, 3, 1).reshape(-1, 64))
+            if self.nl:
+                sig = (self.band[i] * V[i].clamp_min(0).sqrt()).clamp_min(1e-6)
+                idx, dist = self.matches((FM[i] * self.luma).sum(1, keepdim=True), sig)
+                gathered.append(self.gather(D[i], idx))
+                f = t.cat([f, dist], 1)
+            feats.append(f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]))
         h = t.cat(feats, 0)
         for i in range(6):
             h = t.nn.functional.leaky_relu(h @ self.W[i].T, LEAK)
@@ -186,22 +225,26 @@ class Kpn:
             n, _, hh, ww = D[i].shape
             Ks.append(K[start:start + n * hh * ww].reshape(n, hh, ww, -1).permute(0, 3, 1, 2))
             start += n * hh * ww
-        out = self.up(M[L], *M[L - 1].shape[-2:]) + self.filt(D[L - 1], Ks[L - 1])
+        G = gathered or [None] * L
+        out = self.up(M[L], *M[L - 1].shape[-2:]) + self.filt(D[L - 1], Ks[L - 1], G[L - 1])
         for i in range(L - 2, -1, -1):
-            out = self.up(out, *M[i].shape[-2:]) + self.filt(D[i], Ks[i])
+            out = self.up(out, *M[i].shape[-2:]) + self.filt(D[i], Ks[i], G[i])
         return out
 
-    def filt(self, D, K):
-        t, nt = self.t, self.nk - 1
+    def filt(self, D, K, G=None):
+        t = self.t
         if self.cfg["chroma"]:
             Do = t.einsum("kc,nchw->nkhw", self.opp, D)
-            y = self.apply1(Do[:, :1], K[:, :self.nk])
-            c = self.apply1(Do[:, 1:], K[:, self.nk:2 * self.nk])
+            Go = None if G is None else t.einsum("kc,njchw->njkhw", self.opp, G)
+            y = self.apply1(Do[:, :1], K[:, :self.nk], None if G is None else Go[:, :, :1])
+            c = self.apply1(Do[:, 1:], K[:, self.nk:2 * self.nk],
+                            None if G is None else Go[:, :, 1:])
             return t.einsum("kc,nkhw->nchw", self.opp, t.cat([y, c], 1))
-        del nt
-        return self.apply1(D, K)
+        return self.apply1(D, K, G)
 
-    def apply1(self, D, K):
+    def apply1(self, D, K, G=None):
+        """Softmax taps (the star's, then the nonlocal ones on G (n, nl, c, h, w)) and a
+        sigmoid gain."""
         t, nt = self.t, self.nk - 1
         s = t.softmax(K[:, :nt], 1)
         g = t.sigmoid(K[:, nt:nt + 1])
@@ -211,6 +254,9 @@ class Kpn:
         acc = 0
         for k, (dx, dy) in enumerate(self.taps):
             acc = acc + s[:, k:k + 1] * p[:, :, r + dy:r + dy + h, r + dx:r + dx + w]
+        if G is not None:
+            nst = len(self.taps)
+            acc = acc + (s[:, nst:nst + self.nl, None] * G).sum(1)
         return acc * g
 
 
