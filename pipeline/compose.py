@@ -205,8 +205,7 @@ def training_panels(build, module) -> list[Panel]:
         c = module.connector("output")
         if c.is_output and not c.is_ssbo:
             result.append(image_panel(build, "output", *module.backing["output"]))
-    panels = [p for p in inputs[:1] + result + inputs[1:] if p is not None]
-    return panels
+    return [p for p in inputs[:1] + result + inputs[1:] if p is not None]
 
 
 def image_panel(build, name: str, node: Node, conn: str) -> Panel | None:
