@@ -3,8 +3,8 @@
 The window (glfw, no client API) shows `display:main` large and the other displays beside it,
 each panel labelled, or, for a graph with a trainable module, its images side by side with its
 loss plot below (pipeline/compose.py: `view_of`), and a status line with frame, frames/s and
-what the modules' `stats` hooks report (also in the window title). The graph runs its frames, then the last picture
-stays until the window is closed.
+what the modules' `stats` hooks report (also in the window title). The graph runs its
+frames, then the last picture stays until the window is closed.
 
 Keys: space pauses/resumes, `s` writes the file sinks now, `q`/Esc quits. Quitting (also by
 closing the window, or by `--exit-after N`: after N graph frames, counting redraws once the
