@@ -1,9 +1,10 @@
 """`vkgraph gui`: run a graph frame after frame and show its display modules in a window.
 
-The window (glfw, no client API) shows `display:main` large and the other displays beside it
-(pipeline/compose.py), and a status line with frame, frames/s and what the modules' `stats`
-hooks report (also in the window title). The graph runs its frames, then the last picture
-stays until the window is closed.
+The window (glfw, no client API) shows `display:main` large and the other displays beside it,
+each panel labelled, or, for a graph with a trainable module, its images side by side with its
+loss plot below (pipeline/compose.py: `view_of`), and a status line with frame, frames/s and
+what the modules' `stats` hooks report (also in the window title). The graph runs its
+frames, then the last picture stays until the window is closed.
 
 Keys: space pauses/resumes, `s` writes the file sinks now, `q`/Esc quits. Quitting (also by
 closing the window, or by `--exit-after N`: after N graph frames, counting redraws once the
@@ -209,7 +210,7 @@ def write_screenshot(path: str, rgba: np.ndarray) -> None:
 
 
 def cmd_gui(args) -> int:
-    from vkgraph.pipeline.compose import Composer, panels_of
+    from vkgraph.pipeline.compose import Composer, view_of
     from vkgraph.pipeline.runner import Build
     from vkgraph.pipeline.vk.display import OutOfDate, Surface, Swapchain
 
@@ -229,12 +230,15 @@ def cmd_gui(args) -> int:
             surface = Surface(window.handle)
             device = open_device(args, surface)
             build = Build(graph, device, profile=args.profile)
-            panels = panels_of(build)
-            if not panels:
+            view = view_of(build)
+            if not view.panels:
                 raise GraphError("no display of the graph shows an image")
             swapchain = Swapchain(device, surface, *window.framebuffer_size())
-            composer = Composer(build, panels)
-            log.info("gui: %s", ", ".join(f"display:{p.name} {p.wd}x{p.ht}" for p in panels))
+            composer = Composer(build, view)
+            shown = [f"{p.name} {p.wd}x{p.ht}" for p in view.panels]
+            if view.loss is not None:
+                shown.append(f"{view.loss.name} loss")
+            log.info("gui: %s", ", ".join(shown))
             done = _loop(args, window, build, swapchain, composer, OutOfDate, stop)
             if args.profile and done:
                 from .progress import print_profile

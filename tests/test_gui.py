@@ -20,8 +20,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import VKGRAPH, vkgraph_env
+from test_kpn_views import font
 
-from vkgraph.pipeline.compose import STATUS_HT, fit, layout
+from vkgraph.pipeline.compose import (
+    FONT_SCALE,
+    LABEL_HT,
+    STATUS_HT,
+    fit,
+    image_area,
+    layout,
+    plot_area,
+    training_layout,
+)
 from vkgraph.pipeline.formats import linear_to_srgb, read_pfm, srgb_to_linear, write_pfm
 
 WD, HT = 320, 240  # enlarged in the main panel, shrunk in the side panel
@@ -145,6 +155,27 @@ def read_png(path: Path) -> np.ndarray:
     return iio.imread(path).astype(np.int64)
 
 
+def read_text(ink: np.ndarray, x: int, y: int, wd: int, scale: int = FONT_SCALE) -> str:
+    """The 5x7 font's text (cells of 6 x 8 font pixels, `scale` window pixels each) whose top
+    left is at (x, y) in the boolean image `ink`, read up to `wd` pixels to the right; "?"
+    for a cell that is no glyph."""
+    glyphs = {ch: g for ch, g in font().items()}
+    out = []
+    for cx in range(x, x + wd - 6 * scale + 2, 6 * scale):
+        cell = ink[y:y + 7 * scale:scale, cx:cx + 5 * scale:scale]
+        if cell.shape != (7, 5):
+            break
+        out.append(next((ch for ch, g in glyphs.items() if np.array_equal(g, cell)), "?"))
+    return "".join(out).rstrip()
+
+
+def read_label(shot: np.ndarray, rect) -> str:
+    """The label in the strip along the top of a panel (shaders/display/label.comp)."""
+    x, y, wd, _ = rect
+    top = y + (LABEL_HT - 7 * FONT_SCALE) // 2
+    return read_text(shot[:, :, 1] > 128, x + 4, top, wd - 4)
+
+
 def test_screenshot_shows_the_cli_output(xdisplay, graph_dir):
     env = run_env(xdisplay)
     res = vkgraph(["gui", "-g", "g.cfg", "--exit-after", "5", "--screenshot", "shot.png"],
@@ -165,24 +196,28 @@ def test_screenshot_shows_the_cli_output(xdisplay, graph_dir):
     rects, strip = layout(wd, ht, 2)
     assert strip == (0, ht - STATUS_HT, wd, STATUS_HT)
 
-    x, y, fw, fh = fit(rects[0], WD, HT)
+    x, y, fw, fh = fit(image_area(rects[0]), WD, HT)
     assert fw > WD  # enlarged
     want = resample_srgb8(srgb_to_linear(ref / 255.0), fw, fh)
     got = shot[y:y + fh, x:x + fw]
     diff = np.abs(got - want)
     assert diff.max() <= 3 and diff.mean() <= 0.5, (diff.max(), diff.mean())
     # letterbox around the image in the panel colour
-    px, py, pw, ph = rects[0]
+    px, py, pw, ph = image_area(rects[0])
     outside = np.ones((ph, pw), bool)
     outside[y - py:y - py + fh, x - px:x - px + fw] = False
     assert outside.any() and np.all(np.abs(shot[py:py + ph, px:px + pw][outside] - 15) <= 1)
 
     # view0 shows the i-pfm image itself, shrunk into the side column
-    x, y, fw, fh = fit(rects[1], WD, HT)
+    x, y, fw, fh = fit(image_area(rects[1]), WD, HT)
     assert fw < WD
     want = resample_srgb8(make_image(), fw, fh)
     diff = np.abs(shot[y:y + fh, x:x + fw] - want)
     assert diff.max() <= 2 and diff.mean() <= 0.5, (diff.max(), diff.mean())
+
+    # each panel's label names its display and what it shows
+    assert read_label(shot, rects[0]) == "MAIN: EXPOSURE OUTPUT"
+    assert read_label(shot, rects[1]) == "VIEW0: I-PFM OUTPUT"
 
     # the status line has text on its background
     line = shot[ht - STATUS_HT:, :]
@@ -217,7 +252,7 @@ def test_resize_recreates_the_swapchain(xdisplay, graph_dir):
     shot = read_png(graph_dir / "small.png")
     assert shot.shape == (300, 500, 3)
     rects, _ = layout(500, 300, 2)
-    x, y, fw, fh = fit(rects[0], WD, HT)
+    x, y, fw, fh = fit(image_area(rects[0]), WD, HT)
     # the main panel still shows the image (bright block of exposure 0.5 in red)
     assert shot[y + fh * 65 // HT, x + fw * 190 // WD, 0] > 240
 
@@ -321,3 +356,58 @@ def test_idle_window_sleeps_and_signals_write_sinks(xdisplay, graph_dir, sig):
     assert "interrupted after frame 2 of 3" in err and "Traceback" not in err
     assert np.allclose(read_pfm(graph_dir / "sink.pfm"), read_pfm(graph_dir / "in.pfm")
                        * 2 ** 0.5, rtol=1e-6)
+
+
+def test_training_layout_gives_the_loss_plot_room():
+    """The training view at the default window (1152 x 800 on this Xvfb): three images side
+    by side, left to right, the loss plot below them at least half the window wide and a
+    third of it high (it was kpn-t's 500 x 200 plot in the side column, shown at 288 x
+    115), one side panel on the right."""
+    wd, ht = 1152, 800
+    rects, loss, status = training_layout(wd, ht, 3, 1)
+    row, side = rects[:3], rects[3]
+    assert [r[0] for r in row] == sorted(r[0] for r in row)
+    assert len({r[1] for r in row}) == 1 and len({r[3] for r in row}) == 1
+    assert all(r[0] + r[2] <= side[0] for r in row)
+    assert loss[1] >= row[0][1] + row[0][3] and loss[0] + loss[2] <= side[0]
+    assert loss[2] >= wd / 2 and loss[3] >= ht / 3
+    x0, y0, x1, y1 = plot_area(loss)
+    assert x1 - x0 >= 600 and y1 - y0 >= 250
+    assert status[1] >= loss[1] + loss[3]
+
+
+TRAINING = [
+    ("train-kpn.cfg", [], ["INPUT", "OUTPUT", "REF"], ["VIEW0: KPN-T VIS"]),
+    ("fit-image.cfg", ["--config", "param:mlp-t:01:batch:1024"], ["TARGET", "OUTPUT"], []),
+]
+
+
+@pytest.mark.parametrize(("cfg", "extra", "images", "side"), TRAINING)
+def test_training_view(xdisplay, tmp_path, cfg, extra, images, side):
+    """A training graph shows its trainable module's images side by side, labelled in its
+    connector order, its loss plot below them at the window's font scale with its labels
+    and a curve, and the displays that show something else in a column on the right
+    (train-kpn's `main` shows kpn-t's output again and `hist` its small loss plot: both
+    left out)."""
+    graph = Path(__file__).resolve().parent.parent / "graphs" / cfg
+    res = vkgraph(["gui", "-g", str(graph), "--frames", "3", "--exit-after", "4",
+                   "--screenshot", "shot.png", *extra], tmp_path, run_env(xdisplay))
+    assert res.returncode == 0, res.stderr
+    shot = read_png(tmp_path / "shot.png")
+    ht, wd = shot.shape[:2]
+    rects, loss, _ = training_layout(wd, ht, len(images), len(side))
+    assert [read_label(shot, r) for r in rects] == images + side
+    # every image panel shows something other than the panel colour below its label
+    for r in rects:
+        x, y, w, h = image_area(r)
+        assert (np.abs(shot[y:y + h, x:x + w] - 15) > 8).any()
+    # the loss plot: its title, the x axis' name, and the curve in its plot area
+    lx, ly, lw, lh = loss
+    s = FONT_SCALE
+    grey = (shot.max(-1) - shot.min(-1) < 8) & (shot[:, :, 1] > 200)
+    assert read_text(grey, lx + 4 * s, ly + 3 * s, 10 * 6 * s) == "LOSS (LOG)"
+    x0, y0, x1, y1 = plot_area(loss)
+    assert read_text(grey, lx + (x0 + x1) // 2 - 14 * s, ly + y1 + 4 * s, 5 * 6 * s) == "FRAME"
+    area = shot[ly + y0:ly + y1, lx + x0:lx + x1]
+    orange = (area[:, :, 0] > 200) & (area[:, :, 2] < 150)
+    assert orange.sum() >= x1 - x0  # a line across the plot

@@ -327,9 +327,9 @@ def loss_plot(hist: np.ndarray, frame: int) -> np.ndarray:
     x0, y0, x1, y1 = kpn_t_module.GRAPH_PLOT
     wd, ht = kpn_t_module.GRAPH_SIZE
     common = {"frame": frame, "frames": hist.size}
-    cols = dispatch("kpn-t", "grange", {"hist": hist}, size=(256, 1), local=(256, 1, 1),
-                    outputs={"cols": (kpn_t_module.GRAPH_COLS,)}, push=[hist.size, x1 - x0],
-                    **common)["cols"]
+    cols = dispatch("kpn-t", "grange", {"hist": hist}, shader="trainer", size=(256, 1),
+                    local=(256, 1, 1), outputs={"cols": (kpn_t_module.GRAPH_COLS,)},
+                    push=[hist.size, x1 - x0], **common)["cols"]
     return dispatch("kpn-t", "graph", {"cols": cols}, size=(wd, ht),
                     outputs={"plot": (ht, wd, 4)}, push=[hist.size, x0, y0, x1, y1],
                     **common)["plot"]

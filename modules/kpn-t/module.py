@@ -735,7 +735,7 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
     if readers(module, "graph"):
         x0, y0, x1, y1 = GRAPH_PLOT
         rng = graph.add_node(module, "grange", (256, 1), [
-            ssbo("hist", "read"), ssbo("cols", "write", GRAPH_COLS)], shader="kpn-t",
+            ssbo("hist", "read"), ssbo("cols", "write", GRAPH_COLS)], shader="trainer",
             local=(256, 1, 1), push=[hist_len, x1 - x0])
         graph.node_connect(lsum, "hist", rng, "hist")
         node = graph.add_node(module, "graph", GRAPH_SIZE, [
