@@ -55,15 +55,26 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
         off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
     a = b = F32(0)
     camera = False
-    if generate in (2, 4, 5):
+    if generate in (2, 4, 5, 6):
         s, u = mrand(s)
         a = F32(65535000) * u[0]
         s, u = mrand(s)
         b = F32(1000) * u[0]
-    if generate == 5:  # half the tiles: the noise on the mosaic, demosaiced
+    if generate in (5, 6):  # half the tiles: the noise on the mosaic, demosaiced
         s, u = mrand(s)
         camera = bool(u[0] < F32(0.5))
     return ev, flip, off, a, b, s[0], camera
+
+
+QUALITY_SALT = 0x4A504547  # "JPEG"
+
+
+def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
+    """generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn by mrand from
+    s ^ QUALITY_SALT (s the state after the camera draw, which stays generate 5's)."""
+    _, u = mrand(np.array([int(s) ^ QUALITY_SALT], np.uint32))
+    n = qhi - qlo
+    return qlo + min(int(F32(n + 1) * u[0]), n)
 
 
 def cfa(wd: int, ht: int) -> np.ndarray:
@@ -96,7 +107,7 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
     return out
 
 
-def reference(img, ref, generate, tiles, frame, seed=0):
+def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
     ht, wd = img.shape[:2]
     ow, oh = (TILE, TILE) if tiles else (wd, ht)
@@ -108,7 +119,7 @@ def reference(img, ref, generate, tiles, frame, seed=0):
     gain = 2.0 ** float(ev)
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
-    if generate in (2, 4, 5):
+    if generate in (2, 4, 5, 6):
         X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
         sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
         sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
@@ -124,6 +135,8 @@ def reference(img, ref, generate, tiles, frame, seed=0):
         if camera:
             im[..., :3] = demosaic_bilinear(np.take_along_axis(
                 im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0])
+        if generate == 6:
+            im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
     if generate in (3, 4):
         im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
@@ -338,3 +351,9 @@ def jpeg_roundtrip(rgb: np.ndarray, quality: int) -> np.ndarray:
         sub = np.pad(sub, ((0, ph // 2 - ch), (0, 0)), mode="edge")
         up.append(upsample_h2v2_fancy(block_roundtrip(sub, table)[:ch, :cw], w, h))
     return ycc_to_rgb(np.stack([y, *up], -1))
+
+
+def camera_pipeline(rgb: np.ndarray, quality: int) -> np.ndarray:
+    """generate 6 after the noise: linear rgb (h, w, 3) clamped to [0, 1], sRGB-encoded to 8
+    bits, through a 4:2:0 JPEG of `quality` and decoded back to linear."""
+    return srgb_decode8(jpeg_roundtrip(srgb8(rgb), quality))
