@@ -303,3 +303,32 @@ def test_quality_range_checked(device, images):
     g.module("cnngenin", "01").set_param("qlo", 96)
     with pytest.raises(GraphError, match="qlo"):
         run_graph(g, device, frames=1)
+
+
+def test_camera_pipeline_tiles_are_separate_jpegs(device, images):
+    """generate 6 with a batch of 4 tiles of 24 (a grid of 2 x 2, each padded to 2 x 2
+    MCUs): each tile is its own JPEG of its own draws, as the reference makes tile t."""
+    from vkgraph.modules.cnngenin.module import grid
+
+    batch, tile = 4, 24
+    g, registry = build_graph(*images["large"][:2], 6, 1)
+    gen = g.module("cnngenin", "01")
+    gen.set_param("batch", batch)
+    gen.set_param("tile", tile)
+    captured = registry.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=2)
+    _, _, img, ref = images["large"]
+    cols = grid(batch)[0]
+    for f in range(2):
+        imgo, refo, nab = (captured[(c, f)] for c in ("imgo", "refo", "noiseab"))
+        assert imgo.shape == (2 * tile, 2 * tile, 4)
+        for t in range(batch):
+            ox, oy = tile * (t % cols), tile * (t // cols)
+            want_img, want_ref, want_nab = reference(img, ref, 6, 1, f, tile=tile, t=t,
+                                                     origin=(ox, oy))
+            window = np.s_[oy:oy + tile, ox:ox + tile]
+            np.testing.assert_array_equal(srgb_codes(imgo[window][..., :3]),
+                                          srgb_codes(want_img[..., :3]))
+            assert_close(refo[window], want_ref, False, f"refo frame {f} tile {t}")
+            np.testing.assert_array_equal(nab.reshape(-1, 4)[t, :3], want_nab[:3])

@@ -41,9 +41,22 @@ def to_half(x: np.ndarray) -> np.ndarray:
     return np.clip(x, -65504, 65504).astype(np.float16).astype(np.float64)
 
 
-def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int):
-    """Per-frame draws: (ev, flip, (offx, offy), noise a, noise b, state after them)."""
-    s = np.array([(123456789 + 133700 * frame + seed) & 0xFFFFFFFF], np.uint32)
+def hash32(x: int) -> int:
+    """rng.glsl's hash32 on a Python int (uint32 arithmetic)."""
+    m = 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x21F0AAAD) & m
+    x ^= x >> 15
+    x = (x * 0x735A2D97) & m
+    return x ^ (x >> 15)
+
+
+def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int,
+                  t: int = 0):
+    """Per-frame draws of tile t: (ev, flip, (offx, offy), noise a, noise b, state after
+    them, camera)."""
+    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
+    s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
     ev, flip, off = F32(0), 0, (0, 0)
     if tiles and generate:
         s, u = mrand(s)
@@ -107,11 +120,14 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
     return out
 
 
-def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95):
-    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
+def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
+              t=0, origin=(0, 0)):
+    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
+    of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
+    output coordinates)."""
     ht, wd = img.shape[:2]
-    ow, oh = (TILE, TILE) if tiles else (wd, ht)
-    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht)
+    ow, oh = (tile, tile) if tiles else (wd, ht)
+    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t)
     x, y = np.arange(ow), np.arange(oh)
     qx = (ow - 1 - x if flip & 1 else x) + off[0]
     qy = (oh - 1 - y if flip & 2 else y) + off[1]
@@ -120,7 +136,8 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95):
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
     if generate in (2, 4, 5, 6):
-        X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
+        X, Y = np.meshgrid((x + origin[0]).astype(np.uint32),
+                           (y + origin[1]).astype(np.uint32))
         sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
         sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
         u = []
@@ -141,7 +158,7 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95):
         im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
     rf[..., 3] = 1
-    nab = np.array([a, b, TILE if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
+    nab = np.array([a, b, tile if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
     return to_half(im), to_half(rf), nab
 
 
