@@ -220,3 +220,115 @@ def test_mismatched_inputs_rejected(device, images):
     g, _ = build_graph(images["small"][0], images["large"][1], 0, 1)
     with pytest.raises(GraphError, match="equal sizes"):
         run_graph(g, device, frames=1)
+
+
+# -- generate 6: the camera pipeline (sRGB, 8 bits, JPEG round trip) ---------------------
+
+def srgb_codes(linear: np.ndarray) -> np.ndarray:
+    """The 8-bit sRGB code of each half-rounded decoded value: the nearest of the 256."""
+    from vkgraph.modules.cnngenin.reference import srgb_decode8
+
+    table = to_half(srgb_decode8(np.arange(256)))
+    i = np.clip(np.searchsorted(table, linear), 1, 255)
+    return np.where(linear - table[i - 1] < table[i] - linear, i - 1, i)
+
+
+@pytest.mark.parametrize("tiles", [0, 1])
+def test_camera_pipeline_matches_reference(device, images, tiles):
+    """generate 6 against the reference, compared as 8-bit codes: the JPEG runs in libjpeg's
+    integer arithmetic on both sides, so only an sRGB code of the noisy image that the f32
+    device maths puts across a rounding boundary can differ (and then a few codes by 1).
+    tiles 0 is 37x23: the padding to whole MCUs; refo and noiseab are generate 5's."""
+    _, _, img, ref = images["large" if tiles else "small"]
+    out = run(device, images, 6, tiles)
+    five = run(device, images, 5, tiles)
+    for f in range(FRAMES):
+        imgo, refo, nab = out[f]
+        want_img, want_ref, want_nab = reference(img, ref, 6, tiles, f)
+        np.testing.assert_array_equal(refo, five[f][1])
+        np.testing.assert_array_equal(nab, five[f][2])
+        np.testing.assert_array_equal(nab, want_nab)
+        assert_close(refo, want_ref, False, f"refo frame {f}")
+        np.testing.assert_array_equal(imgo[..., 3], 1)
+        got, want = srgb_codes(imgo[..., :3]), srgb_codes(want_img[..., :3])
+        np.testing.assert_array_equal(srgb_codes(want_img[..., :3]), want)
+        diff = np.abs(got - want)
+        assert np.mean(diff == 0) >= 0.999 and diff.max() <= 1, (f, np.mean(diff == 0),
+                                                                 diff.max())
+        assert not np.array_equal(imgo, five[f][0])
+
+
+def test_jpeg_roundtrip_matches_pillow():
+    """The reference's JPEG round trip is Pillow's: 4:2:0, the same quality, on a smooth
+    image and a noisy one, of sizes that are and are not whole MCUs. With libjpeg-turbo
+    (Pillow's wheels) every code is equal; any libjpeg's is close."""
+    import io
+
+    from PIL import Image, features
+
+    from vkgraph.modules.cnngenin.reference import jpeg_roundtrip
+
+    rng = np.random.default_rng(3)
+    exact = features.check_feature("libjpeg_turbo")
+    for ht, wd in ((64, 64), (37, 23), (50, 70)):
+        y, x = np.mgrid[0:ht, 0:wd]
+        smooth = np.stack([128 + 100 * np.sin(x / 9 + y / 13), 128 + 90 * np.cos(y / 7),
+                           60 + 2 * x + y], -1)
+        for rgb in (smooth, smooth + rng.normal(0, 20, smooth.shape)):
+            rgb = np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
+            for quality in (70, 85, 95):
+                buf = io.BytesIO()
+                Image.fromarray(rgb).save(buf, "JPEG", quality=quality, subsampling=2)
+                pil = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+                ours = jpeg_roundtrip(rgb.astype(np.int64), quality)
+                diff = np.abs(ours - pil.astype(np.int64))
+                assert diff.mean() < 1.5, (ht, wd, quality, diff.mean())
+                if exact:
+                    assert diff.max() == 0, (ht, wd, quality, diff.max())
+
+
+def test_quality_draw_covers_the_range():
+    """The tiles' qualities (from the states of 3000 frames) are uniform over qlo..qhi."""
+    from vkgraph.modules.cnngenin.reference import draw_quality
+
+    states = [frame_numbers(6, 1, f, 0, 80, 70)[5] for f in range(3000)]
+    q = [draw_quality(s, 70, 95) for s in states]
+    assert min(q) == 70 and max(q) == 95
+    assert abs(np.mean(q) - 82.5) < 0.5
+    assert {draw_quality(s, 80, 80) for s in states[:100]} == {80}
+
+
+def test_quality_range_checked(device, images):
+    g, _ = build_graph(*images["large"][:2], 6, 1)
+    g.module("cnngenin", "01").set_param("qlo", 96)
+    with pytest.raises(GraphError, match="qlo"):
+        run_graph(g, device, frames=1)
+
+
+def test_camera_pipeline_tiles_are_separate_jpegs(device, images):
+    """generate 6 with a batch of 4 tiles of 24 (a grid of 2 x 2, each padded to 2 x 2
+    MCUs): each tile is its own JPEG of its own draws, as the reference makes tile t."""
+    from vkgraph.modules.cnngenin.module import grid
+
+    batch, tile = 4, 24
+    g, registry = build_graph(*images["large"][:2], 6, 1)
+    gen = g.module("cnngenin", "01")
+    gen.set_param("batch", batch)
+    gen.set_param("tile", tile)
+    captured = registry.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=2)
+    _, _, img, ref = images["large"]
+    cols = grid(batch)[0]
+    for f in range(2):
+        imgo, refo, nab = (captured[(c, f)] for c in ("imgo", "refo", "noiseab"))
+        assert imgo.shape == (2 * tile, 2 * tile, 4)
+        for t in range(batch):
+            ox, oy = tile * (t % cols), tile * (t // cols)
+            want_img, want_ref, want_nab = reference(img, ref, 6, 1, f, tile=tile, t=t,
+                                                     origin=(ox, oy))
+            window = np.s_[oy:oy + tile, ox:ox + tile]
+            np.testing.assert_array_equal(srgb_codes(imgo[window][..., :3]),
+                                          srgb_codes(want_img[..., :3]))
+            assert_close(refo[window], want_ref, False, f"refo frame {f} tile {t}")
+            np.testing.assert_array_equal(nab.reshape(-1, 4)[t, :3], want_nab[:3])

@@ -5,6 +5,10 @@ One node runs shaders/cnngenin/main.comp over the output size. The inputs are tw
 (vkdt's way) or two training sets from `i-set` (storage buffers: the `SET` variant of the
 kernel cuts each tile from a randomly drawn image of the set). With `tiles 1` the outputs are
 a grid of `batch` tiles of `tile` x `tile` pixels, each with its own draws.
+
+`generate 6` (the camera pipeline) adds two nodes after main: `jpeg` (shaders/cnngenin/
+jpeg.comp) encodes and decodes each tile as a 4:2:0 JPEG, one thread per 8x8 block, into
+luma and chroma planes; `decode` upsamples and converts those to imgo.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import math
 
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.module import Roi
+from vkgraph.pipeline.module import Roi, ssbo
+
+MCU = 16  # a 4:2:0 JPEG's minimum coded unit
 
 
 def grid(batch: int) -> tuple[int, int]:
@@ -50,6 +56,10 @@ def modify_roi_out(graph, module) -> None:
             raise GraphError(f"{module}: input 'imgi' is {imgi.roi.wd}x{imgi.roi.ht} but "
                              f"'refi' is {refi.roi.wd}x{refi.roi.ht}; a training pair needs "
                              "equal sizes")
+    qlo, qhi = int(module.param("qlo")), int(module.param("qhi"))
+    if qlo > qhi:
+        raise GraphError(f"{module}: qlo {qlo} is above qhi {qhi}; the JPEG quality is drawn "
+                         "from qlo..qhi")
     if tiles:
         cols, rows = grid(batch)
         out = Roi(cols * tile, rows * tile)
@@ -64,11 +74,44 @@ def modify_roi_out(graph, module) -> None:
     module.connector("noiseab").roi = Roi(4, batch)
 
 
+def jpeg_planes(module) -> tuple[int, int]:
+    """generate 6: the size of the decoded luma plane, every tile (or the whole image with
+    tiles 0) padded to whole MCUs."""
+    out = module.connector("imgo").roi
+    cw, ch = (int(module.param("tile")),) * 2 if int(module.param("tiles")) else (out.wd, out.ht)
+    return out.wd // cw * mcus(cw) * MCU, out.ht // ch * mcus(ch) * MCU
+
+
+def mcus(n: int) -> int:
+    return -(-n // MCU)
+
+
+def add_camera_pipeline(graph, module, main) -> None:
+    """generate 6: main's noisy image (quality in alpha) through jpeg.comp's blocks and
+    decode.comp's upsampling and colour conversion to the module's imgo."""
+    out = module.connector("imgo")
+    pw, ph = jpeg_planes(module)
+    jpeg = graph.add_node(module, "jpeg", (pw // MCU, ph // MCU, 6), [
+        ("noisy", "read", "rgba", "f32", None), ssbo("luma", "write", pw * ph),
+        ssbo("chroma", "write", pw * ph // 2)])
+    decode = graph.add_node(module, "decode", (out.roi.wd, out.roi.ht), [
+        ssbo("luma", "read"), ssbo("chroma", "read"),
+        ("imgo", "write", out.chan, out.format, Roi(out.roi.wd, out.roi.ht))])
+    graph.node_connect(main, "imgo", jpeg, "noisy")
+    graph.node_connect(jpeg, "luma", decode, "luma")
+    graph.node_connect(jpeg, "chroma", decode, "chroma")
+    graph.bind(module, "imgo", decode, "imgo")
+
+
 def create_nodes(graph, module) -> None:
-    conns = [(c.name, c.type, c.chan, c.format, c.roi) for c in module.connectors]
+    camera = int(module.param("generate")) == 6
+    conns = [(c.name, c.type, c.chan, "f32" if camera and c.name == "imgo" else c.format,
+              c.roi) for c in module.connectors]
     out = module.connector("imgo").roi
     node = graph.add_node(module, "main", (out.wd, out.ht), conns,
                           defines={"SET": 1} if set_mode(module) else {})
     for c in module.connectors:
-        if c.is_output or c.source is not None:
+        if (c.is_output and not (camera and c.name == "imgo")) or c.source is not None:
             graph.bind(module, c.name, node, c.name)
+    if camera:
+        add_camera_pipeline(graph, module, node)

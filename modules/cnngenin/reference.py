@@ -41,9 +41,22 @@ def to_half(x: np.ndarray) -> np.ndarray:
     return np.clip(x, -65504, 65504).astype(np.float16).astype(np.float64)
 
 
-def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int):
-    """Per-frame draws: (ev, flip, (offx, offy), noise a, noise b, state after them)."""
-    s = np.array([(123456789 + 133700 * frame + seed) & 0xFFFFFFFF], np.uint32)
+def hash32(x: int) -> int:
+    """rng.glsl's hash32 on a Python int (uint32 arithmetic)."""
+    m = 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x21F0AAAD) & m
+    x ^= x >> 15
+    x = (x * 0x735A2D97) & m
+    return x ^ (x >> 15)
+
+
+def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int,
+                  t: int = 0):
+    """Per-frame draws of tile t: (ev, flip, (offx, offy), noise a, noise b, state after
+    them, camera)."""
+    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
+    s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
     ev, flip, off = F32(0), 0, (0, 0)
     if tiles and generate:
         s, u = mrand(s)
@@ -55,15 +68,26 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
         off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
     a = b = F32(0)
     camera = False
-    if generate in (2, 4, 5):
+    if generate in (2, 4, 5, 6):
         s, u = mrand(s)
         a = F32(65535000) * u[0]
         s, u = mrand(s)
         b = F32(1000) * u[0]
-    if generate == 5:  # half the tiles: the noise on the mosaic, demosaiced
+    if generate in (5, 6):  # half the tiles: the noise on the mosaic, demosaiced
         s, u = mrand(s)
         camera = bool(u[0] < F32(0.5))
     return ev, flip, off, a, b, s[0], camera
+
+
+QUALITY_SALT = 0x4A504547  # "JPEG"
+
+
+def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
+    """generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn by mrand from
+    s ^ QUALITY_SALT (s the state after the camera draw, which stays generate 5's)."""
+    _, u = mrand(np.array([int(s) ^ QUALITY_SALT], np.uint32))
+    n = qhi - qlo
+    return qlo + min(int(F32(n + 1) * u[0]), n)
 
 
 def cfa(wd: int, ht: int) -> np.ndarray:
@@ -96,11 +120,14 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
     return out
 
 
-def reference(img, ref, generate, tiles, frame, seed=0):
-    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32."""
+def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
+              t=0, origin=(0, 0)):
+    """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
+    of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
+    output coordinates)."""
     ht, wd = img.shape[:2]
-    ow, oh = (TILE, TILE) if tiles else (wd, ht)
-    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht)
+    ow, oh = (tile, tile) if tiles else (wd, ht)
+    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t)
     x, y = np.arange(ow), np.arange(oh)
     qx = (ow - 1 - x if flip & 1 else x) + off[0]
     qy = (oh - 1 - y if flip & 2 else y) + off[1]
@@ -108,8 +135,9 @@ def reference(img, ref, generate, tiles, frame, seed=0):
     gain = 2.0 ** float(ev)
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
-    if generate in (2, 4, 5):
-        X, Y = np.meshgrid(x.astype(np.uint32), y.astype(np.uint32))
+    if generate in (2, 4, 5, 6):
+        X, Y = np.meshgrid((x + origin[0]).astype(np.uint32),
+                           (y + origin[1]).astype(np.uint32))
         sp = np.uint32(s) + np.uint32(7654) * X + np.uint32(1357900) * Y
         sp = (xorshift(sp) >> np.uint32(8)) << np.uint32(5)
         u = []
@@ -124,9 +152,225 @@ def reference(img, ref, generate, tiles, frame, seed=0):
         if camera:
             im[..., :3] = demosaic_bilinear(np.take_along_axis(
                 im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0])
+        if generate == 6:
+            im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
     if generate in (3, 4):
         im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
     rf[..., 3] = 1
-    nab = np.array([a, b, TILE if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
+    nab = np.array([a, b, tile if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
     return to_half(im), to_half(rf), nab
+
+
+# -- generate 6: the camera pipeline's sRGB, 8 bits and JPEG round trip ----------------------
+# libjpeg's (and libjpeg-turbo's) integer arithmetic, as Pillow encodes and decodes with its
+# defaults: jccolor.c / jdcolor.c colour conversion, jcsample.c h2v2 box downsampling,
+# jfdctint.c / jidctint.c ("islow") DCTs, jcdctmgr.c rounding quantisation, jdsample.c h2v2
+# "fancy" (triangle) upsampling. All integer, so the kernel agrees exactly on equal bytes.
+
+# ITU-T T.81 Annex K.1 / K.2 example tables (natural order), scaled by quality as IJG does
+IJG_LUMA = np.array([
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
+    14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
+    18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99]).reshape(8, 8)
+IJG_CHROMA = np.full((8, 8), 99)
+IJG_CHROMA[:4, :4] = [[17, 18, 24, 47], [18, 21, 26, 66], [24, 26, 56, 99], [47, 66, 99, 99]]
+
+MCU = 16  # 4:2:0: a 16x16 luma area holds four 8x8 luma blocks and one block of each chroma
+SCALE = 16  # jccolor.c / jdcolor.c fixed point
+CONST_BITS, PASS1_BITS = 13, 2  # jfdctint.c / jidctint.c
+
+
+def fix(x: float, bits: int) -> int:
+    """libjpeg's FIX: x in fixed point of `bits` fraction bits, rounded."""
+    return int(x * (1 << bits) + 0.5)
+
+
+def quant_table(base: np.ndarray, quality: int) -> np.ndarray:
+    """jcparam.c: the table scaled by 5000/q below quality 50, by 200 - 2q from 50, each
+    entry (t s + 50) div 100 clamped to 1..255 (baseline)."""
+    scale = 5000 // quality if quality < 50 else 200 - 2 * quality
+    return np.clip((base * scale + 50) // 100, 1, 255)
+
+
+def srgb8(x: np.ndarray) -> np.ndarray:
+    """Linear -> 8-bit sRGB code (int64), clamped to [0, 1], rounded to nearest (ties to
+    even), the curve of pipeline/formats.py (what camera.py writes its JPEGs with)."""
+    x = np.clip(x, 0.0, 1.0)
+    s = np.where(x <= 0.0031308, 12.92 * x, 1.055 * x ** (1 / 2.4) - 0.055)
+    return np.rint(s * 255).astype(np.int64)
+
+
+def srgb_decode8(c: np.ndarray) -> np.ndarray:
+    """8-bit sRGB code -> linear (float64), as read_image decodes a JPEG's bytes."""
+    x = c / 255.0
+    return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+
+
+def rgb_to_ycc(rgb: np.ndarray) -> np.ndarray:
+    """jccolor.c rgb_ycc_convert on 8-bit codes (..., 3) -> (..., 3) Y, Cb, Cr codes."""
+    r, g, b = (rgb[..., k] for k in range(3))
+    half, centre = 1 << (SCALE - 1), 128 << SCALE
+    y = fix(0.299, SCALE) * r + fix(0.587, SCALE) * g + fix(0.114, SCALE) * b + half
+    cb = (-fix(0.16874, SCALE) * r - fix(0.33126, SCALE) * g + fix(0.5, SCALE) * b
+          + centre + half - 1)
+    cr = (fix(0.5, SCALE) * r - fix(0.41869, SCALE) * g - fix(0.08131, SCALE) * b
+          + centre + half - 1)
+    return np.stack([y, cb, cr], -1) >> SCALE
+
+
+def ycc_to_rgb(ycc: np.ndarray) -> np.ndarray:
+    """jdcolor.c ycc_rgb_convert: Y, Cb, Cr codes (..., 3) -> 8-bit rgb codes, clamped."""
+    y, cb, cr = ycc[..., 0], ycc[..., 1] - 128, ycc[..., 2] - 128
+    half = 1 << (SCALE - 1)
+    r = y + ((fix(1.402, SCALE) * cr + half) >> SCALE)
+    g = y + ((-fix(0.34414, SCALE) * cb + half - fix(0.71414, SCALE) * cr) >> SCALE)
+    b = y + ((fix(1.772, SCALE) * cb + half) >> SCALE)
+    return np.clip(np.stack([r, g, b], -1), 0, 255)
+
+
+def downsample_h2v2(plane: np.ndarray) -> np.ndarray:
+    """jcsample.c h2v2_downsample: each 2x2 sum plus a bias alternating 1, 2, 1, ... along
+    the output row, shifted right by 2 (plane (2h, 2w) -> (h, w))."""
+    s = plane[0::2, 0::2] + plane[0::2, 1::2] + plane[1::2, 0::2] + plane[1::2, 1::2]
+    bias = 1 + (np.arange(s.shape[1]) & 1)
+    return (s + bias) >> 2
+
+
+def upsample_h2v2_fancy(plane: np.ndarray, wd: int, ht: int) -> np.ndarray:
+    """jdsample.c h2v2_fancy_upsample of a (ceil(ht/2), ceil(wd/2)) chroma plane to (ht, wd):
+    the triangle filter, 3/4 of the nearest sample and 1/4 of the next in each direction
+    (weights 9, 3, 3, 1 of 16), rounding +8 on even output columns and +7 on odd ones; rows
+    and columns beyond the plane repeat its edge."""
+    h, w = plane.shape
+    i = np.arange(ht) >> 1
+    other = np.clip(np.where(np.arange(ht) & 1, i + 1, i - 1), 0, h - 1)
+    colsum = 3 * plane[i] + plane[other]  # (ht, w)
+    j = np.arange(wd) >> 1
+    odd = np.arange(wd) & 1
+    nxt = np.clip(np.where(odd, j + 1, j - 1), 0, w - 1)
+    return (3 * colsum[:, j] + colsum[:, nxt] + 8 - odd) >> 4
+
+
+def _butterfly(d: list) -> tuple:
+    """The even/odd split shared by the forward DCT's passes."""
+    t0, t7 = d[0] + d[7], d[0] - d[7]
+    t1, t6 = d[1] + d[6], d[1] - d[6]
+    t2, t5 = d[2] + d[5], d[2] - d[5]
+    t3, t4 = d[3] + d[4], d[3] - d[4]
+    return t0 + t3, t1 + t2, t1 - t2, t0 - t3, (t4, t5, t6, t7)
+
+
+def _rotate_odd(t4, t5, t6, t7) -> tuple:
+    """jfdctint.c / jidctint.c odd part (Loeffler): the four odd outputs, unscaled."""
+    z1, z2, z3, z4 = t4 + t7, t5 + t6, t4 + t6, t5 + t7
+    z5 = (z3 + z4) * 9633  # FIX(1.175875602)
+    t4, t5, t6, t7 = t4 * 2446, t5 * 16819, t6 * 25172, t7 * 12299
+    z1, z2 = z1 * -7373, z2 * -20995
+    z3, z4 = z3 * -16069 + z5, z4 * -3196 + z5
+    return t4 + z1 + z3, t5 + z2 + z4, t6 + z2 + z3, t7 + z1 + z4
+
+
+def descale(x, n: int):
+    return (x + (1 << (n - 1))) >> n
+
+
+def _fdct_pass(d: list, first: bool) -> list:
+    """One jfdctint.c pass over 8 values (arrays): the first on rows (outputs scaled up by
+    2^PASS1_BITS), the second on columns (scaled back, leaving the DCT times 8)."""
+    t10, t11, t12, t13, odd = _butterfly(d)
+    out = [None] * 8
+    if first:
+        out[0], out[4] = (t10 + t11) << PASS1_BITS, (t10 - t11) << PASS1_BITS
+        n = CONST_BITS - PASS1_BITS
+    else:
+        out[0], out[4] = descale(t10 + t11, PASS1_BITS), descale(t10 - t11, PASS1_BITS)
+        n = CONST_BITS + PASS1_BITS
+    z1 = (t12 + t13) * 4433  # FIX(0.541196100)
+    out[2] = descale(z1 + t13 * 6270, n)  # FIX(0.765366865)
+    out[6] = descale(z1 - t12 * 15137, n)  # FIX(1.847759065)
+    o7, o5, o3, o1 = _rotate_odd(*odd)
+    out[7], out[5], out[3], out[1] = (descale(v, n) for v in (o7, o5, o3, o1))
+    return out
+
+
+def fdct_islow(block: np.ndarray) -> np.ndarray:
+    """jfdctint.c jpeg_fdct_islow of centred samples (..., 8, 8) (row, column): the 2-D DCT-II
+    times 8, in integers."""
+    rows = _fdct_pass([block[..., k] for k in range(8)], True)
+    d = np.stack(rows, -1)
+    cols = _fdct_pass([d[..., k, :] for k in range(8)], False)
+    return np.stack(cols, -2)
+
+
+def _idct_pass(c: list, n: int) -> list:
+    """One jidctint.c pass over 8 dequantised coefficients (arrays), descaled by n bits."""
+    z1 = (c[2] + c[6]) * 4433
+    t2, t3 = z1 - c[6] * 15137, z1 + c[2] * 6270
+    t0, t1 = (c[0] + c[4]) << CONST_BITS, (c[0] - c[4]) << CONST_BITS
+    t10, t13, t11, t12 = t0 + t3, t0 - t3, t1 + t2, t1 - t2
+    o0, o1, o2, o3 = _rotate_odd(c[7], c[5], c[3], c[1])
+    return [descale(v, n) for v in (t10 + o3, t11 + o2, t12 + o1, t13 + o0,
+                                     t13 - o0, t12 - o1, t11 - o2, t10 - o3)]
+
+
+def idct_islow(coef: np.ndarray) -> np.ndarray:
+    """jidctint.c jpeg_idct_islow of dequantised coefficients (..., 8, 8): 8-bit samples,
+    re-centred on 128 and clamped to 0..255 (libjpeg's range-limit table)."""
+    cols = _idct_pass([coef[..., k, :] for k in range(8)], CONST_BITS - PASS1_BITS)
+    d = np.stack(cols, -2)
+    rows = _idct_pass([d[..., k] for k in range(8)], CONST_BITS + PASS1_BITS + 3)
+    return np.clip(np.stack(rows, -1) + 128, 0, 255)
+
+
+def quantise(coef: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """jcdctmgr.c: the DCT (times 8) divided by 8 times the table, rounded half away from 0."""
+    q = 8 * table
+    return np.sign(coef) * ((np.abs(coef) + (q >> 1)) // q)
+
+
+def blocks(plane: np.ndarray) -> np.ndarray:
+    """(h, w) -> (h/8, w/8, 8, 8) blocks."""
+    h, w = plane.shape
+    return plane.reshape(h // 8, 8, w // 8, 8).swapaxes(1, 2)
+
+
+def unblocks(b: np.ndarray) -> np.ndarray:
+    n, m = b.shape[:2]
+    return b.swapaxes(1, 2).reshape(n * 8, m * 8)
+
+
+def block_roundtrip(plane: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """A plane of 8-bit codes (multiples of 8 in size) through DCT, quantisation,
+    dequantisation and inverse DCT."""
+    coef = quantise(fdct_islow(blocks(plane) - 128), table)
+    return unblocks(idct_islow(coef * table))
+
+
+def jpeg_roundtrip(rgb: np.ndarray, quality: int) -> np.ndarray:
+    """8-bit rgb codes (h, w, 3) -> the codes a baseline 4:2:0 JPEG of `quality` decodes to,
+    as libjpeg encodes and decodes with its defaults (islow DCTs, fancy upsampling). The
+    image is padded to whole 16x16 MCUs as libjpeg expands its edges: columns by repeating
+    the last one before downsampling; rows by repeating the last one to an even count, then,
+    after downsampling, the last chroma row (so chroma rows past ceil(h/2) copy that row, not
+    a downsampled copy of the image's last row). The padding's blocks are decoded but
+    dropped."""
+    h, w = rgb.shape[:2]
+    ph, pw = -(-h // MCU) * MCU, -(-w // MCU) * MCU
+    ch, cw = (h + 1) // 2, (w + 1) // 2
+    ycc = rgb_to_ycc(np.pad(rgb, ((0, ph - h), (0, pw - w), (0, 0)), mode="edge"))
+    y = block_roundtrip(ycc[..., 0], quant_table(IJG_LUMA, quality))[:h, :w]
+    table = quant_table(IJG_CHROMA, quality)
+    up = []
+    for k in (1, 2):
+        sub = downsample_h2v2(ycc[:2 * ch, :, k])  # the rows of the image, even count
+        sub = np.pad(sub, ((0, ph // 2 - ch), (0, 0)), mode="edge")
+        up.append(upsample_h2v2_fancy(block_roundtrip(sub, table)[:ch, :cw], w, h))
+    return ycc_to_rgb(np.stack([y, *up], -1))
+
+
+def camera_pipeline(rgb: np.ndarray, quality: int) -> np.ndarray:
+    """generate 6 after the noise: linear rgb (h, w, 3) clamped to [0, 1], sRGB-encoded to 8
+    bits, through a 4:2:0 JPEG of `quality` and decoded back to linear."""
+    return srgb_decode8(jpeg_roundtrip(srgb8(rgb), quality))

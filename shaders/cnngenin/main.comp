@@ -7,17 +7,22 @@
 // One thread per output pixel; every thread redraws its tile's numbers from the same seed.
 // SET: imgi and refi are training sets from i-set (a header of image offsets and sizes, then
 // the pixels); each tile draws its image.
+// generate 6 writes the noisy image before its camera pipeline (linear, not rounded to half)
+// with the tile's JPEG quality in alpha; jpeg.comp and decode.comp make imgo of it.
 
 // params (generated from modules/cnngenin/params, in file order):
 //   generate  0 static, 1 random tile/flip/exposure, 2 + noise, 3 + mosaic, 4 both, 5 + noise,
-//             on half the tiles (drawn) as a camera makes it: on the RGGB mosaic, demosaiced
+//             on half the tiles (drawn) as a camera makes it: on the RGGB mosaic, demosaiced;
+//             6 as 5, then sRGB, 8 bits and a JPEG round trip of drawn quality
 //   tiles     1: a grid of `batch` tiles of tile x tile, 0: full image
 //   seed      added to vkdt's per-frame seed
 //   noise     scales the drawn noise a and b (1: vkdt's range)
 //   batch     tiles per frame
 //   tile      tile size (vkdt: 64)
 //   nlog      1: a and b log-uniform over three decades below their maximum
+//   qlo, qhi  generate 6: the JPEG quality range (uniform integers, inclusive)
 #include "params.gen"
+#include "jpeg.glsl"
 
 IMG_IN(0, imgi)
 IMG_IN(1, refi)
@@ -26,21 +31,14 @@ IMG_OUT(3, refo)
 SSBO_OUT(4, float, noiseab)
 
 const float NOISE_SCALE = 65535.0;
-const float HALF_MAX = 65504.0;
+const uint QUALITY_SALT = 0x4A504547u;  // "JPEG"
 
-// the nearest half-precision value (ties to even), in integer arithmetic: a driver may fold
-// unpackHalf2x16(packHalf2x16(x)) into x (NVIDIA's does)
-float round_half(float x) {
-  if (abs(x) < 6.103515625e-05) return roundEven(x * 16777216.0) / 16777216.0;  // subnormal
-  uint b = floatBitsToUint(x);
-  b += 0x0FFFu + ((b >> 13) & 1u);
-  return uintBitsToFloat(b & 0xFFFFE000u);
-}
-
-// what an rgba16f image would hold: round to the nearest half (finite range)
-vec4 to_half(vec4 v) {
-  v = clamp(v, vec4(-HALF_MAX), vec4(HALF_MAX));
-  return vec4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+// generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
+// that s, and with it the per-pixel noise, stays generate 5's
+int draw_quality(uint s) {
+  uint sq = s ^ QUALITY_SALT;
+  int n = params.qhi - params.qlo;
+  return params.qlo + min(int(float(n + 1) * mrand(sq)), n);
 }
 
 #ifdef SET
@@ -173,7 +171,8 @@ void main() {
   vec4 ref = read_ref(tl, q) * gain;
 
   float noise_a = 0.0, noise_b = 0.0;
-  if (params.generate == 2 || params.generate == 4 || params.generate == 5) {
+  int quality = 0;
+  if (params.generate == 2 || params.generate >= 4) {
     float ua = mrand(s);
     float ub = mrand(s);
     if (params.nlog != 0) {  // log-uniform: 10^(-3u) of the maximum
@@ -182,8 +181,9 @@ void main() {
     }
     noise_a = params.noise * 65535000.0 * ua;  // 1000 * 65535 * u (vkdt, noise 1)
     noise_b = params.noise * 1000.0 * ub;
-    // generate 5: a drawn half of the tiles gets the noise on the mosaic, demosaiced
-    bool camera = params.generate == 5 && mrand(s) < 0.5;
+    // generate 5 and 6: a drawn half of the tiles gets the noise on the mosaic, demosaiced
+    bool camera = params.generate >= 5 && mrand(s) < 0.5;
+    if (params.generate == 6) quality = draw_quality(s);
     if (camera) {
       img.rgb = demosaiced(tl, cell * T, s, lp, gain, noise_a, noise_b);
     } else {
@@ -207,6 +207,6 @@ void main() {
   img.a = 1.0;
   ref.a = 1.0;
   int i = p.x + p.y * osize.x;
-  imgo[i] = to_half(img);
+  imgo[i] = params.generate == 6 ? vec4(img.rgb, float(quality)) : to_half(img);
   refo[i] = to_half(ref);
 }
