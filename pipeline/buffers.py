@@ -105,35 +105,45 @@ class Buffers:
         return any(c.feedback and c.source is not None and c.source[0] is node
                    and c.source[1] == conn for n in self.schedule for c in n.connectors)
 
+    # -- what this build owns on the device (close() frees it; shared kernels stay)
+    def _buffer(self, nbytes: int, host: bool = False, near: bool = False):
+        return self._keep(self.device.buffer(nbytes, host, near))
+
+    def _commands(self, timestamps: int = 0):
+        return self._keep(self.device.commands(timestamps))
+
+    def _keep(self, child):
+        self._owned.append(child)
+        return child
+
     def _allocate(self) -> None:
-        dev = self.device
         # the global uniform (frame, frames), one per command list, so a frame can be
         # submitted while the one before still runs: the host writes the list's slot; where
         # the slot is device-local (a GPU's host-visible video memory, or a CPU driver) the
         # list's kernels read it there, else the list first copies it to a device buffer
-        self.global_slots = [dev.buffer(16, host=True, near=True) for _ in range(FRAME_LISTS)]
+        self.global_slots = [self._buffer(16, host=True, near=True) for _ in range(FRAME_LISTS)]
         self.global_direct = all(s.device_local for s in self.global_slots)
         self.global_bufs = (self.global_slots if self.global_direct
-                            else [dev.buffer(16) for _ in range(FRAME_LISTS)])
-        self.zeros = dev.buffer(16)
+                            else [self._buffer(16) for _ in range(FRAME_LISTS)])
+        self.zeros = self._buffer(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
-            self.buffers[(id(node), c.name)] = [dev.buffer(c.nbytes()) for _ in range(n)]
+            self.buffers[(id(node), c.name)] = [self._buffer(c.nbytes()) for _ in range(n)]
         for node in self.schedule:
             if node.kernel is None:
                 c0 = node.connectors[0]
-                self.staging[id(node)] = dev.buffer(c0.nbytes(), host=True)
+                self.staging[id(node)] = self._buffer(c0.nbytes(), host=True)
         self.node_info = {}
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            info = dev.buffer(16 * max(1, len(node.connectors)), host=True)
+            info = self._buffer(16 * max(1, len(node.connectors)), host=True)
             info.view(np.int32)[: 4 * len(node.connectors)] = np.array(
                 [[c.roi.wd, c.roi.ht, c.nchan, 0] for c in node.connectors], np.int32).ravel()
             self.node_info[id(node)] = info
             m = node.module
             if id(m) not in self.params:
                 blob = m.param_blob()
-                buf = dev.buffer(len(blob), host=True)
+                buf = self._buffer(len(blob), host=True)
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)

@@ -52,6 +52,7 @@ BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd'
 ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
              4: tuple((k, False) for k in range(4)),
              8: tuple((k, m) for m in (False, True) for k in range(4))}
+KEEP_BUILDS = 2  # builds kept per Denoiser (a size and its rotation); older ones are closed
 MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
 
 
@@ -83,7 +84,12 @@ class Denoiser:
     def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
         ht, wd = image.shape[:2]
         key = (wd, ht, self.fp32)
-        if key not in self.builds:
+        if key in self.builds:
+            self.builds[key] = self.builds.pop(key)  # the most recently used last
+        else:
+            while len(self.builds) >= KEEP_BUILDS:  # free the device memory of the oldest
+                oldest = next(iter(self.builds))
+                self.builds.pop(oldest)[0].close()
             g = Graph(self.registry)
             g.add_module("i-array", "main").data["image"] = image
             # the API rather than cfg lines: a weights path may hold a ':'
@@ -99,6 +105,12 @@ class Denoiser:
             g.connect("kpn", "01", "output", "o-array", "main", "input")
             self.builds[key] = (Build(g, self.device, profile=self.profile), g)
         return self.builds[key]
+
+    def close(self) -> None:
+        """Free the builds' device memory (the device stays open)."""
+        for build, _ in self.builds.values():
+            build.close()
+        self.builds.clear()
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised rgb (h, w, 3) float32 of a linear float image (h, w, >= 3 or grey)."""

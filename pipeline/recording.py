@@ -119,7 +119,7 @@ class Recording:
         Sinks copy in download_sinks' own list."""
         lists = []
         for parity in range(n):
-            cl = self.device.commands(timestamps=timestamps).begin()
+            cl = self._commands(timestamps=timestamps).begin()
             if frame and not self.global_direct:
                 cl.copy(self.global_slots[parity], self.global_bufs[parity], 16)
             self._record_frame(cl, nodes, streaming, parity, self.global_bufs[parity])
@@ -155,8 +155,8 @@ class Recording:
             self._batches = []
             if self.global_direct and not self.streaming and not self.profile:
                 for _ in range(2):
-                    slots = [self.device.buffer(16, host=True, near=True) for _ in range(BATCH)]
-                    cl = self.device.commands().begin()
+                    slots = [self._buffer(16, host=True, near=True) for _ in range(BATCH)]
+                    cl = self._commands().begin()
                     for j in range(BATCH):
                         self._record_frame(cl, self._always, (), j % 2, slots[j])
                     self._batches.append((cl.end(host=self._host_reads_frames()), slots))
@@ -188,7 +188,7 @@ class Recording:
                      and node.module.cls.hook("write_sink") is not None]
             self._sink_lists = []
             for p in range(len(self.commands) if sinks else 0):
-                cl = self.device.commands().begin()
+                cl = self._commands().begin()
                 cl.barrier(first=True)  # after the frame's writes
                 for node in sinks:
                     c0 = node.connectors[0]

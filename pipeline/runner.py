@@ -18,6 +18,7 @@ import numpy as np
 
 from .buffers import Buffers
 from .datasets import resolve_name
+from .errors import GraphError
 from .nodes import Node, NodeGraph
 from .recording import BATCH, Recording
 from .transfers import Transfers
@@ -46,10 +47,25 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         self.interrupted = False  # run_frames stopped early (stop() said so)
         self.seconds = 0.0  # wall time of the frames run so far (summaries: frames/s)
         self._sources_uploaded = False
+        self._owned: list = []  # buffers and command lists made for this build (close())
+        self.closed = False
         self.build_nodes()
         self._check_memory()
         self._allocate()
         self._record()
+
+    def close(self) -> None:
+        """Free this build's buffers and command lists now, not when the device closes (a
+        Denoiser meeting many image sizes would otherwise hold them all); the device and its
+        kernels, which other builds share, stay. The build cannot run afterwards."""
+        if self.closed:
+            return
+        self.finish()
+        for child in reversed(self._owned):
+            child.destroy()
+        self.device.disown(self._owned)
+        self._owned = []
+        self.closed = True
 
     # -- hooks' helpers
     def resolve(self, filename: str) -> Path:
@@ -79,6 +95,8 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         """Run one frame. wait=False returns once it is submitted (without download): the
         next frame's host work overlaps it, at most FRAME_LISTS frames are in flight, and
         anything that reads or writes device data waits for them first (finish())."""
+        if self.closed:
+            raise GraphError("this build was closed; build the graph again to run it")
         self.frame = frame
         if not hasattr(self, "_param_mods"):
             self._frame_lists()

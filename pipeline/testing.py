@@ -183,6 +183,6 @@ def _run(dev, node: Node, spirv: bytes, arrays: dict, frame: int, frames: int) -
                 out[c.name] = buf.download(a.dtype, a.size).reshape(a.shape)
         return out
     finally:
-        for child in reversed(owned):  # the device owns them too: drop them from its list
+        for child in reversed(owned):
             child.destroy()
-            dev.children.remove(child)
+        dev.disown(owned)  # the device owns them too: drop them from its list

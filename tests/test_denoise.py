@@ -191,6 +191,31 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
 
 
+def test_denoiser_keeps_two_builds_and_frees_the_others(device, weights):
+    """A folder of many sizes: the oldest build is closed (its buffers leave the device),
+    a size met again builds anew with the same result, and close() frees the rest."""
+    den = Denoiser(device, weights)
+    img = picture()
+    first = den(img, 2e5, 20)
+    oldest = den.builds[(W, H, False)][0]
+    owned = list(oldest._owned)
+    assert owned and all(any(c is o for c in device.children) for o in owned)
+    den(img[:20, :30], 2e5, 20)
+    den(img[:24, :28], 2e5, 20)
+    assert list(den.builds) == [(30, 20, False), (28, 24, False)]
+    assert oldest.closed and not oldest._owned
+    assert not any(c is o for c in device.children for o in owned)
+    with pytest.raises(GraphError, match="closed"):
+        oldest.run_frame(0)
+    den(img[:20, :30], 2e5, 20)  # used again: now the most recent
+    np.testing.assert_array_equal(den(img, 2e5, 20), first)
+    assert list(den.builds) == [(30, 20, False), (W, H, False)]
+    made = [c for build, _ in den.builds.values() for c in build._owned]
+    den.close()
+    assert not den.builds and made
+    assert not any(c is o for c in device.children for o in made)
+
+
 def test_denoiser_reruns_in_fp32_when_the_f16_kernels_overflow(device, weights, monkeypatch,
                                                                caplog):
     """A non-finite output of the f16 MLP kernels (weights grown large in training: measured on

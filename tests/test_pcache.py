@@ -81,4 +81,4 @@ def test_second_run_loads_what_the_first_saved(monkeypatch, tmp_path):
     assert size > pcache.HEADER.size
     loaded, _ = _open_make_close(monkeypatch, tmp_path)
     assert loaded == size
-    assert not list(path.parent.glob(".pcache-*"))  # no temp file left behind
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind

@@ -530,6 +530,11 @@ class Device:
         self.children.append(child)
         return child
 
+    def disown(self, children) -> None:
+        """Forget children destroyed before the device closes (a closed Build's)."""
+        gone = {id(c) for c in children}
+        self.children = [c for c in self.children if id(c) not in gone]
+
     def memory_type(self, bits: int, flags: int) -> int:
         for i in range(self.mem_props.memoryTypeCount):
             if bits & (1 << i) and (self.mem_props.memoryTypes[i].propertyFlags & flags) == flags:

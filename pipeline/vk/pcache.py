@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import tempfile
 from pathlib import Path
 
+from ..errors import VkgraphError
+from ..formats import atomic_write
 from .compile import cache_root
 from .errors import call
 from .library import vk
@@ -96,15 +97,8 @@ class PipelineCache:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pcache-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, self.path)
-            except OSError:
-                os.unlink(tmp)
-                raise
-        except OSError as e:
+            atomic_write(self.path, data)
+        except (OSError, VkgraphError) as e:
             log.info("pipeline cache not saved to %s: %s", self.path, e)
 
     def destroy(self) -> None:
