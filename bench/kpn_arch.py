@@ -33,6 +33,8 @@ range). The candidates change one thing each:
             these taps, and the 8 patch distances (over twice the noise variance, log2(1 + d))
             are 8 more features (72 in all)
   nl2       nl, two stages
+  nl64      nl in kpn-t's 64 features: 12 nonlocal taps and their 12 distances, the 7x7
+            luma window without the 12 positions nearest its corners (37)
 
 Held-out evaluation: bench/quality.py's photographs and noise (true a, b), PSNR in linear
 [0, 1]. Prints one table (mean PSNR per level, training seconds) and writes --json.
@@ -80,7 +82,10 @@ VARIANTS = {
     "signed2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, stages=2),
     "nl": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8),
     "nl2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8, stages=2),
+    "nl64": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True),
 }
+WINDOW7 = [(dx, dy) for dy in range(-3, 4) for dx in range(-3, 4)]
+DISC37 = [(dx, dy) for dx, dy in WINDOW7 if abs(dx) + abs(dy) < 5]
 NL_R = 5  # nonlocal search radius: offsets within 11x11
 NL_OFFS = [(dx, dy) for dy in range(-NL_R, NL_R + 1) for dx in range(-NL_R, NL_R + 1)
            if (dx, dy) != (0, 0)]
@@ -101,7 +106,7 @@ class Kpn:
         self.nk = len(self.taps) + self.nl + 1
         self.nout = self.nk * (2 if cfg["chroma"] else 1)
         w, g = cfg["width"], torch.Generator().manual_seed(seed)
-        dims = [64 + self.nl] + [w] * 6 + [self.nout]
+        dims = [64 if cfg.get("disc") else 64 + self.nl] + [w] * 6 + [self.nout]
         self.W = []
         for i in range(7):
             bound = math.sqrt(6.0 / (dims[i] + dims[i + 1])) if i < 6 else math.sqrt(6 / (2 * w))
@@ -202,8 +207,7 @@ class Kpn:
                                                   for dx in (-1, 0, 1)])
                 coarse = coarse.repeat_interleave(2, -1).repeat_interleave(2, -2)[..., :h, :w]
                 f = t.cat([t.ones_like(snr[i]),
-                           self.window(snr[i], [(dx, dy) for dy in range(-3, 4)
-                                                for dx in range(-3, 4)]),
+                           self.window(snr[i], DISC37 if self.cfg.get("disc") else WINDOW7),
                            coarse,
                            self.window(csnr[i], [(0, -1), (-1, 0), (0, 0), (1, 0), (0, 1)])], 1)
             else:
