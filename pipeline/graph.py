@@ -348,7 +348,6 @@ class Graph:
                         and module.param_decl(p).type == "float"):
                     t = warp((frame - k0[0]) / (k1[0] - k0[0]), k1[5])
                     values = [a + t * (c - a) for a, c in zip(k0[4], k1[4], strict=True)]
-                if isinstance(values, str):
-                    module.values[p] = values
-                else:
-                    module.values[p][b:e] = list(values)
+                if not isinstance(values, str):
+                    values = [*module.values[p][:b], *values, *module.values[p][e:]]
+                module.store(p, values)

@@ -506,6 +506,7 @@ class ModuleInstance:
         # module connector name -> (node, node connector name) that backs it
         self.backing: dict[str, tuple] = {}
         self.source_dirty = True  # sources: upload requested
+        self._blob: bytes | None = None  # param_blob() packed; None after a value changed
 
     def __repr__(self) -> str:
         return f"{self.name}:{self.inst}"
@@ -564,11 +565,23 @@ class ModuleInstance:
             raise GraphError(f"param '{decl.name}' of {self} takes {decl.count} values, got "
                              f"{len(values)}", where=where)
         decl.check(values, str(self), where)
-        self.values[decl.name] = values
+        self.store(decl.name, values)
+
+    def store(self, name: str, values: list | str) -> None:
+        """Store checked values (assign, keyframes): every write of `values` goes through
+        here, so that param_blob() packs again only after a change."""
+        self.values[name] = values
+        self._blob = None
 
     def param_blob(self) -> bytes:
         """Params packed in file order, 4 bytes per number, strings padded to 4 bytes; this is
-        the module's param buffer (set 0, binding 1)."""
+        the module's param buffer (set 0, binding 1). Packed once per change of the values
+        (store): the frame loop asks every frame and re-uploads only a new blob."""
+        if self._blob is None:
+            self._blob = self._pack()
+        return self._blob
+
+    def _pack(self) -> bytes:
         out = bytearray()
         for p in self.cls.params:
             v = self.values[p.name]

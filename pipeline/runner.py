@@ -104,8 +104,8 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self.graph.apply_keyframes(frame)
         for m in self._param_mods:  # params may change between frames (keyframes, gui, tools)
             buf, last = self.params[id(m)]
-            blob = m.param_blob()
-            if blob != last:
+            blob = m.param_blob()  # the same object until a value changes (store)
+            if blob is not last:
                 self.finish()  # the frames in flight read the params as they were
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
@@ -179,7 +179,7 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             return False
         if any(n.due(g, self.frames) for n in self._due for g in range(f, f + BATCH)):
             return False
-        if any(m.param_blob() != self.params[id(m)][1] for m in self._param_mods):
+        if any(m.param_blob() is not self.params[id(m)][1] for m in self._param_mods):
             return False  # run_frame uploads the changed params first
         return self.batch_list(0) is not None
 

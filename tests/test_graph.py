@@ -309,6 +309,25 @@ def test_keyframe_subrange_beg_above_zero(graph):
     assert blur.values["weights"] == [0.25, 1.0, 15.0]
 
 
+def test_param_blob_packed_once_per_change(graph):
+    """The frame loop asks for every module's blob every frame: the same bytes object comes
+    back until a value changes (set_param, paramsub, a keyframe), then the new packing."""
+    blur = graph.add_module("blur", "01")
+    first = blur.param_blob()
+    assert blur.param_blob() is first
+    blur.set_param("radius", 4.5)
+    second = blur.param_blob()
+    assert second is not first and second != first and blur.param_blob() is second
+    graph.set_paramsub("blur", "01", "weights", 1, 2, ["9"])
+    third = blur.param_blob()
+    assert third != second
+    graph.add_keyframe(0, "blur", "01", "weights", 1, 3, ["0", "10"])
+    graph.add_keyframe(4, "blur", "01", "weights", 1, 3, ["4", "30"])
+    graph.apply_keyframes(1)
+    assert blur.param_blob() != third
+    assert blur.param_blob() == blur._pack()  # the cached bytes are the values' packing
+
+
 def test_int_keyframes_hold_previous(graph):
     blur = graph.add_module("blur", "01")
     graph.add_keyframe(0, "blur", "01", "iters", 0, 0, ["1"])
