@@ -195,7 +195,7 @@ def modify_roi_out(graph, module):
     inp = module.connector("input").roi
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("debug").roi = Roi(inp.wd, inp.ht)
-    module.connector("w").roi = Roi(64, 448)
+    module.connector("w").roi = Roi(WIDTH, NW // WIDTH)
     module.connector("graph").roi = Roi(500, 200)
     module.connector("vis").roi = Roi(512, 256)
     # what o-lut writes after the weights, and kpn reads back from its .lut
@@ -537,8 +537,9 @@ def create_nodes(graph, module):
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != NW:  # adam would misread it
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
                          f"{wcp.roi.wd * wcp.roi.ht} elements; kpn-t starts from its own "
-                         f"weights, 64x448 = {NW} (a .lut written by kpn-t's w output)")
-    lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout, 64 x 448: w16 and the best weights
+                         f"weights, {WIDTH}x{NW // WIDTH} = {NW} (a .lut written by kpn-t's "
+                         "w output)")
+    lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout: w16 and the best weights
     arch = int(module.param("arch"))  # checked by modify_roi_out
     ctx = {"KPN_CTX": 1} if arch else {}
     adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
