@@ -24,15 +24,7 @@ import numpy as np
 
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
-from vkgraph.pipeline.trainer import (
-    Trainable,
-    Trains,
-    bind_weights,
-    feed_optimizer,
-    history_length,
-    loss_sum,
-    optimizer,
-)
+from vkgraph.pipeline.trainer import Network, Trains, Weights
 from vkgraph.pipeline.variants import (
     cm_available,
     cm_defines,
@@ -45,8 +37,6 @@ from vkgraph.pipeline.variants import (
 )
 
 log = logging.getLogger("vkgraph")
-
-TRAINABLE = Trains(precise="precise", rates=("alpha",), clip="gradclip")
 
 # the weight layout: MATRICES matrices of WIDTH x WIDTH (row = output neuron), the last one
 # using its first OUT_ROWS rows (15 taps and the blend weight); the kernels see it as
@@ -529,10 +519,10 @@ def _bind_last(conns: list, defines: dict, define: str, conn) -> None:
     conns.append(conn)
 
 
-def create_nodes(graph, module):
-    levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
-    module.data["levels"] = levels
-    # adam first: every forward reads this frame's weights
+def weights(graph, module) -> Weights:
+    """The optimiser's params: the NW weights, started from the .lut on wcp (f16) where one is
+    connected; the f16 copy w16 is the module's weight output (the .lut layout) and feeds
+    the cooperative-matrix kernels; arch 1 uses more rows of the last matrix (KPN_CTX)."""
     wcp = module.connector("wcp")
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != NW:  # adam would misread it
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
@@ -540,11 +530,18 @@ def create_nodes(graph, module):
                          f"weights, {WIDTH}x{NW // WIDTH} = {NW} (a .lut written by kpn-t's "
                          "w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout: w16 and the best weights
-    arch = int(module.param("arch"))  # checked by modify_roi_out
+    ctx = {"KPN_CTX": 1} if int(module.param("arch")) else {}  # checked by modify_roi_out
+    return Weights(NW, "w16", best=("f16", lut), w16=lut, start=wcp.source is not None,
+                   wcp="f16", defines=ctx)
+
+
+def network(graph, module, scaffold) -> Network:
+    """The forward at every level, the loss against ref and the backward down to dE/dW (the
+    last level's reduce sums every level's partials)."""
+    levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
+    module.data["levels"] = levels
+    adam, arch = scaffold.adam, int(module.param("arch"))
     ctx = {"KPN_CTX": 1} if arch else {}
-    adam = optimizer(graph, module, NW, "kpn-t", "wcp" if wcp.source is not None else None,
-                     best=("f16", lut), w16=lut, wcp_format="f16", defines=ctx)
-    bind_weights(graph, module, adam, "w16")
     noise = None
     if int(module.param("feat")):
         if module.connector("noiseab").source is None:
@@ -553,6 +550,7 @@ def create_nodes(graph, module):
         noise = "noiseab"
     n = forward_nodes(graph, module, levels, True, (adam, "w"), weights16=(adam, "w16"),
                       noise=noise, arch=arch, scale=(adam, "stats"))
+    module.data["forward"] = n
     sizes = n["sizes"]
     w0, h0 = sizes[0]
     groups = math.ceil(w0 / 8) * math.ceil(h0 / 8)
@@ -567,8 +565,7 @@ def create_nodes(graph, module):
     if n["precise"]:
         graph.node_connect(n["up"][0], "Od", loss, "Od")
     graph.bind(module, "ref", loss, "ref")
-    hist_len = history_length(graph.frames)
-    lsum = loss_sum(graph, module, loss, groups, hist_len)
+    scaffold.loss_sum(loss, groups)
     used = np.ones(NW, bool)
     used[(MATRICES - 1) * WIDTH * WIDTH + n["nout"] * WIDTH:] = False  # its rows past K's
 
@@ -606,15 +603,8 @@ def create_nodes(graph, module):
         if acc:
             graph.node_connect(acc, "dw", red, "acc")
         acc = red
-    norm = graph.add_node(module, "norm", (256, 1), [ssbo("dw", "read"), ssbo("gn", "write", 4),
-                          ssbo("cur", "read")], shader="kpn-t", local=(256, 1, 1))
-    graph.node_feedback(acc, "dw", norm, "dw")
-    graph.node_feedback(lsum, "cur", norm, "cur")  # a non-finite loss also skips the update
-    feed_optimizer(graph, adam, (acc, "dw"), (norm, "gn"), lsum)
-    module.trainable = Trainable(adam=adam, dw=acc, lsum=lsum, hist_len=hist_len, used=used,
-                                 layout=(MATRICES, WIDTH),
-                                 scale="activation scale" if n["variant"] == "fused" else "")
-    _view_nodes(graph, module, n, adam, acc, lsum)
+    return Network(dw=acc, used=used, layout=(MATRICES, WIDTH),
+                   scale="activation scale" if n["variant"] == "fused" else "")
 
 
 def _backward_portable(graph, module, n, i, adam, dap):
@@ -727,12 +717,13 @@ GRAPH_PLOT = (60, 14, 492, 178)  # plot area x0, y0, x1, y1 (exclusive) of the l
 GRAPH_COLS = 3 * 512 + 4  # grange: per column min, max (at most 512 columns), 4 values, smoothed
 
 
-def _view_nodes(graph, module, n, adam, dw_node, lsum):
+def views(graph, module):
     """graph (loss plot), vis (weights and gradients), debug (kernels), each only when
     something reads it. The plot and the vis bars get a small reduction pass first, so no
     pixel scans the loss history or all weights."""
     readers = graph.readers
-    hist_len = module.trainable.hist_len
+    t, n = module.trainable, module.data["forward"]
+    adam, dw_node, lsum, hist_len = t.adam, t.dw, t.lsum, t.hist_len
     if readers(module, "graph"):
         x0, y0, x1, y1 = GRAPH_PLOT
         rng = graph.add_node(module, "grange", (256, 1), [
@@ -767,3 +758,6 @@ def _view_nodes(graph, module, n, adam, dw_node, lsum):
         graph.node_connect(n["fwd"][0], "K", node, "K")
         graph.bind(module, "debug", node, "debug")
 
+
+TRAINABLE = Trains(weights, network, views, precise="precise", rates=("alpha",),
+                   clip="gradclip")

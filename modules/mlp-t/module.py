@@ -41,15 +41,7 @@ import numpy as np
 from vkgraph.pipeline.errors import GraphError, closest
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi, img, ssbo
 from vkgraph.pipeline.optim import OPTIMIZERS
-from vkgraph.pipeline.trainer import (
-    Trainable,
-    Trains,
-    bind_weights,
-    feed_optimizer,
-    history_length,
-    loss_sum,
-    optimizer,
-)
+from vkgraph.pipeline.trainer import Network, Trains, Weights
 from vkgraph.pipeline.variants import (
     cm_available,
     cm_defines,
@@ -60,8 +52,6 @@ from vkgraph.pipeline.variants import (
 )
 
 log = logging.getLogger("vkgraph")
-
-TRAINABLE = Trains(precise="precise", rates=("alpha", "talpha"), clip="gradclip")
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
@@ -445,7 +435,31 @@ def _checkpoint(module, a: Arch) -> str | None:
     return wcp.format
 
 
-def create_nodes(graph, module):
+def weights(graph, module) -> Weights:
+    """The optimiser's params: every net's weights, then the table; started from the
+    checkpoint on wcp where one is connected and used; the coopmat variant's adam also
+    writes the f16 weights w16 and keeps the dynamic loss scale."""
+    a = arch(module)
+    n_p = a.params  # weights, then the table
+    cm = variant_of(graph, module, a)[0] == "coopmat"
+    wcp = _checkpoint(module, a)
+    return Weights(n_p, "w", best=("f32", Roi(a.width, n_p // a.width)),
+                   w16=Roi(a.width, a.weights // a.width) if cm else None,
+                   start=wcp is not None, wcp=wcp or "f32",
+                   roi=Roi(a.width, n_p // a.width),
+                   defines={**a.defines(), **({"WCP16": 1} if wcp == "f16" else {}),
+                            **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
+
+
+def variant_of(graph, module, a: Arch) -> tuple[str, str]:
+    """mlp_variant for this module's params."""
+    return mlp_variant(graph, a, int(module.param("precise")) != 0)
+
+
+def network(graph, module, scaffold) -> Network:
+    """Training (train and wgrad, or train_cm), the gradient sum reduce and the preview
+    eval."""
+    adam, hist_len = scaffold.adam, scaffold.hist_len
     a = arch(module)
     defines = a.defines()
     batch = int(module.param("batch"))
@@ -460,21 +474,11 @@ def create_nodes(graph, module):
         raise GraphError(f"{module}: enc {module.param('enc')} sums its table gradient with "
                          f"64-bit integer atomics, which {graph.capabilities.name} lacks")
     chunks, chunk = chunks_of(batch)
-    variant, why = mlp_variant(graph, a, precise)
+    variant, why = variant_of(graph, module, a)
     log.info("%s: %s training kernel%s", module, variant, f" ({why})" if why else "")
     cm = variant == "coopmat"
-    hist_len = history_length(graph.frames)
-    wcp = _checkpoint(module, a)
 
-    adam = optimizer(graph, module, n_p, "mlp-t", "wcp" if wcp else None,
-                     best=("f32", Roi(a.width, n_p // a.width)),
-                     w16=Roi(a.width, nw // a.width) if cm else None, wcp_format=wcp or "f32",
-                     defines={**defines, **({"WCP16": 1} if wcp == "f16" else {}),
-                              **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
-    adam.connector("w").roi = Roi(a.width, n_p // a.width)
-    bind_weights(graph, module, adam, "w")
-
-    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False, lsum=None):
+    def gradient_sum(src, parts, tacc, loss_parts=0, scaled=False):
         """reduce: dw = the sum of src's `parts` partials (+ tacc's table gradient), and the
         per-net gradient norms gn; adam applies both next frame (feedback). loss_parts > 0:
         it also sums src's loss partials (lsum's work, its outputs hist and cur). scaled:
@@ -496,7 +500,6 @@ def create_nodes(graph, module):
             node.connector("tacc").flags |= OPTIONAL
         else:
             graph.node_connect(tacc, "tacc", node, "tacc")
-        feed_optimizer(graph, adam, (node, "dw"), (node, "gn"), lsum or node)
         return node
 
     # the table gradient as 64-bit fixed point (2 words an entry), + a non-finite count
@@ -520,8 +523,8 @@ def create_nodes(graph, module):
         if table:
             train.connector("tacc").flags |= CLEAR
             graph.node_connect(adam, "w", train, "w")
-        reduce = lsum = gradient_sum(train, groups_cm, tacc=train if table else None,
-                                     loss_parts=groups_cm, scaled=True)
+        reduce = gradient_sum(train, groups_cm, tacc=train if table else None,
+                              loss_parts=groups_cm, scaled=True)
     else:
         train = graph.add_node(module, "train", (groups * a.width, a.nets), [
             img("target", "read"), ssbo("w", "read"), ssbo("A", "write", a.layers * rows * a.width),
@@ -532,15 +535,13 @@ def create_nodes(graph, module):
         train.connector("tacc").flags |= CLEAR
         graph.bind(module, "target", train, "target")
         graph.node_connect(adam, "w", train, "w")
-
-        lsum = loss_sum(graph, module, train, groups * a.nets, hist_len)
-
+        scaffold.loss_sum(train, groups * a.nets)
         wgrad = graph.add_node(module, "wgrad", (16 * chunks, 16 * a.layers, a.nets), [
             ssbo("A", "read"), ssbo("G", "read"), ssbo("part", "write", chunks * nw)],
             shader="mlp-t", local=(16, 16, 1), push=[batch, bpad, chunk], defines=defines)
         graph.node_connect(train, "A", wgrad, "A")
         graph.node_connect(train, "G", wgrad, "G")
-        reduce = gradient_sum(wgrad, chunks, tacc=train, lsum=lsum)
+        reduce = gradient_sum(wgrad, chunks, tacc=train)
 
     t = module.connector("target").roi
     tile_px = math.ceil(t.wd / a.tiles[0]) * math.ceil(t.ht / a.tiles[1])
@@ -559,10 +560,13 @@ def create_nodes(graph, module):
 
     kernels = ("coopmat kernel" if cm else
                f"portable kernels{f' ({why})' if why else ''}")
-    module.trainable = Trainable(adam=adam, dw=reduce, lsum=lsum, hist_len=hist_len,
-                                 used=a.used(), layout=(a.nets * a.layers, a.width),
-                                 groups=a.groups(), kernels=kernels,
-                                 scale="loss scale" if cm else "")
     module.data.update(train=train, eval=ev, arch=a, variant=variant,
                        variant_why=why)
+    return Network(dw=reduce, gn=reduce, lsum=reduce if cm else None, used=a.used(),
+                   layout=(a.nets * a.layers, a.width), groups=a.groups(), kernels=kernels,
+                   scale="loss scale" if cm else "")
+
+
+TRAINABLE = Trains(weights, network, precise="precise", rates=("alpha", "talpha"),
+                   clip="gradclip")
 
