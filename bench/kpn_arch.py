@@ -76,7 +76,7 @@ VARIANTS = {
 
 
 def band_noise(levels: int) -> list[float]:
-    from vkgraph.modules.kpn_t.module import band_noise as bn
+    from vkgraph.modules.kpn_t.forward import band_noise as bn
 
     return list(bn(levels + 1))
 

@@ -206,7 +206,8 @@ def weights_info(weights: Path, levels: int | None = None, registry=None) -> tup
     at the first image: a missing, unreadable or non-finite .lut, one not of kpn-t's size,
     levels outside kpn's range (given, or from the .lut's text, said so) and a given `levels`
     the text contradicts. GraphError, once, before any image is read."""
-    from vkgraph.modules.kpn_t.module import NW, WIDTH, trained_with
+    from vkgraph.modules.kpn_t.forward import NW, WIDTH
+    from vkgraph.modules.kpn_t.module import trained_with
 
     if not weights.exists():
         raise GraphError(f"weights '{weights}' do not exist")

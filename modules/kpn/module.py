@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from vkgraph.modules.kpn_t.module import NW, WIDTH, forward_nodes, trained_with
+from vkgraph.modules.kpn_t.forward import NW, WIDTH, forward_nodes
+from vkgraph.modules.kpn_t.module import trained_with
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
 
