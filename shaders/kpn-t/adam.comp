@@ -3,7 +3,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "rng.glsl"
 #include "params.gen"  // the params block, generated from modules/kpn-t/params
 #include "optim.glsl"
