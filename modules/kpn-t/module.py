@@ -1,14 +1,17 @@
 """kpn-t: trains the kernel-predicting MLP denoiser frame by frame (README.md here has the maths).
 
-Nodes per level i (sizes s_0 = input, s_{i+1} = ceil(s_i / 2)):
-  forward   (cooperative-matrix variants: wpack, w -> packed fragments, once)
+kpn-t supplies its optimiser's params (`weights`), its network (`network`: forward, loss,
+backward) and its views; the engine's trainer scaffold (pipeline/trainer.py) adds adam,
+lsum, norm, the feedback edges and the trainer hooks. Nodes per level i (sizes s_0 = input,
+s_{i+1} = ceil(s_i / 2)):
+  forward   (forward.py; cooperative-matrix variants: wpack, w -> packed fragments, once)
             sub_i (M_i -> M_{i+1}), diff_i (-> D_i), fwd_i (D_i, w -> K_i, A_i),
             apply_i (D_i, K_i -> I_i), up_i (I_i, O_{i+1} or M_L -> O_i)
-  loss      loss (O_0, ref -> dO_0, partials), lsum (-> loss history, current loss)
+  loss      loss (O_0, ref -> dO_0, partials), lsum (scaffold: -> loss history, current loss)
   backward  dup_i (dO_i -> dO_{i+1}), dapply_i (-> dK_i), bck_i (-> G_i),
             mulw_i (A_i, G_i, dK_i -> partials), reduce_i (sum over chunks and levels -> dw)
-  update    norm (dw and loss of the last frame -> ||g||, finite?), adam (-> w, m, v, w16,
-            stats)
+  update    (scaffold) norm (dw and loss of the last frame -> ||g||, finite?), adam (-> w, m,
+            v, w16, stats)
 adam reads dw and the norm through feedback edges: frame f applies the gradient of f-1.
 Checkpoints (hooks state/load_state): adam's w, m, v, stats and the loss history; the engine
 adds the feedback buffers (the last frame's dw and loss).

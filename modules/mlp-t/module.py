@@ -16,6 +16,9 @@ train and wgrad: sampling, forward, loss, backward and per-workgroup weight-grad
 partials in one dispatch on cooperative matrices, with adam also writing the f16 weights
 `w16` and the dynamic loss scale (stats[2], stats[3]); its reduce also does lsum's work
 (LOSS_SUM: one dispatch less per frame), so there `lsum` below is the reduce node.
+mlp-t supplies `weights` (its optimiser's params) and `network` (train, wgrad, reduce,
+eval); the engine's trainer scaffold (pipeline/trainer.py) adds adam, lsum, the feedback
+edges and the trainer hooks. The networks' shape is arch.py's `Arch`.
 
 For tools (vkgraph gradcheck, checkpoints, tests): module.trainable (pipeline/trainer.py:
 Trainable) names the node `adam` whose output "w" holds the fp32 master weights (with alpha 0
