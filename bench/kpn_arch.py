@@ -92,7 +92,7 @@ NL_OFFS = [(dx, dy) for dy in range(-NL_R, NL_R + 1) for dx in range(-NL_R, NL_R
 
 
 def band_noise(levels: int) -> list[float]:
-    from vkgraph.modules.kpn_t.module import band_noise as bn
+    from vkgraph.modules.kpn_t.forward import band_noise as bn
 
     return list(bn(levels + 1))
 

@@ -218,7 +218,7 @@ def weights_info(weights: Path, levels: int | None = None, registry=None) -> tup
     at the first image: a missing, unreadable or non-finite .lut, one not of kpn-t's size,
     levels outside kpn's range (given, or from the .lut's text, said so) and a given `levels`
     the text contradicts. GraphError, once, before any image is read."""
-    from vkgraph.modules.kpn.module import NW
+    from vkgraph.modules.kpn_t.forward import NW, WIDTH
     from vkgraph.modules.kpn_t.module import trained_with
 
     if not weights.exists():
@@ -226,7 +226,8 @@ def weights_info(weights: Path, levels: int | None = None, registry=None) -> tup
     data, info, text = read_lut(weights, finite=True)
     if data.size != NW:
         raise GraphError(f"holds {info.wd}x{info.ht}x{info.channels} elements; kpn needs "
-                         "kpn-t's weights, 64x448 (a .lut written by kpn-t's w output)",
+                         f"kpn-t's weights, {WIDTH}x{NW // WIDTH} (a .lut written by kpn-t's "
+                         "w output)",
                          where=str(weights))
     kpn = (registry or Registry([DEFAULT_DIR])).get("kpn")
     decl = next(p for p in kpn.params if p.name == "levels")

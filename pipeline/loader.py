@@ -6,7 +6,7 @@ the folder's name with every character that Python does not allow in a name made
 `vkgraph.modules.<name>.module` and the folder's other files are siblings
 (`vkgraph.modules.kpn_t.reference`), so modules import each other normally:
 
-    from vkgraph.modules.kpn_t.module import forward_nodes
+    from vkgraph.modules.kpn_t.forward import forward_nodes
 
 Each file runs once per process, with a `sys.modules` entry (so `@dataclass`, pickling and
 `typing.get_type_hints` work). The scheme is the same for the shipped modules and for the

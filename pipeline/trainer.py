@@ -1,25 +1,30 @@
 """The trainer scaffold: what every trainable module (kpn-t, mlp-t) shares.
 
-A module is trainable when its module.py declares `TRAINABLE = Trains(...)` (how tools
-freeze it, below); its create_nodes then builds the forward and backward subgraph and its
-loss, and gets the rest from here: the optimiser node (`optimizer`), the loss sum
-(`loss_sum`) and the feedback edges that hand the optimiser the gradient and its norm of
-the last frame (`feed_optimizer`); it ends by setting `module.trainable = Trainable(...)`,
-the record of the built nodes. `trainable is not None` is the one test of trainability:
-`module.cls.trainable` (the declaration, before a build) and `module.trainable` (the
-record, after create_nodes).
+A module is trainable when its module.py declares `TRAINABLE = Trains(...)`: how tools freeze
+it (the gradient check's params) and its two builders, `weights` (what its optimiser holds:
+a `Weights`) and `network` (its forward and backward subgraph and its loss: a `Network`).
+The engine's `create_nodes` (below, the hook of every module that declares Trains and does
+not define create_nodes itself) builds the rest from them: the optimiser node `adam`, the
+module's weight output, the loss sum `lsum`, the gradient norm `norm` where the network
+gives none, the feedback edges that hand the optimiser the gradient, its norm and the loss of
+the last frame, and the record `module.trainable = Trainable(...)` of the built nodes; then
+the module's `views`, if it declares them. `trainable is not None` is the one test of
+trainability: `module.cls.trainable` (the declaration, before a build) and
+`module.trainable` (the record, after create_nodes).
 
 The engine gives such a module the trainer hooks below (`HOOKS`) unless its module.py
-defines its own: `losses`, `current_loss`, `stats`, `summary`, `state`, `load_state`. They,
-checkpoints (pipeline/checkpoint.py) and `vkgraph gradcheck` read a trainable module through
-its record only: its loss history is the output `hist` of node `lsum` (one float a frame,
-ring buffer of `hist_len`), the frame's loss a (hi, lo) float pair in its output `cur`; the
-optimiser node `adam` holds the weights `w`, moments `m`, `v` and in `stats[0]` the count
-of skipped (non-finite) updates; node `dw` writes dE/dW of the frame to its output `dw`."""
+defines its own: `create_nodes`, `losses`, `current_loss`, `stats`, `summary`, `state`,
+`load_state`. They, checkpoints (pipeline/checkpoint.py) and `vkgraph gradcheck` read a
+trainable module through its record only: its loss history is the output `hist` of node
+`lsum` (one float a frame, ring buffer of `hist_len`), the frame's loss a (hi, lo) float pair
+in its output `cur`; the optimiser node `adam` holds the weights `w`, moments `m`, `v` and in
+`stats[0]` the count of skipped (non-finite) updates; node `dw` writes dE/dW of the frame to
+its output `dw`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,13 +33,59 @@ from .module import OPTIONAL, Roi, ssbo
 
 
 @dataclass(frozen=True)
-class Trains:
-    """A module's declaration that it trains (module.py: `TRAINABLE = Trains(...)`): how the
-    gradient check freezes it. `precise`: the param that selects the float64 forward (set
-    to 1 unless --plain); `rates`: the learning-rate params set to 0 after the warm-up
-    frames, so that a frame's update leaves the weights alone; `clip`: the gradient-clipping
-    param, set to `UNCLIPPED` so the analytic gradient is the raw dE/dW."""
+class Weights:
+    """What a trainable module's optimiser holds (its `Trains.weights` returns it): `n`
+    params; `output`, adam's connector bound to the module's weight output `w` ("w": the
+    fp32 weights, "w16": their f16 copy); `best`, the (format, roi) of that output, which
+    the best weights take; `w16`, the roi of an f16 copy (None: none); `start`, whether the
+    weights start from the checkpoint on the module input `wcp` (else from the kernel's
+    init), whose format, as the kernel declares it, is `wcp`; `roi`, the roi of adam's `w`
+    (None: n x 1); `defines` of the module's adam.comp (shaders/include/adam.glsl)."""
 
+    n: int
+    output: str
+    best: tuple
+    w16: Roi | None = None
+    start: bool = False
+    wcp: str = "f32"
+    roi: Roi | None = None
+    defines: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Network:
+    """A trainable module's forward and backward subgraph, as its `Trains.network` built
+    it: `dw`, the node writing dE/dW of the frame (output `dw`); `lsum`, a node of the network
+    that sums the frame's loss itself (outputs `hist`, `cur`; None: it asked for the
+    engine's, Scaffold.loss_sum); `gn`, a node writing the gradient's norm and finiteness per
+    net (output `gn`: (norm, 1 or 0) pairs) or None, for the engine's `norm` node over dw.
+    Then what the record (Trainable) says of the weights: `used`, `layout`, `groups`,
+    `kernels`, `scale`."""
+
+    dw: object
+    used: np.ndarray
+    layout: tuple[int, int]
+    lsum: object = None
+    gn: object = None
+    groups: list | None = None
+    kernels: str = ""
+    scale: str = ""
+
+
+@dataclass(frozen=True)
+class Trains:
+    """A module's declaration that it trains (module.py: `TRAINABLE = Trains(...)`).
+    `weights(graph, module) -> Weights` and `network(graph, module, scaffold) -> Network`
+    build it (create_nodes, below); `views(graph, module)`, if given, adds nodes
+    that read the built record (kpn-t's loss plot and weight view). How the gradient check
+    freezes it: `precise`, the param that selects the float64 forward (set to 1 unless
+    --plain); `rates`, the learning-rate params set to 0 after the warm-up frames, so that
+    a frame's update leaves the weights alone; `clip`, the gradient-clipping param, set to
+    `UNCLIPPED` so the analytic gradient is the raw dE/dW."""
+
+    weights: Callable
+    network: Callable
+    views: Callable | None = None
     precise: str | None = "precise"
     rates: tuple[str, ...] = ("alpha",)
     clip: str | None = "gradclip"
@@ -82,31 +133,33 @@ def trainable_modules(modules) -> list:
 # -- building: the nodes every trainer has
 
 
-def optimizer(graph, module, n: int, shader: str, wcp: str | None, best: tuple,
-              w16: Roi | None = None, defines=None, wcp_format: str = "f32"):
-    """The optimiser node `adam` over n params: inputs dw and gn (fed back by
-    feed_optimizer), wcp (the starting weights, optional: bound when `wcp` names the module
-    input to start from); outputs w (fp32), m, v, stats and, with `w16` (its roi), an f16
-    copy of the weights; then the divergence guard's input cur (the loss the weights gave)
-    and outputs wg, mg, vg (the last good w, m, v) and wbest (the best weights, `best` =
-    (format, roi) of the module's weight output). Bindings in that order (the guard's from
-    define GUARD_B); push constant: whether wcp is bound. stats: [0] skipped updates, [1] the
-    gradient norm, [2..3] the module's, [4..19] the guard's two slots (shaders/include/
-    guard.glsl)."""
-    conns = [ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=wcp_format),
+def optimizer(graph, module, spec: Weights):
+    """The optimiser node `adam` over spec.n params (kernel adam of the module's folder,
+    shaders/include/adam.glsl): inputs dw and gn (fed back by feed_optimizer), wcp (the
+    starting weights, optional: bound when spec.start);
+    outputs w (fp32), m, v, stats and, with spec.w16 (its roi), an f16 copy of the weights;
+    then the divergence guard's input cur (the loss the weights gave) and outputs wg, mg, vg
+    (the last good w, m, v) and wbest (the best weights, of spec.best = (format, roi) of the
+    module's weight output). Bindings in that order (the guard's from define GUARD_B); push
+    constant: whether wcp is bound. stats: [0] skipped updates, [1] the gradient norm,
+    [2..3] the dynamic scale, [4..19] the guard's two slots (shaders/include/guard.glsl)."""
+    n = spec.n
+    conns = [ssbo("dw", "read"), ssbo("gn", "read"), ssbo("wcp", "read", fmt=spec.wcp),
              ssbo("w", "write", n), ssbo("m", "write", n), ssbo("v", "write", n),
              ssbo("stats", "write", STATS)]
-    if w16 is not None:
-        conns.append(("w16", "write", "ssbo", "f16", w16))
-    defines = {**(defines or {}), "ROLLBACK": 1, "GUARD_B": len(conns),
-               **({"WBEST16": 1} if best[0] == "f16" else {})}
+    if spec.w16 is not None:
+        conns.append(("w16", "write", "ssbo", "f16", spec.w16))
+    defines = {**spec.defines, "ROLLBACK": 1, "GUARD_B": len(conns),
+               **({"WBEST16": 1} if spec.best[0] == "f16" else {})}
     conns += [ssbo("cur", "read"), ssbo("wg", "write", n), ssbo("mg", "write", n),
-              ssbo("vg", "write", n), ("wbest", "write", "ssbo", best[0], best[1])]
-    node = graph.add_node(module, "adam", (n, 1), conns, shader=shader, local=(256, 1, 1),
-                          push=[1 if wcp else 0], defines=defines)
+              ssbo("vg", "write", n), ("wbest", "write", "ssbo", spec.best[0], spec.best[1])]
+    node = graph.add_node(module, "adam", (n, 1), conns, shader=module.name, local=(256, 1, 1),
+                          push=[1 if spec.start else 0], defines=defines)
     node.connector("wcp").flags |= OPTIONAL
-    if wcp:
-        graph.bind(module, wcp, node, "wcp")
+    if spec.start:
+        graph.bind(module, "wcp", node, "wcp")
+    if spec.roi is not None:
+        node.connector("w").roi = spec.roi
     return node
 
 
@@ -120,6 +173,18 @@ def loss_sum(graph, module, src, parts: int, hist_len: int):
     return node
 
 
+def gradient_norm(graph, module, dw, lsum, n: int):
+    """Node `norm`: the norm of dw's n gradient entries and whether they and the loss of the
+    same frame are finite (shaders/trainer/norm.comp), for a network that gives none. It
+    reads the last frame's dw and loss, as adam does."""
+    node = graph.add_node(module, "norm", (256, 1), [
+        ssbo("dw", "read"), ssbo("gn", "write", 4), ssbo("cur", "read")], shader="trainer",
+        local=(256, 1, 1), push=[n])
+    graph.node_feedback(dw, "dw", node, "dw")
+    graph.node_feedback(lsum, "cur", node, "cur")  # a non-finite loss also skips the update
+    return node
+
+
 def feed_optimizer(graph, adam, dw, gn, lsum) -> None:
     """The optimiser of frame f applies the gradient of frame f - 1: dw and its norm gn (each
     a (node, connector)) reach it through feedback edges, or the same frame's norm node;
@@ -130,6 +195,45 @@ def feed_optimizer(graph, adam, dw, gn, lsum) -> None:
         graph.node_feedback(gn[0], gn[1], adam, "gn")
     else:
         graph.node_connect(gn[0], gn[1], adam, "gn")
+
+
+class Scaffold:
+    """What a trainable module's network builder gets from the engine: the optimiser node
+    `adam` (its outputs w, w16, stats are this frame's weights and scale), the loss
+    history's length `hist_len`, and `loss_sum`, which adds the engine's loss sum `lsum`
+    over the module's loss partials (called where the loss node is made)."""
+
+    def __init__(self, graph, module, adam, hist_len: int):
+        self.graph, self.module, self.adam, self.hist_len = graph, module, adam, hist_len
+        self.lsum = None
+
+    def loss_sum(self, src, parts: int):
+        """Node `lsum` over src's `parts` loss partials (loss_sum); returns it."""
+        self.lsum = loss_sum(self.graph, self.module, src, parts, self.hist_len)
+        return self.lsum
+
+
+def create_nodes(graph, module) -> None:
+    """A trainable module's nodes: its optimiser first (every forward reads this frame's
+    weights), its network (Trains.network, which asks for the loss sum where it makes its
+    loss), the gradient norm where the network gives none, the feedback edges, the record,
+    then the module's views."""
+    trains = module.cls.trainable
+    spec = trains.weights(graph, module)
+    adam = optimizer(graph, module, spec)
+    bind_weights(graph, module, adam, spec.output)
+    scaffold = Scaffold(graph, module, adam, history_length(graph.frames))
+    net = trains.network(graph, module, scaffold)
+    lsum = net.lsum or scaffold.lsum
+    if lsum is None:
+        raise GraphError(f"{module}: its network sums no loss (Scaffold.loss_sum)")
+    gn = net.gn or gradient_norm(graph, module, net.dw, lsum, spec.n)
+    feed_optimizer(graph, adam, (net.dw, "dw"), (gn, "gn"), lsum)
+    module.trainable = Trainable(adam=adam, dw=net.dw, lsum=lsum, hist_len=scaffold.hist_len,
+                                 used=net.used, layout=net.layout, groups=net.groups,
+                                 kernels=net.kernels, scale=net.scale)
+    if trains.views is not None:
+        trains.views(graph, module)
 
 
 def bind_weights(graph, module, adam, conn: str, output: str = "w") -> None:
@@ -283,5 +387,6 @@ def load_state(graph, module, arrays) -> None:
 
 
 # what a trainable module gets unless its module.py defines the hook itself
-HOOKS = {f.__name__: f for f in (losses, current_loss, stats, summary, state, load_state)}
+HOOKS = {f.__name__: f for f in (create_nodes, losses, current_loss, stats, summary, state,
+                                 load_state)}
 

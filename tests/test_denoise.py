@@ -13,6 +13,7 @@ from test_kpn_infer import ref
 
 from vkgraph.cli.main import main
 from vkgraph.modules.kpn_t import module as kpn_t
+from vkgraph.modules.kpn_t.forward import band_noise
 from vkgraph.pipeline.denoise import Denoiser
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import (
@@ -180,7 +181,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     kpn = den.builds[(W, H, False)][1].modules[("kpn", "01")]
     assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
     assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
-    bands = kpn_t.band_noise(2)
+    bands = band_noise(2)
     Wl = read_lut(feat)[0].astype(np.float64).reshape(7, 64, 64)
     want = ref.forward(img.astype(np.float64), img.astype(np.float64), Wl, levels=2,
                        apply_mode="softmax", noise=(5e6, 400), bands=bands)[1]

@@ -326,7 +326,7 @@ def test_fused_groups_one_per_sm(device, monkeypatch):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from vkgraph.modules.kpn_t import module as kpn_t
+    from vkgraph.modules.kpn_t import forward as kpn_t
 
     monkeypatch.delenv("VKGRAPH_CM_TUNE", raising=False)
     assert kpn_t.cm_tuning()["fused_groups"] == 0  # the default: ask the device

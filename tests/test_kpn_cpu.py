@@ -46,8 +46,9 @@ def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels, t
     """texel=False: the storage-buffer loads the cpu kernels fall back to where a buffer
     exceeds the device's texel-view limit (the same bits as through texel views)."""
     if not texel:
-        from vkgraph.modules.kpn_t import module as kpn_t
-        monkeypatch.setattr(kpn_t, "cpu_texel", lambda graph, npx: {})
+        from vkgraph.modules.kpn_t import forward, module
+        for kpn_t in (forward, module):  # the forward's kernels and the backward's
+            monkeypatch.setattr(kpn_t, "cpu_texel", lambda graph, npx: {})
     X, R = pair(w, h)
     W = conditioned_weights()
     out = {}
@@ -87,7 +88,7 @@ def test_cpu_kernels_need_subgroup_shuffle(device):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from vkgraph.modules.kpn_t import module as kpn_t
+    from vkgraph.modules.kpn_t import forward as kpn_t
 
     cpu = replace(device.info, type="CPU", subgroup_size=8, subgroup_shuffle=True)
     assert kpn_t.cpu_capable(SimpleNamespace(capabilities=cpu))
@@ -102,7 +103,7 @@ def test_cpu_kernels_read_texels_where_the_activations_fit(device):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from vkgraph.modules.kpn_t import module as kpn_t
+    from vkgraph.modules.kpn_t import forward as kpn_t
 
     def texel(limit, npx):
         info = replace(device.info, max_texel_elements=limit)

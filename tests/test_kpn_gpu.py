@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import graph_from_lines
 
-from vkgraph.modules.kpn_t import module as kpn_t_module
+from vkgraph.modules.kpn_t import forward as kpn_t_forward
 from vkgraph.modules.kpn_t import reference as kpn_t_reference
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.runner import Build
@@ -177,12 +177,12 @@ def test_training_lowers_loss_and_writes_lut(device, tmp_path, monkeypatch):
 
 
 def kpn_kernels():
-    """kpn-t's module code (the engine's hooks are this module)."""
-    return kpn_t_module
+    """kpn-t's forward code (forward.py: the pyramid's band noise)."""
+    return kpn_t_forward
 
 
 def test_band_noise_matches_monte_carlo():
-    """The exact per-level noise std of the detail bands (module.py, from the 1-D pyramid
+    """The exact per-level noise std of the detail bands (forward.py, from the 1-D pyramid
     maps) agrees with a Monte-Carlo estimate on 1024^2 white noise (the reference's) to the
     estimate's own error: the bands are spatially correlated, so level i's middle holds about
     (256 / 2^i)^2 independent samples (2% std error at level 2, 4% at level 3)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vkgraph.modules.kpn_t import module as kpn_t
+from vkgraph.modules.kpn_t import forward as kpn_t
 from vkgraph.pipeline import optim
 from vkgraph.pipeline.testing import dispatch
 

@@ -38,7 +38,6 @@ from vkgraph.cli.main import main
 from vkgraph.pipeline.cfg import read_cfg
 from vkgraph.pipeline.datasets import resolve_name
 from vkgraph.pipeline.formats import read_image, write_pfm
-from vkgraph.modules.kpn_t import module as kpn_t
 from vkgraph.pipeline.kernels import kernel_spirv
 from vkgraph.pipeline.vk import Device, validation_messages
 
@@ -48,7 +47,7 @@ def report(**kw):
     print("@@" + json.dumps(kw), flush=True)
 
 dev = Device.open()
-dev.kernel(kernel_spirv("kpn-t", "norm", headers=kpn_t.HEADERS),  # layout: 1 of 3 buffers
+dev.kernel(kernel_spirv("trainer", "norm"),  # layout: 1 of 3 buffers
            1, 0, (256, 1, 1))
 a, b = dev.buffer(256), dev.buffer(256)
 cl = dev.commands().begin()

@@ -13,11 +13,10 @@ import math
 
 import numpy as np
 
-from vkgraph.modules.kpn_t.module import forward_nodes, trained_with
+from vkgraph.modules.kpn_t.forward import NW, WIDTH, forward_nodes
+from vkgraph.modules.kpn_t.module import trained_with
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
-
-NW = 64 * 448  # 7 matrices of 64 x 64, the .lut kpn-t writes
 
 
 def weights_text(graph, module) -> str | None:
@@ -56,7 +55,8 @@ def modify_roi_out(graph, module) -> None:
     w = module.connector("w")
     if w.roi.wd * w.roi.ht != NW:
         raise GraphError(f"{module}: input 'w' holds {w.roi.wd}x{w.roi.ht} elements; kpn "
-                         f"needs kpn-t's weights, 64x448 (a .lut written by kpn-t's w output)")
+                         f"needs kpn-t's weights, {WIDTH}x{NW // WIDTH} (a .lut written by "
+                         "kpn-t's w output)")
     variant(graph, module)
 
 

@@ -7,7 +7,7 @@
 #define CM_WANT_BLOCKS
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "kpn.glsl"
 // The fused MLP backward with cooperative matrices: for a tile of T = 8 WARPS pixels it
 // recomputes the forward (nothing is stored between fwd and the backward), back-propagates

@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "kpn.glsl"
 // Weight gradient as a matrix product over pixels, blocked (mlp_weight_grad in mlp.glsl):
 // workgroup (chunk, layer l) of 16x16 threads computes the 64x64 partial

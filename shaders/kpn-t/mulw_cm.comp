@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "mlp_coopmat.glsl"
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "kpn.glsl"
 // mulw.comp's function with cooperative matrices: the weight gradient is a matrix product
 // over pixels, with the pixel as the reduction dimension K:

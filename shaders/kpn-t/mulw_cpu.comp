@@ -3,7 +3,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "kpn.glsl"
 // Weight gradient for CPU drivers (the "cpu" variant; mulw.comp's partials, each summed over
 // its chunk's pixels in the same order): workgroup (chunk, layer l) is one subgroup of 8

@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 // dw[i] = acc[i] + sum_chunks part[chunk * NW + i]: adds one level's weight-gradient
 // partials to the sum over the levels before it (FIRST: no earlier levels). The chunks of a
 // weight are dealt into 8 slices, c = slice + 8 m, each summed in increasing c, and the 8

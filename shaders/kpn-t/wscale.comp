@@ -3,7 +3,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
+#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/forward.py)
 #include "kpn.glsl"
 // The fused kernels' per-layer scales (fwd_cm, bck_fused; kpn.glsl, LAYER_SCALE): for matrix l
 // (workgroup l) f_l = 2^-e_l, e_l = round(log2(|W_l|_F / r_l)), with r_l the Frobenius norm of

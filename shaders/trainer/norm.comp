@@ -1,10 +1,11 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-#include "layout.gen"  // KPN_NW etc.: the weight layout (modules/kpn-t/module.py)
-// gn[0] = ||dw||_2 over all weights (unused ones have zero gradient), gn[1] = 1 if every
-// element and the loss of the same frame (cur[0] + cur[1], lsum's pair) are finite, else 0
-// (adam then skips the update). One workgroup of 256 threads.
+// The gradient norm of a trainable module whose network gives none (pipeline/trainer.py:
+// gradient_norm): gn[0] = ||dw||_2 over its n params (unused ones have zero gradient), gn[1]
+// = 1 if every element and the loss of the same frame (cur[0] + cur[1], lsum's pair) are
+// finite, else 0 (adam then skips the update). One workgroup of 256 threads.
+layout(push_constant) uniform Push { uint n; } push;
 SSBO_IN(0, float, dw)
 SSBO_OUT(1, float, gn)
 SSBO_IN(2, float, cur)
@@ -18,7 +19,7 @@ void main() {
   barrier();
   float s = 0.0;
   bool fin = true;
-  for (uint i = t; i < KPN_NW; i += 256u) {
+  for (uint i = t; i < push.n; i += 256u) {
     float g = dw[i];
     fin = fin && !isnan(g) && !isinf(g);
     s += g * g;
