@@ -693,6 +693,50 @@ def adam_step(
 # ----------------------------------------------------------------------------- gradcheck
 
 
+# ------------------------------------------------------------------ arch 2: block matching
+
+NL_RADIUS = 5  # the search window: offsets within (2 NL_RADIUS + 1)^2, the centre left out
+NL_PATCH = 2  # patches of (2 NL_PATCH + 1)^2 pixels
+NL_TAPS = 12  # matched offsets kept per pixel
+
+
+def nl_offsets() -> np.ndarray:
+    """The search window's offsets (dx, dy) in row-major order without (0, 0): 120 of them;
+    a matched tap is stored as its index here."""
+    r = NL_RADIUS
+    return np.array([(dx, dy) for dy in range(-r, r + 1) for dx in range(-r, r + 1)
+                     if (dx, dy) != (0, 0)], dtype=np.int64)
+
+
+def block_match(M: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
+    """Block matching at one level, as the nonlocal taps of arch 2 (the candidate nl64 of
+    bench/kpn_arch.py, measured there; shaders/kpn-t/match.comp computes it). M (H, W, 4):
+    the level's image (rgb) and the noise variance diff reads (alpha). With Y = dot(M.rgb,
+    LUMA) and positions mirrored (``mirror``), the distance of pixel p to offset o is
+        d(p, o) = mean over u in [-NL_PATCH, NL_PATCH]^2 of (Y(p + u + o) - Y(p + u))^2.
+    Per pixel, the NL_TAPS offsets of smallest d in ascending order (equal distances: the
+    lower index first) as indices into ``nl_offsets`` (H, W, NL_TAPS), and their features
+    log2(1 + d / (2 sigma^2)), sigma = max(band sqrt(max(alpha, 0)), SIGMA_FLOOR): the
+    distance over what two noisy patches differ by on average."""
+    Y = M[..., :3] @ LUMA
+    h, w = Y.shape
+    ys, xs = np.arange(h), np.arange(w)
+    offsets = nl_offsets()
+    d = np.zeros((len(offsets), h, w))
+    for k, (dx, dy) in enumerate(offsets):
+        for uy in range(-NL_PATCH, NL_PATCH + 1):
+            for ux in range(-NL_PATCH, NL_PATCH + 1):
+                there = Y[mirror(ys + uy + dy, h)[:, None], mirror(xs + ux + dx, w)[None, :]]
+                here = Y[mirror(ys + uy, h)[:, None], mirror(xs + ux, w)[None, :]]
+                d[k] += (there - here) ** 2
+    d /= (2 * NL_PATCH + 1) ** 2
+    order = np.argsort(d, axis=0, kind="stable")[:NL_TAPS]
+    dist = np.take_along_axis(d, order, 0)
+    sigma = np.maximum(band * np.sqrt(np.maximum(M[..., 3], 0.0)), SIGMA_FLOOR)
+    feat = np.log2(1.0 + dist / (2.0 * sigma ** 2))
+    return order.transpose(1, 2, 0), feat.transpose(1, 2, 0)
+
+
 def gradcheck_rel(a: "float | np.ndarray", n: "float | np.ndarray") -> np.ndarray:
     """|a - n| / max(|a|, |n|, 1e-3 max|a|) elementwise (0 where a = n = 0)."""
     a = np.asarray(a, dtype=np.float64)
