@@ -213,12 +213,6 @@ def load_session(args):
     return session, lambda: session.apply(args.config, "--config", args.lenient)
 
 
-def load_graph(args):
-    """The graph of -g and the function applying --config (gui, gradcheck)."""
-    session, apply_config = load_session(args)
-    return session.graph, apply_config
-
-
 def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool) -> None:
     """Replace each requested display by a writer; remove the other displays (vkdt cli)."""
     mains = [m for m in graph.modules.values()
