@@ -72,7 +72,7 @@ photo is treated as noisier than measured (smoother result), below 1 as cleaner
 
 def add_parser(sub) -> None:
     """`vkgraph denoise` on the subcommand parsers of cli/main.py."""
-    from .main import integer
+    from .common import integer
 
     p = sub.add_parser(
         "denoise", help="denoise PNG/JPEG/TIFF/WebP/EXR/PFM photos and camera raw files with "
@@ -135,7 +135,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
     format, an output that is an input, or two inputs that would write the same file."""
     from vkgraph.pipeline.raw import is_raw
 
-    from .main import UsageError
+    from .common import UsageError
 
     if output is not None and len(inputs) != 1:
         raise UsageError(f"denoise: -o takes one input, got {len(inputs)} (use "
@@ -168,7 +168,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
 
 def check_quality(quality: int | None, outs: list[Path]) -> None:
     """--quality sets JPEG and WebP outputs: given with none of them, it is a mistake."""
-    from .main import UsageError
+    from .common import UsageError
 
     if quality is not None and not any(WRITERS[p.suffix.lower()] in QUALITY_FORMATS
                                        for p in outs):
@@ -184,7 +184,7 @@ def one_line(text: str) -> str:
 def cmd_denoise(args) -> int:
     from tqdm import tqdm
 
-    from .main import StopSignals, UsageError
+    from .common import StopSignals, UsageError
 
     if args.noise is not None and not all(math.isfinite(v) and v >= 0 for v in args.noise):
         raise UsageError("denoise: --noise A B: expected two finite numbers >= 0")
@@ -302,7 +302,7 @@ FILE_ERRORS = (VkgraphError, OSError, ValueError, MemoryError)  # a file's, not 
 
 def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     """Every file on this process's device; (failed, done)."""
-    from .main import open_device
+    from .common import open_device
 
     failed = done = 0
     device = open_device(args)

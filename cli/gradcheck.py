@@ -136,7 +136,7 @@ class Probe:
 def cmd_gradcheck(args) -> int:
     from vkgraph.pipeline.vk import Device
 
-    from .main import StopSignals, load_session
+    from .common import StopSignals, load_session
 
     session, apply_config = load_session(args)
     graph = session.graph

@@ -32,7 +32,7 @@ import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 
-from .main import StopSignals, load_session, open_device
+from .common import StopSignals, load_session, open_device
 from .progress import summaries
 
 log = logging.getLogger("vkgraph")

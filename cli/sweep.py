@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
     """`vkgraph sweep` on the subcommand parsers of cli/main.py."""
     from vkgraph.apps.sweep import METRICS
 
-    from .main import integer
+    from .common import integer
 
     p = sub.add_parser(
         "sweep", help="train a graph over a search space of params on Ray Tune",
@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
 
 def add_ray_args(p) -> None:
     """--ray [ADDRESS], --num-cpus, --num-gpus (sweep, denoise)."""
-    from .main import integer
+    from .common import integer
 
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="the Ray cluster to join (host:port, ray://host:port, auto); "
@@ -146,7 +146,7 @@ def cmd_sweep(args) -> int:
     from vkgraph.apps import distributed
     from vkgraph.apps.sweep import Space, rows, run_trial, write_tables
 
-    from .main import UsageError
+    from .common import UsageError
 
     ray = distributed.import_ray()  # a missing extra is the first thing to say
     path = graph_path(args.graph).resolve()
