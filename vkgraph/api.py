@@ -330,7 +330,10 @@ class Session:
             self._check_open("step")
             build = self.prepare()
             frame = self.frame if frame is None else int(frame)
-            build.run_frame(frame, download=download, wait=wait)
+            if wait:
+                build.run_frame(frame, download=download)
+            else:
+                build.run_frame(frame, download=download, wait=False)
             self.frame = frame + 1
             return self
 
