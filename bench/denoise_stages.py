@@ -54,11 +54,11 @@ def main() -> None:
     import vkgraph.cli.main  # noqa: F401
     t_import, c_import = time.perf_counter() - t0, time.process_time() - c0
 
+    from vkgraph.apps.denoise import Denoiser
+    from vkgraph.apps.noise import noise_profile
     from vkgraph.cli.denoise import WEIGHTS
     from vkgraph.cli.main import open_device
-    from vkgraph.pipeline.denoise import Denoiser
     from vkgraph.pipeline.formats import decode_image, write_like
-    from vkgraph.pipeline.noise import noise_profile
 
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
@@ -90,7 +90,7 @@ def main() -> None:
                 part = image
             else:
                 cx, cy, margin = den.tiling(wd, ht)
-                from vkgraph.pipeline.denoise import tile_length
+                from vkgraph.apps.denoise import tile_length
                 step = 1 << den.levels
                 part = image[:tile_length(ht, cy, margin, step), :tile_length(wd, cx, margin,
                                                                                 step)]

@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vkgraph.api import Session  # noqa: E402
 from vkgraph.pipeline.cfg import apply_line, read_cfg  # noqa: E402
 from vkgraph.pipeline.formats import read_image, srgb_to_linear, write_png  # noqa: E402
-from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 MLP = ("mlp-t", "01")
@@ -126,7 +126,7 @@ def main() -> None:
     dev = Device.open(args.device)
     rows, gpu = [], []
     try:
-        b = Build(g, dev, profile=True)
+        b = Session(g, dev, profile=True).prepare()
         m = g.modules[MLP]
         src = next(k for k in g.modules if k[0] in ("i-img", "i-pfm"))
         target = read_image(b.resolve(g.modules[src].param("filename")))

@@ -55,9 +55,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vkgraph.api import Session  # noqa: E402
 from vkgraph.pipeline.cfg import apply_line, read_cfg  # noqa: E402
 from vkgraph.pipeline.formats import read_image  # noqa: E402
-from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 CFG = ROOT / "graphs" / "fit-image.cfg"
@@ -133,7 +133,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
     try:
         name = dev.info.name
         t0 = time.perf_counter()
-        b = Build(g, dev)  # timed without timestamps (they can serialise the dispatches)
+        b = Session(g, dev).prepare()  # timed without timestamps (they may serialise dispatches)
         m = g.modules[MLP]
         a = m.data["arch"]
         variant = m.data["variant"]  # VKGRAPH_MLP=coopmat|portable|auto picks it

@@ -1,4 +1,4 @@
-"""The JPEG gain of the noise estimate (pipeline/noise.py: JPEG_GAIN), chosen for given weights
+"""The JPEG gain of the noise estimate (vkgraph/apps/noise.py: JPEG_GAIN), chosen for given weights
 on training photographs, never on the held-out ones.
 
 For a JPEG, `vkgraph denoise` measures the noise at half resolution and multiplies the
@@ -6,8 +6,8 @@ variance by a gain (JPEG removes most of the finest-scale noise, so the pixel-sc
 low). The gain that serves a user best depends on what the weights learned to expect. This
 script scores candidate gains the way bench/photo_jpeg.py scores `vkgraph denoise`: training
 photographs (graphs/photos/train.txt: the photographs, not the text or cell images; centred
-crops), made into JPEGs as a camera makes them (pipeline/camera.py, camera and white noise, the
-three levels of pipeline/heldout.py, qualities 75/85/95 cycled), denoised with the estimated
+crops), made into JPEGs as a camera makes them (vkgraph/apps/camera.py, camera and white noise, the
+three levels of vkgraph/apps/heldout.py, qualities 75/85/95 cycled), denoised with the estimated
 profile scaled by gain / JPEG_GAIN, mean sRGB PSNR against the clean crop. One table: a row per
 gain, a column per noise kind and level, and the mean.
 
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from photo_jpeg import KINDS, QUALITIES, srgb_psnr  # noqa: E402
 
-from vkgraph.pipeline import heldout, noise  # noqa: E402
+from vkgraph.apps import heldout, noise  # noqa: E402
 from vkgraph.pipeline.datasets import image_set  # noqa: E402
-from vkgraph.pipeline.denoise import Denoiser  # noqa: E402
+from vkgraph.apps.denoise import Denoiser  # noqa: E402
 from vkgraph.pipeline.formats import read_image  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 

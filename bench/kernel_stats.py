@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from vkgraph.api import Session  # noqa: E402
 from vkgraph.pipeline.cfg import apply_line, read_cfg  # noqa: E402
-from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LOCAL_OFFSET = 1 << 36  # NVIDIA 580 reports local memory as 2^36 + bytes
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         if not dev.pipeline_stats:
             print(f"{dev.info.name} has no VK_KHR_pipeline_executable_properties: no statistics")
             return 0
-        table = rows(Build(g, dev))
+        table = rows(Session(g, dev).prepare())
         print("| kernel | defines | registers | shared bytes | local bytes | binary bytes |")
         print("|---|---|---|---|---|---|")
         for name, defines, st in table:

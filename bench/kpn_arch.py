@@ -56,7 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkgraph.pipeline import heldout  # noqa: E402
+from vkgraph.apps import heldout  # noqa: E402
 from vkgraph.pipeline.datasets import image_set  # noqa: E402
 from vkgraph.pipeline.formats import read_image  # noqa: E402
 

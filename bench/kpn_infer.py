@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import quality  # noqa: E402  (bench/quality.py: the held-out photos, the noise model)
 
-from vkgraph.pipeline.denoise import Denoiser  # noqa: E402
+from vkgraph.apps.denoise import Denoiser  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 _, A, B = quality.LEVELS[1]  # the "mid" level

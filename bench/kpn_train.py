@@ -61,10 +61,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vkgraph.api import Session  # noqa: E402
 from vkgraph.pipeline.cfg import apply_line  # noqa: E402
 from vkgraph.pipeline.formats import write_pfm  # noqa: E402
 from vkgraph.pipeline.graph import Graph  # noqa: E402
-from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
 LEVELS = 4
@@ -203,7 +203,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         g = kpn_graph(folder)
         gpu_frames = min(frames, 20)
         g.frames = WARM + EXTRA + repeats * frames + gpu_frames
-        b = Build(g, dev)  # timed without timestamps (they can serialise the dispatches)
+        b = Session(g, dev).prepare()  # timed without timestamps (they may serialise dispatches)
         m = g.modules[("kpn-t", "01")]
         used = {n.kernel for n in m.nodes}
         b.run_frame(0, download=False)

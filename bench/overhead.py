@@ -23,10 +23,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from vkgraph.api import Session  # noqa: E402
 from vkgraph.pipeline.cfg import apply_line  # noqa: E402
 from vkgraph.pipeline.formats import write_pfm  # noqa: E402
 from vkgraph.pipeline.graph import Graph  # noqa: E402
-from vkgraph.pipeline.runner import Build  # noqa: E402
 from vkgraph.pipeline.vk import Device, list_devices  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def measure(index: int, frames: int, folder: Path, in_flight: bool
     try:
         g = trivial_graph(folder)
         g.frames = frames
-        b = Build(g, dev)
+        b = Session(g, dev).prepare()
         for f in range(20):  # warm up
             b.run_frame(f, download=False)
         b.wait_seconds = 0.0

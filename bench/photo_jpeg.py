@@ -2,16 +2,16 @@
 classical denoisers with their own estimate.
 
 The held-out photographs (graphs/photos/held-out.txt; never trained on) are made into JPEGs as
-a camera makes them (pipeline/camera.py): cnngenin's noise, std(x) = sqrt(a + 65535 x b) /
+a camera makes them (vkgraph/apps/camera.py): cnngenin's noise, std(x) = sqrt(a + 65535 x b) /
 65535, on the RGGB mosaic of the clean linear photo, bilinear demosaic, sRGB 8-bit, JPEG
 ("camera" rows); and with the same noise i.i.d. per pixel and channel before the JPEG
-("white" rows). Three noise levels (pipeline/heldout.py's LEVELS), seeds 20 + level index,
+("white" rows). Three noise levels (vkgraph/apps/heldout.py's LEVELS), seeds 20 + level index,
 JPEG quality 75, 85 or 95 (cycled over images and levels). Columns, each the mean sRGB PSNR
 (8-bit, as the user sees it) against the clean photo:
 
 * noisy: the JPEG itself;
 * kpn est.: `vkgraph denoise` with no profile given: the shipped weights with the level
-  pipeline/noise.py estimates from the JPEG (what the command prints);
+  vkgraph/apps/noise.py estimates from the JPEG (what the command prints);
 * kpn true: the same weights given the true (a, b);
 * NL-means, CBM3D: scikit-image `denoise_nl_means` (fast mode, patch 5, distance 6,
   h = 0.8 sigma) and PyPI `bm3d` `bm3d_rgb` on the sRGB image, sigma from
@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 
 from quality import bm3d_rgb, fingerprint, load_cache, nl_means, save_cache  # noqa: E402
 
-from vkgraph.pipeline import camera, heldout  # noqa: E402
+from vkgraph.apps import camera, heldout  # noqa: E402
+from vkgraph.apps.noise import noise_profile  # noqa: E402
 from vkgraph.pipeline.formats import to_srgb8  # noqa: E402
-from vkgraph.pipeline.noise import noise_profile  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / "photo-jpeg-baselines.json"
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
@@ -168,7 +168,7 @@ def std_ratio(ea: float, eb: float, a: float, b: float) -> float:
 def run_kpn(cases: list[tuple], device_name: str | None, weights: Path,
             strength: float) -> dict:
     """{(image, kind, level): {"est", "true", "ratio"}} of the shipped weights."""
-    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.apps.denoise import Denoiser
     from vkgraph.pipeline.vk import Device
 
     out = {}

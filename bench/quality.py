@@ -18,7 +18,7 @@ levels, std(x) = sqrt(a + 65535 x b) / 65535 per channel, Gaussian, from seeded 
   column;
 * vkgraph: kpn with the given weights (default graphs/weights/kpn-photo.lut), or weights
   trained first by `--train CFG` (the training time is reported), given the true (a, b)
-  (or, with --estimate, the profile pipeline/noise.py estimates from the noisy image).
+  (or, with --estimate, the profile vkgraph/apps/noise.py estimates from the noisy image).
 
 NL-means and BM3D get the true noise, but both assume one sigma for the whole image while this
 noise depends on the signal: they get the RMS of the true per-pixel std over the image,
@@ -55,11 +55,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/vst.py
 
-from vkgraph.pipeline import heldout  # noqa: E402
-from vkgraph.pipeline.formats import atomic_write  # noqa: E402
+from vkgraph.apps import heldout  # noqa: E402
 
 # the held-out set, noise model and PSNR are the package's (vkgraph sweep --metric psnr)
-from vkgraph.pipeline.heldout import (  # noqa: E402, F401
+from vkgraph.apps.heldout import (  # noqa: E402, F401
     LEVELS,
     add_noise,
     load_clean,
@@ -67,6 +66,7 @@ from vkgraph.pipeline.heldout import (  # noqa: E402, F401
     seed_of,
     training_files,
 )
+from vkgraph.pipeline.formats import atomic_write  # noqa: E402
 
 HELD_OUT = ROOT / "graphs" / "photos" / "held-out.txt"
 CACHE = Path(__file__).resolve().parent / "quality-baselines.json"
@@ -247,8 +247,8 @@ def train(device, cfg: Path, frames: int | None, folder: Path,
     """Run a training cfg (displays dropped, `lines` applied after it, its o-lut writing into
     `folder`); the weights, the wall time of the run (build included) and kpn-t's summary
     line."""
+    from vkgraph.api import run_graph
     from vkgraph.pipeline.cfg import apply_line, read_cfg
-    from vkgraph.pipeline.runner import run_graph
 
     g = read_cfg(cfg)
     for n, line in enumerate(lines, 1):
@@ -273,8 +273,8 @@ def run_vkgraph(device, weights: Path, levels: int | None,
                 estimate: bool, ensemble: int = 1) -> tuple[dict, dict, int]:
     """{(image, level): metrics} of kpn, {(image, level): seconds} of each denoise and the
     pyramid levels kpn ran with (levels, else what the .lut says)."""
-    from vkgraph.pipeline.denoise import Denoiser
-    from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.apps.denoise import Denoiser
+    from vkgraph.apps.noise import estimate_noise
 
     den = Denoiser(device, weights, levels=levels, ensemble=ensemble)
     out, seconds = {}, {}

@@ -1,8 +1,8 @@
 """Raw denoising quality: the held-out photographs as camera raw files (DNG), through vkgraph's
 raw chain and a classical one, at three realistic noise levels.
 
-Each held-out photograph (graphs/photos/held-out.txt; linear rgb, pipeline/heldout.py) is seen
-through the made-up camera of pipeline/dng.py (its colour matrix and white balance), sampled
+Each held-out photograph (graphs/photos/held-out.txt; linear rgb, vkgraph/apps/heldout.py) is seen
+through the made-up camera of vkgraph/apps/dng.py (its colour matrix and white balance), sampled
 on an RGGB mosaic, given cnngenin's noise model on the mosaic normalised to [0, 1],
 std(x) = sqrt(a + 65535 x b) / 65535 (seeded, per level), and written as a 14-bit DNG (black
 512); every method reads the DNG back through LibRaw (pipeline/raw.py). Levels, from darktable's
@@ -18,7 +18,7 @@ photographs):
 * demosaic, noise-free: the noise-free mosaic's DNG demosaiced (Malvar-He-Cutler, the
   `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
 * demosaic, noisy: the noisy DNG the same way, no denoising;
-* demosaic + kpn: `vkgraph denoise`'s chain (pipeline/rawdenoise.py: demosaic on the device,
+* demosaic + kpn: `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py: demosaic on the device,
   kpn with the given weights and the balanced true profile, the camera matrix);
 * VST-BM3D (CFA) + demosaic: the generalized Anscombe transform of the true (a, b)
   (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/vst.py
 
-from vkgraph.pipeline import dng, heldout  # noqa: E402
+from vkgraph.apps import dng, heldout  # noqa: E402
 
 LEVELS = [("ISO 1600", 50.0, 2.0), ("ISO 12800", 800.0, 15.0), ("phone", 1.0e4, 100.0)]
 CFA = dng.BAYER["RGGB"]
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = p.parse_args(argv)
 
-    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.apps.denoise import Denoiser
+    from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
     from vkgraph.pipeline.raw import read_raw
-    from vkgraph.pipeline.rawdenoise import Demosaicer, denoise_raw
     from vkgraph.pipeline.testing import session_device
 
     device = session_device()

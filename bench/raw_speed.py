@@ -1,7 +1,7 @@
 """Wall time of `vkgraph denoise photo.dng -o out.exr` on a full-size raw file, decode included.
 
 A synthetic 24-megapixel RGGB DNG (6000 x 4000, 14-bit; a smooth picture with noise a 800,
-b 15 through pipeline/dng.py's camera) is written once, then denoised by the command's own
+b 15 through vkgraph/apps/dng.py's camera) is written once, then denoised by the command's own
 function in this process (the device opened and the shaders compiled by a first run, which
 is not counted), --repeat times; each row is one run: read (LibRaw), noise profile, demosaic,
 kpn, camera matrix, EXR write. A last row times the same stages one by one.
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkgraph.pipeline import dng  # noqa: E402
+from vkgraph.apps import dng  # noqa: E402
 
 
 def picture(wd: int, ht: int) -> np.ndarray:
@@ -42,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     wd, ht = (int(v) for v in args.size.split("x"))
 
+    from vkgraph.apps.denoise import Denoiser
+    from vkgraph.apps.heldout import add_noise
     from vkgraph.cli.denoise import default_weights, denoise_raw_file
     from vkgraph.pipeline import raw as rawmod
-    from vkgraph.pipeline.denoise import Denoiser
-    from vkgraph.pipeline.heldout import add_noise
     from vkgraph.pipeline.testing import session_device
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
     """The chain of denoise_raw_file one stage at a time (the demosaic build made first)."""
+    from vkgraph.apps.camnoise import profile_for
+    from vkgraph.apps.rawdenoise import demosaicer_of, to_rec709
     from vkgraph.pipeline import raw as rawmod
-    from vkgraph.pipeline.camnoise import profile_for
     from vkgraph.pipeline.formats import ImageMeta, write_like
-    from vkgraph.pipeline.rawdenoise import demosaicer_of, to_rec709
 
     out: dict[str, float] = {}
     rawmod._LAST.clear()

@@ -35,8 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkgraph.pipeline import heldout  # noqa: E402
-from vkgraph.pipeline.distributed import parse_smi  # noqa: E402
+from vkgraph.apps import heldout  # noqa: E402
+from vkgraph.apps.distributed import parse_smi  # noqa: E402
 from vkgraph.pipeline.vk.device import uuid_key  # noqa: E402
 
 SPACE = {"param:kpn-t:01:alpha": {"grid": [0.002, 0.004]},

@@ -1,5 +1,5 @@
 """The picture of `vkgraph denoise --strength` in README.md: one held-out photograph made into a
-phone-like JPEG (noise on the mosaic, demosaic, JPEG: pipeline/camera.py) and denoised with the
+phone-like JPEG (noise on the mosaic, demosaic, JPEG: vkgraph/apps/camera.py) and denoised with the
 shipped weights at the estimated noise level times 0.5, 1, 2 and 4, beside the noisy JPEG and
 the clean photo; crops magnified 2x, sRGB, each labelled with its strength and PSNR.
 
@@ -18,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkgraph.pipeline import camera, heldout  # noqa: E402
+from vkgraph.apps import camera, heldout  # noqa: E402
 from vkgraph.pipeline.formats import atomic_write, to_srgb8  # noqa: E402
 
 STRENGTHS = (0.5, 1.0, 2.0, 4.0)
@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from PIL import Image, ImageDraw
 
-    from vkgraph.pipeline.denoise import Denoiser
-    from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.apps.denoise import Denoiser
+    from vkgraph.apps.noise import estimate_noise
     from vkgraph.pipeline.vk import Device
 
     photo = next(p for p in heldout.photos() if p.stem == "chelsea")

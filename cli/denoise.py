@@ -1,18 +1,18 @@
 """`vkgraph denoise`: denoise photographs with kpn and trained weights, file in, file out.
 
 Each input (PNG/JPEG/TIFF/WebP sRGB, EXR/PFM linear, float TIFF linear; `decode_image` makes
-all of them linear float, upright) is denoised by pipeline/denoise.py's Denoiser and written
+all of them linear float, upright) is denoised by vkgraph/apps/denoise.py's Denoiser and written
 atomically in the format its output name says, like its input (`write_like`): EXIF (with
 Orientation 1, as the pixels are upright now) and ICC profile carried, 16-bit and float
 inputs written 16-bit/float where the format has it, JPEG at the input's quality. The noise
 profile is --noise A B, or estimated per image
-(pipeline/noise.py) and printed. A file that fails is reported in one line and the others
+(vkgraph/apps/noise.py) and printed. A file that fails is reported in one line and the others
 still run: exit 1 if any failed, 2 for usage errors, 130 after Ctrl-C/SIGTERM (the current
 file is finished first).
 
 With --ray the files are spread over a Ray cluster (a local Ray instance without ADDRESS):
 one worker (a Ray actor holding one Denoiser, so weights and kernels stay on its device) per
-GPU, each on the Vulkan device of the GPU Ray gave it (pipeline/distributed.py), or one per
+GPU, each on the Vulkan device of the GPU Ray gave it (vkgraph/apps/distributed.py), or one per
 CPU on a cluster without GPUs; each file is one task on a free worker. Paths go to the
 workers as absolute paths (a cluster of several machines needs them on shared storage);
 outputs, their names and atomic writes are those of the plain run.
@@ -72,7 +72,7 @@ photo is treated as noisier than measured (smoother result), below 1 as cleaner
 
 def add_parser(sub) -> None:
     """`vkgraph denoise` on the subcommand parsers of cli/main.py."""
-    from .main import integer
+    from .common import integer
 
     p = sub.add_parser(
         "denoise", help="denoise PNG/JPEG/TIFF/WebP/EXR/PFM photos and camera raw files with "
@@ -135,7 +135,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
     format, an output that is an input, or two inputs that would write the same file."""
     from vkgraph.pipeline.raw import is_raw
 
-    from .main import UsageError
+    from .common import UsageError
 
     if output is not None and len(inputs) != 1:
         raise UsageError(f"denoise: -o takes one input, got {len(inputs)} (use "
@@ -168,7 +168,7 @@ def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> 
 
 def check_quality(quality: int | None, outs: list[Path]) -> None:
     """--quality sets JPEG and WebP outputs: given with none of them, it is a mistake."""
-    from .main import UsageError
+    from .common import UsageError
 
     if quality is not None and not any(WRITERS[p.suffix.lower()] in QUALITY_FORMATS
                                        for p in outs):
@@ -184,7 +184,7 @@ def one_line(text: str) -> str:
 def cmd_denoise(args) -> int:
     from tqdm import tqdm
 
-    from .main import StopSignals, UsageError
+    from .common import StopSignals, UsageError
 
     if args.noise is not None and not all(math.isfinite(v) and v >= 0 for v in args.noise):
         raise UsageError("denoise: --noise A B: expected two finite numbers >= 0")
@@ -194,7 +194,7 @@ def cmd_denoise(args) -> int:
         raise UsageError("denoise: --device picks this process's device; with --ray each "
                          "worker uses the GPU Ray gives it")
     if args.ray is not None:
-        from vkgraph.pipeline.distributed import import_ray
+        from vkgraph.apps.distributed import import_ray
 
         import_ray()  # a missing extra is said before anything is created
     inputs = [Path(p) for p in args.inputs]
@@ -255,7 +255,7 @@ class Denoisers:
         self.made = {}
 
     def for_file(self, src: Path):
-        from vkgraph.pipeline.denoise import Denoiser
+        from vkgraph.apps.denoise import Denoiser
 
         w = self.weights or default_weights(src)
         if w not in self.made:
@@ -267,7 +267,7 @@ class Denoisers:
 def check_up_front(args, weights: Path) -> None:
     """The weights, --levels and --noise checked once, before any input is decoded: a bad
     one is one line and exit 2, not the same error for every file."""
-    from vkgraph.pipeline.denoise import check_weights
+    from vkgraph.apps.denoise import check_weights
     from vkgraph.pipeline.registry import Registry
 
     if not weights.exists() and not args.weights:
@@ -302,7 +302,7 @@ FILE_ERRORS = (VkgraphError, OSError, ValueError, MemoryError)  # a file's, not 
 
 def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     """Every file on this process's device; (failed, done)."""
-    from .main import open_device
+    from .common import open_device
 
     failed = done = 0
     device = open_device(args)
@@ -358,7 +358,7 @@ class DenoiseWorker:
     """A Ray actor: the Vulkan device of the GPU Ray gave it and one Denoiser on it."""
 
     def __init__(self, weights: str | None, levels: int | None, ensemble: int = 1):
-        from vkgraph.pipeline.distributed import open_worker_device
+        from vkgraph.apps.distributed import open_worker_device
 
         self.device = self.dens = self.error = None
         try:
@@ -388,7 +388,7 @@ class DenoiseWorker:
 def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
     """Every file as a task on a pool of DenoiseWorker actors, one per GPU of the cluster
     (else one per CPU); a failed file is reported and the others go on. (failed, done)."""
-    from vkgraph.pipeline import distributed
+    from vkgraph.apps import distributed
     from vkgraph.pipeline.errors import RuntimeFailure
 
     ray = distributed.import_ray()
@@ -470,8 +470,8 @@ def kept(meta, dst: Path, quality: int | None) -> str:
 def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
                  strength: float = 1.0) -> str:
     """Read, denoise and write one file; the line that reports it."""
+    from vkgraph.apps.noise import noise_profile
     from vkgraph.pipeline.formats import decode_image, write_like
-    from vkgraph.pipeline.noise import noise_profile
     from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
@@ -488,11 +488,11 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
                      strength: float = 1.0) -> str:
-    """A camera raw file demosaiced, denoised and colour-converted (pipeline/rawdenoise.py):
+    """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py):
     16-bit where the output format has it; `strength` multiplies the level kpn gets."""
+    from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw
     from vkgraph.pipeline.formats import ImageMeta, write_like
     from vkgraph.pipeline.raw import read_raw
-    from vkgraph.pipeline.rawdenoise import demosaicer_of, denoise_raw
 
     t0 = time.perf_counter()
     raw = read_raw(src)

@@ -134,12 +134,12 @@ class Probe:
 
 
 def cmd_gradcheck(args) -> int:
-    from vkgraph.pipeline.runner import Build
     from vkgraph.pipeline.vk import Device
 
-    from .main import StopSignals, load_graph
+    from .common import StopSignals, load_session
 
-    graph, apply_config = load_graph(args)
+    session, apply_config = load_session(args)
+    graph = session.graph
     apply_config()
     module = pick_module(graph, args.module)
     trains = module.cls.trainable
@@ -153,10 +153,11 @@ def cmd_gradcheck(args) -> int:
     graph.frames = 2  # the probe runs as many frames as it needs
     device = Device.open(args.device, args.device_id)
     try:
-        build = Build(graph, device)
+        session.device = device
+        build = session.prepare()
         t = trainable(module)
         for f in range(1 + max(0, args.warmup)):  # frame 0 initialises the weights
-            build.run_frame(f, download=False)
+            session.step(f, download=False)
         for rate in trains.rates:  # from now on the optimiser leaves the weights alone
             module.set_param(rate, 0.0)
         probe = Probe(build, module, first_frame=f + 1)

@@ -2,7 +2,7 @@
 
 The window (glfw, no client API) shows `display:main` large and the other displays beside it,
 each panel labelled, or, for a graph with a trainable module, its images side by side with its
-loss plot below (pipeline/compose.py: `view_of`), and a status line with frame, frames/s and
+loss plot below (vkgraph/apps/compose.py: `view_of`), and a status line with frame, frames/s and
 what the modules' `stats` hooks report (also in the window title). The graph runs its
 frames, then the last picture stays until the window is closed.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 
-from .main import StopSignals, load_graph, open_device
+from .common import StopSignals, load_session, open_device
 from .progress import summaries
 
 log = logging.getLogger("vkgraph")
@@ -210,11 +210,11 @@ def write_screenshot(path: str, rgba: np.ndarray) -> None:
 
 
 def cmd_gui(args) -> int:
-    from vkgraph.pipeline.compose import Composer, view_of
-    from vkgraph.pipeline.runner import Build
+    from vkgraph.apps.compose import Composer, view_of
     from vkgraph.pipeline.vk.display import OutOfDate, Surface, Swapchain
 
-    graph, apply_config = load_graph(args)
+    session, apply_config = load_session(args)
+    graph = session.graph
     apply_config()
     if args.frames is not None:
         graph.frames = args.frames
@@ -229,7 +229,8 @@ def cmd_gui(args) -> int:
                 wake = SignalWake(window)
             surface = Surface(window.handle)
             device = open_device(args, surface)
-            build = Build(graph, device, profile=args.profile)
+            session.device, session.profile = device, args.profile
+            build = session.prepare()
             view = view_of(build)
             if not view.panels:
                 raise GraphError("no display of the graph shows an image")
@@ -239,7 +240,7 @@ def cmd_gui(args) -> int:
             if view.loss is not None:
                 shown.append(f"{view.loss.name} loss")
             log.info("gui: %s", ", ".join(shown))
-            done = _loop(args, window, build, swapchain, composer, OutOfDate, stop)
+            done = _loop(args, window, session, swapchain, composer, OutOfDate, stop)
             if args.profile and done:
                 from .progress import print_profile
                 print_profile(build)
@@ -258,13 +259,14 @@ def cmd_gui(args) -> int:
     return 0
 
 
-def _loop(args, window: Window, build, swapchain, composer, out_of_date, stop) -> int:
+def _loop(args, window: Window, session, swapchain, composer, out_of_date, stop) -> int:
     """The frame loop; returns the number of graph frames that ran.
 
     Each turn runs graph frames for up to FRAME_BUDGET seconds (one at least), then shows
     the picture, so fast graphs are not slowed down to the display's rate. `--exit-after N`
     counts graph frames and, once the graph is paused or done, redraws. stop() -> True (a
     signal arrived) quits like `q`."""
+    build = session.build
     status = Status(build)
     limit = args.exit_after if args.exit_after is not None else float("inf")
     done = 0  # graph frames run
@@ -277,7 +279,7 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date, stop) -
         if not quitting and not window.paused and done < build.frames and ticks < limit:
             t0 = time.perf_counter()
             while True:
-                build.run_frame(done, download=False)
+                session.step(done, download=False)
                 done += 1
                 ticks += 1
                 if (done >= build.frames or ticks >= limit or stop()
@@ -288,7 +290,7 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date, stop) -
             ticks += 1  # a redraw
         if window.write_now:
             window.write_now = False
-            _write_sinks(build, done)
+            _write_sinks(session, done)
         last = quitting or ticks >= limit
         line = status.line(done, window.paused)
         composer.set_status(line)
@@ -316,7 +318,7 @@ def _loop(args, window: Window, build, swapchain, composer, out_of_date, stop) -
             raise RuntimeFailure("no picture was shown (window minimised?), so no screenshot")
         write_screenshot(args.screenshot, shot)
         log.info("gui: wrote %s (%dx%d)", args.screenshot, shot.shape[1], shot.shape[0])
-    _write_sinks(build, done)
+    _write_sinks(session, done)
     if done:
         for line in summaries(build):
             print(line)
@@ -335,8 +337,8 @@ def _idle(window: Window, stop, wait: float | None) -> None:
         window.events(None)
 
 
-def _write_sinks(build, done: int) -> None:
+def _write_sinks(session, done: int) -> None:
     if not done:
         log.info("gui: no frame has run yet, nothing to write")
         return
-    build.download_sinks()
+    session.write_sinks()

@@ -10,9 +10,7 @@ import argparse
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from vkgraph.pipeline.errors import (
@@ -23,15 +21,13 @@ from vkgraph.pipeline.errors import (
     printable,
     shorten,
 )
-from vkgraph.pipeline.module import INT32
+
+# shared with the subcommands (cli/common.py); main re-exports them
+from .common import StopSignals, UsageError, integer, load_session, open_device  # noqa: F401
 
 log = logging.getLogger("vkgraph")
 
 WRITERS = ("o-pfm", "o-png", "o-jpg", "o-exr", "o-lut")
-
-
-class UsageError(GraphError):
-    pass
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -39,20 +35,6 @@ class ArgParser(argparse.ArgumentParser):
         # main() prints "vkgraph: error: "; name the subcommand only ("cli: ...")
         command = self.prog.removeprefix("vkgraph").strip()
         raise UsageError(f"{command}: {message}" if command else message)
-
-
-def integer(lo: int, hi: int = INT32[1]):
-    """An argparse type: an integer in lo..hi (hi: what a GLSL int holds)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected an integer {lo}..{hi}, got "
-                                             f"'{clip(text, 40)}'")
-        return value
-    return parse
 
 
 def number(lo: float, hi: float):
@@ -204,21 +186,6 @@ def output_slots(argv: list[str]) -> list[dict]:
     return slots
 
 
-def load_session(args):
-    """The session of -g (vkgraph.Session, the Python API) and a function that applies the
-    --config lines to its graph."""
-    from vkgraph.api import Session, graph_path
-
-    session = Session.load(graph_path(args.graph), lenient=args.lenient, host=False)
-    return session, lambda: session.apply(args.config, "--config", args.lenient)
-
-
-def load_graph(args):
-    """The graph of -g and the function applying --config (gui, gradcheck)."""
-    session, apply_config = load_session(args)
-    return session.graph, apply_config
-
-
 def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool) -> None:
     """Replace each requested display by a writer; remove the other displays (vkdt cli)."""
     mains = [m for m in graph.modules.values()
@@ -248,46 +215,6 @@ def replace_displays(graph, slots: list[dict], frames_hint: int, last_only: bool
     for m in list(graph.modules.values()):
         if m.name == "display" and m.inst not in requested:
             graph.remove_module("display", m.inst)
-
-
-def open_device(args, surface=None):
-    """The device of --device / --device-id; with a window `surface`, one that can show
-    images in it (pipeline/vk/display.py)."""
-    from vkgraph.pipeline.vk import Device
-
-    return Device.open(args.device, args.device_id, surface=surface)
-
-
-class StopSignals:
-    """Ctrl-C and SIGTERM during a run: the first one asks the frame loop to stop after the
-    current frame (sinks and checkpoint are written, exit 130); a second one stops at once.
-    Installed by cmd_cli only (and only in the main thread); the old handlers come back on
-    exit."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum = None
-        self.old = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
-                self.old[s] = signal.signal(s, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self.old.items():
-            signal.signal(s, handler)
-        self.old.clear()
-
-    def _handler(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum  # no logging here: the handler may run inside a log call
-
-    def __call__(self) -> bool:
-        return self.signum is not None
 
 
 def cmd_cli(args, argv) -> int:

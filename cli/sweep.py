@@ -1,5 +1,5 @@
 """`vkgraph sweep`: train a graph with params drawn from a search space, one Ray Tune trial a
-run, one GPU a trial; a table of the results (pipeline/sweep.py has the space format)."""
+run, one GPU a trial; a table of the results (vkgraph/apps/sweep.py has the space format)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ row per trial, best first), weights/<trial>.lut and Ray Tune's own records (ray/
 
 def add_parser(sub) -> None:
     """`vkgraph sweep` on the subcommand parsers of cli/main.py."""
-    from vkgraph.pipeline.sweep import METRICS
+    from vkgraph.apps.sweep import METRICS
 
-    from .main import integer
+    from .common import integer
 
     p = sub.add_parser(
         "sweep", help="train a graph over a search space of params on Ray Tune",
@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
 
 def add_ray_args(p) -> None:
     """--ray [ADDRESS], --num-cpus, --num-gpus (sweep, denoise)."""
-    from .main import integer
+    from .common import integer
 
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="the Ray cluster to join (host:port, ray://host:port, auto); "
@@ -128,9 +128,9 @@ def summary(rows: list[dict], keys: list[str], metric: str) -> list[str]:
 
 def check_graph(path: Path, metric: str) -> None:
     """Refuse, before Ray starts, a graph a trial could not train or evaluate."""
-    from vkgraph.pipeline import heldout
+    from vkgraph.apps import heldout
+    from vkgraph.apps.sweep import prepare
     from vkgraph.pipeline.cfg import read_cfg
-    from vkgraph.pipeline.sweep import prepare
 
     g = read_cfg(path)
     module = prepare(g, Path("check.lut"))
@@ -143,10 +143,10 @@ def check_graph(path: Path, metric: str) -> None:
 
 def cmd_sweep(args) -> int:
     from vkgraph.api import graph_path
-    from vkgraph.pipeline import distributed
-    from vkgraph.pipeline.sweep import Space, rows, run_trial, write_tables
+    from vkgraph.apps import distributed
+    from vkgraph.apps.sweep import Space, rows, run_trial, write_tables
 
-    from .main import UsageError
+    from .common import UsageError
 
     ray = distributed.import_ray()  # a missing extra is the first thing to say
     path = graph_path(args.graph).resolve()
@@ -157,7 +157,7 @@ def cmd_sweep(args) -> int:
                          "give one")
     check_graph(path, args.metric)
     if args.metric == "psnr":
-        from vkgraph.pipeline.heldout import photos
+        from vkgraph.apps.heldout import photos
 
         photos()  # the held-out set must exist (scikit-image) before any trial trains
     from vkgraph.pipeline.cfg import read_cfg

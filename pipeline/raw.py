@@ -15,7 +15,7 @@ its own table for other formats) into `rgb_cam`, which maps white-balanced camer
 linear sRGB/Rec.709 with white kept white (its rows sum to 1). `cam_xyz` =
 XYZ_FROM_RGB @ rgb_cam @ diag(wb) maps the raw (not balanced) camera rgb to CIE XYZ (D65).
 
-The camera's make, model and ISO (for its noise profile, pipeline/camnoise.py) are not all
+The camera's make, model and ISO (for its noise profile, vkgraph/apps/camnoise.py) are not all
 exposed by rawpy: make and model are read from LibRaw's own `libraw_iparams_t` through ctypes
 (the library rawpy ships); where that fails they are empty and the profile is estimated.
 

@@ -17,6 +17,8 @@ from .errors import GraphError, closest
 from .module import ModuleClass, described, last_frame_in
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "modules"
+# i-array, o-array, capture: modules for programs that run a graph on numpy arrays (hostmods/)
+HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
 ENV = "VKGRAPH_MODULES"
 
 # folders given on the command line (`vkgraph --modules DIR`, repeatable); before $VKGRAPH_MODULES

@@ -4,7 +4,8 @@
 the passes from modules to scheduled nodes (nodes.py: NodeGraph), the buffers (buffers.py:
 memory check, allocation), the kernels compiled, checked and recorded once per buffer parity
 (recording.py, kernels.py), and host I/O of sources and sinks (transfers.py). This file holds
-what ties them: the construction, the hooks' file helper and the frame loop. `run_frame(f)`
+what ties them: the construction, the hooks' file helper and the frame loop. Programs make a Build
+through `vkgraph.Session` (vkgraph/api.py), its one owner. `run_frame(f)`
 costs a few small host writes, one submit and one fence wait.
 """
 
@@ -66,6 +67,10 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         self.device.disown(self._owned)
         self._owned = []
         self.closed = True
+
+    def sources_changed(self) -> None:
+        """A source's host data changed (same sizes): upload the sources at the next frame."""
+        self._sources_uploaded = False
 
     # -- hooks' helpers
     def resolve(self, filename: str) -> Path:
@@ -194,21 +199,3 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         cl.submit()
         self.frame = f + BATCH - 1
 
-
-def run_graph(graph, device: Device, frames: int | None = None, last_frame_only: bool = False,
-              progress=None, profile: bool = False, restore=None, stop=None,
-              after_frame=None) -> Build:
-    """Build and run a graph for its frames; returns the build (for summaries).
-
-    restore(build) -> int: loads saved state into the fresh build and returns the frame to
-    continue at (pipeline/checkpoint.py). after_frame(build, f) runs after each frame (periodic
-    checkpoints). stop() -> bool is asked after each frame: True ends the run there (a signal
-    arrived), with the sinks written and build.interrupted set."""
-    if frames is not None:
-        graph.frames = frames
-    build = Build(graph, device, profile=profile)
-    start = restore(build) if restore is not None else 0
-    build.first_frame = build.frame = start
-    build.run_frames(start, build.frames, last_frame_only,
-                     [c for c in (progress, after_frame) if c is not None], stop)
-    return build

@@ -26,12 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .denoise import HOST_MODULES
 from .errors import GraphError
 from .kernels import check_bindings, check_params, kernel_spirv, pack_push, shader_headers
 from .module import Connector, ModuleInstance, Roi
 from .nodes import Node
-from .registry import Registry, default_dirs
+from .registry import HOST_MODULES, Registry, default_dirs
 
 CAPTURE = HOST_MODULES  # the folder that holds `capture` (and i-array, o-array)
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkgraph.api import run_graph
 from vkgraph.modules.cnngenin.reference import TILE, frame_numbers, reference, to_half
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
-from vkgraph.pipeline.runner import run_graph
 from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import VKGRAPH, load_script, vkgraph_env
 
+from vkgraph.api import run_graph
 from vkgraph.pipeline.datasets import image_set, package_file
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
-from vkgraph.pipeline.runner import run_graph
 from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""`vkgraph denoise` and pipeline/denoise.py: files in every format, output names, the
+"""`vkgraph denoise` and vkgraph/apps/denoise.py: files in every format, output names, the
 result against kpn-t's float64 reference forward pass, bad input (usage errors, a missing
 weights file, a broken image among good ones) and the interrupt."""
 
@@ -11,10 +11,10 @@ import pytest
 from test_kpn_gpu import conditioned_weights
 from test_kpn_infer import ref
 
+from vkgraph.apps.denoise import Denoiser
 from vkgraph.cli.main import main
 from vkgraph.modules.kpn_t import module as kpn_t
 from vkgraph.modules.kpn_t.forward import band_noise
-from vkgraph.pipeline.denoise import Denoiser
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import (
     read_image,
@@ -290,9 +290,9 @@ def test_ensemble_is_the_mean_over_flips_and_rotations(device, weights):
 
 def test_tiles_equal_the_whole_image(device, weights):
     """An image larger than the device's buffers is denoised in tiles; with the margin of
-    pipeline/denoise.py each tile sees everything its kept pixels depend on and starts on the
+    vkgraph/apps/denoise.py each tile sees everything its kept pixels depend on and starts on the
     pyramid's grid, so the result is the whole image's (here forced with max_pixels)."""
-    from vkgraph.pipeline.denoise import spans
+    from vkgraph.apps.denoise import spans
 
     img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
     img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
@@ -324,7 +324,7 @@ def test_strength_range(tmp_path, capsys, weights):
 def test_strength_multiplies_the_level_kpn_gets(tmp_path, capsys, weights, monkeypatch):
     """--strength S: kpn gets S times the given or estimated (a, b), and the line says so;
     a JPEG (by its bytes, whatever its name) is estimated at the JPEG scale."""
-    from vkgraph.pipeline import noise
+    from vkgraph.apps import noise
 
     seen = []
     call = Denoiser.__call__
@@ -350,7 +350,7 @@ def test_strength_multiplies_the_level_kpn_gets(tmp_path, capsys, weights, monke
 def test_tile_spans_cover_with_their_margin(n, core, margin, step):
     """Every tile is tile_length() long and starts on the pyramid's grid; the kept parts tile
     the axis; each tile reaches margin beyond its kept part or to the image's edge."""
-    from vkgraph.pipeline.denoise import spans, tile_length
+    from vkgraph.apps.denoise import spans, tile_length
 
     length = tile_length(n, core, margin, step)
     tiles = spans(n, core, margin, length)

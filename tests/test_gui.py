@@ -22,7 +22,7 @@ import pytest
 from conftest import VKGRAPH, vkgraph_env
 from test_kpn_views import font
 
-from vkgraph.pipeline.compose import (
+from vkgraph.apps.compose import (
     FONT_SCALE,
     LABEL_HT,
     STATUS_HT,

@@ -346,8 +346,8 @@ def test_denoise_with_weights_that_overflow_f16(cm_device, caplog, monkeypatch):
     measured: astronaut, 3702 pixels) before the per-layer scales (wscale.comp); now the f16
     kernels hold them: finite images better than the input, no rerun with the fp32 kernels."""
     pytest.importorskip("skimage")
-    from vkgraph.pipeline import heldout
-    from vkgraph.pipeline.denoise import Denoiser
+    from vkgraph.apps import heldout
+    from vkgraph.apps.denoise import Denoiser
 
     use_variant(monkeypatch, "auto")  # what vkgraph denoise runs: the fused kernels here
     lut = Path(__file__).resolve().parent / "fixtures" / "kpn-f16-overflow.lut"
@@ -385,7 +385,7 @@ def test_training_goes_on_from_weights_past_f16(cm_device, monkeypatch, tmp_path
     (wscale.comp) hold them, and the dynamic activation scale (adam's stats[2]) would meet what
     they miss (measured on the H100: no step skipped, the activation scale stays 1; before
     both, every step was non-finite and the run stopped)."""
-    from vkgraph.pipeline.runner import run_graph
+    from vkgraph.api import run_graph
     from vkgraph.pipeline.trainer import diverged
 
     use_variant(monkeypatch, "fused")

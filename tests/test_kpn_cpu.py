@@ -133,8 +133,8 @@ def test_kpn_cpu_reads_lut_weights_like_portable(cpu_device, tmp_path, monkeypat
     """kpn's .lut weights are f16: the cpu variant converts them once to f32 (w32) and then
     gives exactly portable's output (fwd's W16 reads the same values, sums in the same
     order). feat 1: the noise-normalised features (KPN_BIAS, the nmap node)."""
+    from vkgraph.apps.denoise import Denoiser
     from vkgraph.modules.kpn_t import module as kpn_t
-    from vkgraph.pipeline.denoise import Denoiser
     from vkgraph.pipeline.formats import write_lut
 
     lut = tmp_path / "w.lut"

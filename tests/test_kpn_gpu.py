@@ -155,7 +155,7 @@ def test_adam_step_matches_reference(device, tmp_path):
 def train(device, tmp_path, w, h, frames=40):
     """`frames` frames of kpn-t (3 levels, alpha 0.003, no L2) on a seeded w x h pair:
     (build, graph, module, loss history)."""
-    from vkgraph.pipeline.runner import run_graph
+    from vkgraph.api import run_graph
 
     X, R = pair(w, h, seed=5)
     g = kpn_graph(tmp_path, X, R, 3, "param:kpn-t:01:alpha:0.003\nparam:kpn-t:01:L2:0")

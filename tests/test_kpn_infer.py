@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkgraph.api import run_graph
 from vkgraph.modules.kpn_t import reference as kpn_t_reference
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import read_lut, write_lut, write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
-from vkgraph.pipeline.runner import run_graph
 from vkgraph.pipeline.testing import CAPTURE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from conftest import graph_from_lines
 
+from vkgraph.api import run_graph
 from vkgraph.modules.mlp_t import reference as mlp_t_reference
 from vkgraph.modules.poly import module as poly_module
 from vkgraph.pipeline.formats import read_image, read_lut, read_pfm, write_pfm
-from vkgraph.pipeline.runner import Build, run_graph
+from vkgraph.pipeline.runner import Build
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""pipeline/noise.py: the noise profile estimated from an image against the known (a, b) of
+"""vkgraph/apps/noise.py: the noise profile estimated from an image against the known (a, b) of
 cnngenin's model at bench/quality.py's three levels, on the rendered scenes and the held-out
 photographs."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import load_script
 
+from vkgraph.apps.noise import estimate_noise
 from vkgraph.pipeline.datasets import image_set
 from vkgraph.pipeline.formats import read_image, read_pfm
-from vkgraph.pipeline.noise import estimate_noise
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]  # bench/quality.py
@@ -86,7 +86,7 @@ def test_jpeg_estimate_within_a_factor(kind):
     and 95: the estimate for JPEG files is within JPEG_RANGE of the true std at x = 0.1 and
     0.5 (measured: 0.39-0.98; low where JPEG erased faint noise from the flat areas), where
     the pixel-scale estimate is below 0.6 of it on camera JPEGs."""
-    from vkgraph.pipeline import camera
+    from vkgraph.apps import camera
 
     make = camera.camera_jpeg if kind == "camera" else camera.white_jpeg
     for i, (level, a, b) in enumerate(LEVELS):
@@ -110,7 +110,7 @@ def test_jpeg_estimate_of_a_tiny_image_falls_back():
 
 
 def test_noise_profile_given_estimated_and_strength():
-    from vkgraph.pipeline.noise import noise_profile
+    from vkgraph.apps.noise import noise_profile
 
     img = smooth_photo(64) + 0.02 * np.random.default_rng(6).standard_normal((64, 64, 3))
     assert noise_profile(img, (1e6, 100), 1.0) == ((1e6, 100.0), "given")
@@ -123,7 +123,7 @@ def test_noise_profile_given_estimated_and_strength():
 
 
 def test_stored_white_quantile_is_the_measured_one():
-    from vkgraph.pipeline import noise
+    from vkgraph.apps import noise
 
     assert noise._measure_white_quantile(noise.QUANTILE) == pytest.approx(
         noise._WHITE[(noise.BLOCK, noise.QUANTILE)], rel=1e-6)
@@ -132,7 +132,7 @@ def test_stored_white_quantile_is_the_measured_one():
 def test_fast_block_means_match_the_plain_ones():
     """_half and _blocks add in their own order (fast on 12 MP): the same numbers as numpy's
     means over the axes of the block views, within float32 rounding, on odd sizes and rgba."""
-    from vkgraph.pipeline import noise
+    from vkgraph.apps import noise
 
     rng = np.random.default_rng(7)
     img = rng.random((203, 157, 4)).astype(np.float32)

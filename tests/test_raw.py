@@ -1,4 +1,4 @@
-"""Camera raw files without camera files: small DNGs written here (pipeline/dng.py) from clean
+"""Camera raw files without camera files: small DNGs written here (vkgraph/apps/dng.py) from clean
 images with known noise, read back through LibRaw (pipeline/raw.py, i-raw), demosaiced
 (modules/demosaic against its numpy reference), colour-converted, noise profiles (darktable's
 format, estimated from the mosaic) and `vkgraph denoise photo.dng`."""
@@ -15,13 +15,13 @@ pytest.importorskip("tifffile", reason="the dev extra writes the test DNGs")
 
 from conftest import vkgraph  # noqa: E402
 
+from vkgraph.apps import camnoise, dng  # noqa: E402
+from vkgraph.apps.heldout import add_noise, psnr  # noqa: E402
 from vkgraph.cli.main import main  # noqa: E402
 from vkgraph.modules.demosaic import reference as ref  # noqa: E402
 from vkgraph.modules.demosaic.module import push_values  # noqa: E402
-from vkgraph.pipeline import camnoise, dng  # noqa: E402
 from vkgraph.pipeline.errors import GraphError  # noqa: E402
 from vkgraph.pipeline.formats import read_image, read_pfm, srgb_to_linear  # noqa: E402
-from vkgraph.pipeline.heldout import add_noise, psnr  # noqa: E402
 from vkgraph.pipeline.raw import RawImage, RawMeta, check_raw, read_raw  # noqa: E402
 from vkgraph.pipeline.testing import dispatch, session_device  # noqa: E402
 
@@ -42,7 +42,7 @@ def scene(h: int = 48, w: int = 60, seed: int = 0) -> np.ndarray:
 
 
 def write(path, clean, cfa, noise=None, black=BLACK, iso=800, make="Acme", model="Cam 1"):
-    """A DNG of `clean` through pipeline/dng.py's camera; noise (a, b) on the mosaic."""
+    """A DNG of `clean` through vkgraph/apps/dng.py's camera; noise (a, b) on the mosaic."""
     mosaic = dng.camera_mosaic(clean, cfa)
     if noise is not None:
         mosaic = add_noise(mosaic, *noise, seed=3)
@@ -174,7 +174,7 @@ def test_demosaic_kernel_matches_reference(name, cfa):
 @pytest.mark.parametrize("cfa", [dng.BAYER["GBRG"], dng.XTRANS])
 def test_demosaic_in_bands_equals_the_whole(cfa):
     """A mosaic larger than the device's buffers runs in bands of rows: the same result."""
-    from vkgraph.pipeline.rawdenoise import Demosaicer
+    from vkgraph.apps.rawdenoise import Demosaicer
 
     rng = np.random.default_rng(4)
     raw = RawImage(rng.random((50, 24)).astype(np.float32),

@@ -1,4 +1,4 @@
-"""Sweeps and batch denoising on Ray (pipeline/distributed.py, pipeline/sweep.py, `vkgraph
+"""Sweeps and batch denoising on Ray (vkgraph/apps/distributed.py, vkgraph/apps/sweep.py, `vkgraph
 sweep`, `vkgraph denoise --ray`): the GPU -> Vulkan device mapping and the search space as
 plain functions, then a 4-trial sweep (FIFO and ASHA) and a 6-file denoise on one local Ray
 instance of 2 CPUs on the CPU driver."""
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkgraph.apps.distributed import gpu_uuid, parse_ids, parse_smi
+from vkgraph.apps.sweep import Space, line, text, window_means
 from vkgraph.cli.main import main
-from vkgraph.pipeline.distributed import gpu_uuid, parse_ids, parse_smi
 from vkgraph.pipeline.errors import GraphError, RuntimeFailure
 from vkgraph.pipeline.formats import read_image, read_lut, write_exr, write_pfm, write_png
-from vkgraph.pipeline.sweep import Space, line, text, window_means
 
 ROOT = Path(__file__).resolve().parent.parent
 UUID0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
@@ -244,7 +244,7 @@ def test_sweep_refuses_a_bad_space_before_starting(tmp_path, capsys):
 
 def test_heldout_psnr_of_the_shipped_weights(device):
     pytest.importorskip("skimage")
-    from vkgraph.pipeline.heldout import LEVELS, evaluate
+    from vkgraph.apps.heldout import LEVELS, evaluate
 
     res = evaluate(device, ROOT / "graphs" / "weights" / "kpn-photo.lut", crop=48)
     assert set(res["per_level"]) == {name for name, _, _ in LEVELS}
@@ -287,7 +287,7 @@ def test_denoise_on_ray_matches_the_plain_run(ray_local, photos, tmp_path, capsy
 
 
 def test_a_failed_trial_is_named_by_its_last_line():
-    from vkgraph.pipeline.sweep import error_line
+    from vkgraph.apps.sweep import error_line
 
     text = ("ray::run_trial() (pid=1, ip=x)\n  File \"a.py\", line 3, in f\n"
             "vkgraph.pipeline.errors.GraphError: buffer kpn-t:01/fwd:A needs 448 MiB\n")

@@ -708,8 +708,8 @@ def test_a_graph_that_overflows_writes_nothing(tmp_path):
 def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
     """A denoiser output holding NaN (the H100's f16 path with diverged weights): the file
     is reported failed, exit 1, no output file."""
+    from vkgraph.apps import denoise
     from vkgraph.cli.main import main
-    from vkgraph.pipeline import denoise
 
     F.write_lut(tmp_path / "w.lut", np.zeros(64 * 448, np.float16), 1, "f16", 64, 448,
                 ssbo=True)  # kpn-t's size: denoise checks the weights before any input

@@ -383,7 +383,7 @@ def test_noise_of_huge_values_warns_nothing():
 
     import numpy as np
 
-    from vkgraph.pipeline.noise import estimate_noise
+    from vkgraph.apps.noise import estimate_noise
 
     img = np.full((40, 40, 3), 3e38, np.float32)
     img[::3] = -3e38
@@ -451,8 +451,8 @@ def test_flags_after_config_are_taken(tmp_path, monkeypatch, capsys):
 # -- sweep --------------------------------------------------------------------------------
 
 def test_sweep_frames_beyond_a_glsl_int_are_refused_up_front():
+    from vkgraph.apps.sweep import Space
     from vkgraph.pipeline.errors import GraphError
-    from vkgraph.pipeline.sweep import Space
 
     cfg = ROOT / "graphs" / "train-kpn.cfg"
     Space.parse({"frames": 2147483647}).check(cfg)
@@ -463,8 +463,8 @@ def test_sweep_frames_beyond_a_glsl_int_are_refused_up_front():
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_sweep_space_nested_too_deeply_is_one_error(tmp_path, suffix):
+    from vkgraph.apps.sweep import Space
     from vkgraph.pipeline.errors import GraphError
-    from vkgraph.pipeline.sweep import Space
 
     if suffix == ".yaml":
         pytest.importorskip("yaml")
@@ -479,7 +479,7 @@ def test_sweep_on_an_unreachable_cluster_is_one_line_soon(tmp_path, capsys, monk
     import time
 
     pytest.importorskip("ray")
-    from vkgraph.pipeline import distributed
+    from vkgraph.apps import distributed
 
     space = tmp_path / "s.json"
     space.write_text('{"param:kpn-t:01:alpha": 0.001}')
@@ -507,7 +507,7 @@ def test_joining_ray_keeps_the_callers_sigterm_handler(monkeypatch):
     import sys
 
     ray = pytest.importorskip("ray")
-    from vkgraph.pipeline import distributed
+    from vkgraph.apps import distributed
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)

@@ -74,7 +74,7 @@ for name in sys.argv[1:]:
             write_pfm(out, crop)
             cfg.append(f"param:{mod}:{inst}:filename:{out}")  # i-img reads PFM too
         elif mod == "i-raw":  # a 36x36 corner of the raw file, as a DNG of its own
-            from vkgraph.pipeline import dng
+            from vkgraph.apps import dng
             from vkgraph.pipeline.raw import read_raw
 
             raw = read_raw(resolve_name(m.param("filename"), lambda n: path.parent / n))

@@ -29,12 +29,11 @@ import numpy as np
 
 from .pipeline import checkpoint
 from .pipeline.cfg import apply_line, read_cfg
-from .pipeline.denoise import HOST_MODULES
 from .pipeline.errors import GraphError, closest
 from .pipeline.formats import atomic_write, decode_unorm, non_finite, write_lut
 from .pipeline.graph import Graph
 from .pipeline.module import ModuleInstance, Roi
-from .pipeline.registry import Registry, default_dirs
+from .pipeline.registry import HOST_MODULES, Registry, default_dirs
 from .pipeline.runner import Build
 
 Progress = Callable[[int, int, dict], None]
@@ -134,6 +133,8 @@ class Session:
     def close(self) -> None:
         """Release the device (when the session opened it). The session cannot run again."""
         with self._lock:
+            if self.build is not None:
+                self.build.close()  # its buffers leave the device now (a caller's device)
             self.build = self._carried = None
             self.closed = True
             if self._own_device and self._device is not None:
@@ -181,34 +182,60 @@ class Session:
         """A param's value (a number, a list, a string)."""
         return self.module(module).param(param, "Session.get")
 
-    def feed(self, source: str, image: np.ndarray) -> None:
+    def feed(self, source: str, image) -> None:
         """Give a source module a numpy image (h, w) or (h, w, channels) in place of its
         file: a source that is not `i-array` is replaced by one (same instance name, same
         wires). Float data is linear; unsigned integers (uint8, uint16: what image decoders
         give) are taken as the file readers take 8- and 16-bit files: divided by the dtype's
         largest value, colour sRGB-decoded to linear, alpha (channel 2 of 2, 4 of 4) kept
-        linear. Signed integers, complex numbers and NaN/Inf values are refused."""
-        image = feed_image(source, image)
+        linear. Signed integers, complex numbers and NaN/Inf values are refused.
+
+        A source with a host port of its own (its module.py's `give(module, value)`: i-raw
+        takes a `RawImage` already read) is handed any other value as it is."""
         with self._lock:
             self._check_open("feed")
             m = self.module(source)
+            if not isinstance(image, np.ndarray) and m.name != "i-array" and host_port(m, "give"):
+                self._give(m, image)
+                return
+            image = feed_image(source, image)
             if m.name != "i-array":
-                if not m.cls.is_source:
-                    raise GraphError(f"feed {source}: {m} is not a source module")
-                self._graph_changed()
-                readers = self.graph.readers(m, m.connectors[0].name)
-                wires = [(r.name, r.inst, rc.name, rc.feedback) for r, rc in readers]
-                self.graph.remove_module(m.name, m.inst)
-                m = self.graph.add_module("i-array", m.inst)
-                for name, inst, conn, fb in wires:
-                    self.graph.connect("i-array", m.inst, "output", name, inst, conn, fb)
-            old = m.data.get("image")
-            m.data["image"] = image
-            if self.build is not None:
-                if old is None or old.shape[:2] != image.shape[:2]:
-                    self._graph_changed()  # other sizes everywhere downstream
-                else:
-                    self.build._sources_uploaded = False  # upload again at the next frame
+                m = self._as_array_source(source, m)
+            self._give(m, image)
+
+    def _as_array_source(self, source: str, m: ModuleInstance) -> ModuleInstance:
+        """Replace the source m by an i-array of the same instance name, with its wires."""
+        if not m.cls.is_source:
+            raise GraphError(f"feed {source}: {m} is not a source module")
+        self._graph_changed()
+        readers = self.graph.readers(m, m.connectors[0].name)
+        wires = [(r.name, r.inst, rc.name, rc.feedback) for r, rc in readers]
+        self.graph.remove_module(m.name, m.inst)
+        m = self.graph.add_module("i-array", m.inst)
+        for name, inst, conn, fb in wires:
+            self.graph.connect("i-array", m.inst, "output", name, inst, conn, fb)
+        return m
+
+    def _give(self, m: ModuleInstance, value) -> None:
+        """Hand a host port its value; the build uploads it at the next frame, or the graph
+        is built again where the value changes its sizes."""
+        resized = host_port(m, "give")(m, value)
+        if self.build is not None:
+            if resized:
+                self._graph_changed()  # other sizes everywhere downstream
+            else:
+                self.build.sources_changed()
+
+    def take(self, sink: str) -> np.ndarray | None:
+        """What a host sink (o-array) received at the last frame that downloaded its sinks,
+        handed over once: an image (h, w, 4) float32; None where nothing arrived since."""
+        with self._lock:
+            self._check_open("take")
+            m = self.module(sink)
+            port = host_port(m, "take")
+            if port is None:
+                raise GraphError(f"take {sink}: {m} is not a host sink (o-array)")
+            return port(m)
 
     # -- running
     def prepare(self, restore: Callable[[Build], int] | None = None) -> Build:
@@ -293,6 +320,38 @@ class Session:
     def _reached(self, build: Build, frame: int) -> None:
         self.frame = frame + 1
 
+    def step(self, frame: int | None = None, download: bool = True, wait: bool = True
+             ) -> Session:
+        """Run one frame: the next one, or `frame` (frame 0 again, after `feed`: the sources
+        upload at frame 0). download: write the sinks after it (host sinks: `take`); wait
+        False: return once it is submitted (Build.run_frame), for loops that show frames as
+        they come (the gui)."""
+        with self._lock:
+            self._check_open("step")
+            build = self.prepare()
+            frame = self.frame if frame is None else int(frame)
+            if wait:
+                build.run_frame(frame, download=download)
+            else:
+                build.run_frame(frame, download=download, wait=False)
+            self.frame = frame + 1
+            return self
+
+    def write_sinks(self) -> None:
+        """Write the graph's sinks now, with the last frame's data (the gui's `s`)."""
+        with self._lock:
+            self._built().download_sinks()
+
+    def timings(self) -> list:
+        """Each node's GPU time in the last frame (Build.timings; `profile` must be on)."""
+        with self._lock:
+            return self._built().timings()
+
+    def gpu_span(self) -> float:
+        """The last frame's GPU time, first dispatch's start to last one's end (profile)."""
+        with self._lock:
+            return self._built().gpu_span()
+
     @property
     def interrupted(self) -> bool:
         """The last run ended early: its stop() said so."""
@@ -374,6 +433,32 @@ class Session:
             ht, wd, ch = data.shape
             write_lut(path, data, ch, fmt, wd, ht, ssbo=False, text=c.meta.get("text"))
         return path
+
+
+def host_port(m: ModuleInstance, name: str):
+    """A module's host port `name` (`give`: a source takes a host value; `take`: a sink
+    hands one over; pipeline/hostmods), or None. Ports are not engine hooks: only the
+    Session calls them."""
+    return getattr(m.cls.hooks, name, None) if m.cls.hooks is not None else None
+
+
+def run_graph(graph: Graph, device, frames: int | None = None, last_frame_only: bool = False,
+              progress=None, profile: bool = False, restore=None, stop=None,
+              after_frame=None) -> Build:
+    """Build and run a graph for its frames on a caller's device, through a Session;
+    returns the build (for summaries and reads).
+
+    restore(build) -> int: loads saved state into the fresh build and returns the frame to
+    continue at (pipeline/checkpoint.py). after_frame(build, f) runs after each frame (periodic
+    checkpoints). stop() -> bool is asked after each frame: True ends the run there (a signal
+    arrived), with the sinks written and build.interrupted set."""
+    if frames is not None:
+        graph.frames = frames
+    session = Session(graph, device, profile=profile)
+    build = session.prepare(restore)
+    build.run_frames(session.frame, build.frames, last_frame_only,
+                     [c for c in (progress, after_frame) if c is not None], stop)
+    return build
 
 
 def losses_csv(losses: dict[str, np.ndarray], end: int) -> str:

@@ -2,7 +2,7 @@
 graphs/denoise-raw.cfg and the README's raw example), deterministic.
 
 scikit-image's chelsea.png (a held-out photograph), decoded to linear light, seen through the
-made-up camera of pipeline/dng.py (its colour matrix and white balance), sampled on an RGGB
+made-up camera of vkgraph/apps/dng.py (its colour matrix and white balance), sampled on an RGGB
 Bayer mosaic, with cnngenin's noise model on the mosaic normalised to [0, 1] (a = 1000,
 b = 20: a full-frame camera at about ISO 6400), as 14-bit counts above a black level of 512;
 the DNG says ISO 6400.
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(here))
     from make_scene import add_noise
 
-    from vkgraph.pipeline import dng
+    from vkgraph.apps import dng
     from vkgraph.pipeline.datasets import package_file
     from vkgraph.pipeline.formats import read_image
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     path = args.out / f"{NAME}.dng"
     dng.write_dng(path, dng.mosaic_counts(noisy, BLACK, WHITE), dng.BAYER["RGGB"], BLACK,
                   WHITE, dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=ISO)
-    print(f"{path}: {SPEC} through pipeline/dng.py's camera, RGGB, noise a {NOISE_A:g} "
+    print(f"{path}: {SPEC} through vkgraph/apps/dng.py's camera, RGGB, noise a {NOISE_A:g} "
           f"b {NOISE_B:g} seed {SEED}, ISO {ISO}")
 
 

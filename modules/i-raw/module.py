@@ -10,8 +10,18 @@ from vkgraph.pipeline.module import Roi
 from vkgraph.pipeline.raw import RawImage, read_raw
 
 
+def give(module, raw: RawImage) -> bool:
+    """Host port (`vkgraph.Session.feed`): a RawImage already read, in place of the file.
+    True where the graph must be built again: the first one, another mosaic size, or other
+    metadata (the pattern and white balance are recorded into the build)."""
+    old = module.data.get("given")
+    module.data["given"] = raw
+    return (not isinstance(old, RawImage) or old.mosaic.shape != raw.mosaic.shape
+            or old.meta != raw.meta)
+
+
 def _load(graph, module) -> RawImage:
-    given = module.data.get("given")  # a host program's RawImage (pipeline/rawdenoise.py)
+    given = module.data.get("given")  # a host program's RawImage (give; apps/rawdenoise.py)
     if isinstance(given, RawImage):
         return given
     return read_cached(module.data, "raw", graph.resolve(module.param("filename")), read_raw)

@@ -1,5 +1,5 @@
-"""i-array: a source whose image is a numpy array the host program put in
-`module.data["image"]` (h, w, c) linear float, instead of a file."""
+"""i-array: a source whose image is a numpy array the host program gives it (`give`, which
+`vkgraph.Session.feed` calls), (h, w, c) linear float, instead of a file."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ from vkgraph.pipeline.formats import fit_channels
 from vkgraph.pipeline.module import Roi
 
 
+def give(module, image: np.ndarray) -> bool:
+    """Host port: the image of the next frames. True where the graph's sizes change with it
+    (the first image, or one of another size: the graph is built again)."""
+    old = module.data.get("image")
+    module.data["image"] = image
+    return old is None or old.shape[:2] != image.shape[:2]
+
+
 def _image(module) -> np.ndarray:
     image = module.data.get("image")
     if image is None:
-        raise GraphError(f"{module}: no image given (module.data['image'])")
+        raise GraphError(f"{module}: no image given (Session.feed)")
     return image
 
 

@@ -1,8 +1,14 @@
-"""o-array: a sink that keeps what reaches it in `module.data["image"]` for the host
-program, instead of writing a file."""
+"""o-array: a sink that keeps what reaches it for the host program (`take`, which
+`vkgraph.Session.take` calls), instead of writing a file."""
 
 from __future__ import annotations
 
 
 def write_sink(graph, module, connector, data) -> None:
     module.data["image"] = data
+
+
+def take(module):
+    """Host port: what reached the sink at its last download ((h, w, 4) float32), handed
+    over once (None until a frame was downloaded)."""
+    return module.data.pop("image", None)

@@ -24,7 +24,7 @@ import io
 
 import numpy as np
 
-from .formats import srgb_to_linear, to_srgb8
+from ..pipeline.formats import srgb_to_linear, to_srgb8
 
 # which channel each photosite of a 2x2 RGGB cell records: (row parity, column parity) -> c
 RGGB = {(0, 0): 0, (0, 1): 1, (1, 0): 1, (1, 1): 2}

@@ -32,7 +32,7 @@ core: at most MAX_PIXELS per channel are looked at, in bands of rows spread over
 JPEG files (estimate_noise(jpeg=True); `vkgraph denoise` uses it for every JPEG). A camera adds
 its noise on the colour mosaic and demosaics (the noise is spread over neighbouring pixels and
 channels), and JPEG removes most of what is left at the finest scale: on phone-like JPEGs
-(pipeline/camera.py: noise on the RGGB mosaic, bilinear demosaic, sRGB, JPEG 75-95) the pixel-
+(vkgraph/apps/camera.py: noise on the RGGB mosaic, bilinear demosaic, sRGB, JPEG 75-95) the pixel-
 scale estimate above comes out 20-70x low in variance (the median over the training and held-
 out photographs, 256x256 crops: 0.015 of the true variance at x = 0.1 at quality 75, 0.045 at
 95). For a JPEG the same steps run on the means of 2x2 pixels (where white noise has a quarter

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import threading
 
-from .errors import GraphError, RuntimeFailure
+from ..pipeline.errors import GraphError, RuntimeFailure
 
 log = logging.getLogger("vkgraph")
 
@@ -203,7 +203,7 @@ def worker_gpu() -> str | None:
 def open_worker_device():
     """The Vulkan device of this worker's GPU (`worker_gpu`), else the default device;
     with the UUID it was picked by (None for the default)."""
-    from .vk import Device
+    from ..pipeline.vk import Device
 
     uuid = worker_gpu()
     return Device.open(uuid), uuid

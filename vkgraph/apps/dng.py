@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import atomic_write
-from .raw import pattern_plane
+from ..pipeline.formats import atomic_write
+from ..pipeline.raw import pattern_plane
 
 _EXIF_IFD = 34665
 _PLACEHOLDER = 34666  # sorts where the EXIF pointer belongs; renamed after writing
@@ -126,7 +126,7 @@ def camera_from_rgb(color_matrix=CAMERA_MATRIX, neutral=CAMERA_NEUTRAL) -> np.nd
     AsShotNeutral describes. LibRaw (as Adobe's DNG reading) normalises the rows of
     ColorMatrix1 x XYZ_FROM_RGB to sum 1 (white -> camera (1, 1, 1) after balance) and
     inverts that to its rgb_cam; the raw values of white are the neutral."""
-    from .raw import XYZ_FROM_RGB
+    from ..pipeline.raw import XYZ_FROM_RGB
 
     cam_rgb = np.asarray(color_matrix, np.float64) @ XYZ_FROM_RGB
     cam_rgb /= cam_rgb.sum(axis=1, keepdims=True)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels import kernel_spirv, pack_push
-from .nodes import Node
+from ..pipeline.kernels import kernel_spirv, pack_push
+from ..pipeline.nodes import Node
 
 SIDE = 0.25  # width of the side column, as a fraction of the window
 ROW = 0.55  # height of the training view's image row, as a fraction of the window's body

@@ -18,13 +18,13 @@ exactly as on a cfg line; `check` tries every grid and choice value and both end
 interval before anything runs.
 
 A trial (`run_trial`, in a Ray worker) opens the Vulkan device of the GPU Ray gave it
-(pipeline/distributed.py), trains the graph with its display modules dropped and its o-lut
+(vkgraph/apps/distributed.py), trains the graph with its display modules dropped and its o-lut
 writing into the sweep's weights folder, and reports to Tune every `report_every` frames:
 `frame`, `loss` (the mean per-frame loss of the last report_every frames: the per-frame loss
 is dominated by each frame's random noise draw) and `best_loss` (the lowest such mean so far).
 Schedulers such as ASHA compare trials on `loss` at equal `frame`. At the end it reports the
 weights path, the wall time, `complete` (what tells a finished trial from one a
-scheduler stopped) and, with metric "psnr", the held-out PSNR (pipeline/heldout.py).
+scheduler stopped) and, with metric "psnr", the held-out PSNR (vkgraph/apps/heldout.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .cfg import MAX_FRAMES
-from .errors import GraphError, clip
-from .trainer import trainable_modules
+from ..pipeline.cfg import MAX_FRAMES
+from ..pipeline.errors import GraphError, clip
+from ..pipeline.trainer import trainable_modules
 
 KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 METRICS = {"loss": "min", "best_loss": "min", "psnr": "max"}  # --metric: what ranks trials
@@ -144,7 +144,7 @@ class Space:
     @classmethod
     def load(cls, path: str | Path) -> Space:
         """A space from a .json, .yaml or .yml file."""
-        from .formats import read_bounded
+        from ..pipeline.formats import read_bounded
 
         path = Path(path)
         suffix = path.suffix.lower()
@@ -207,7 +207,7 @@ class Space:
     def check(self, graph_path: Path) -> None:
         """Apply every probe value of every key to the graph: a bad key, module, param or
         value is a GraphError now, not in the middle of the sweep."""
-        from .cfg import apply_line, read_cfg
+        from ..pipeline.cfg import apply_line, read_cfg
 
         graph = read_cfg(graph_path)
         for d in self.dims:
@@ -282,9 +282,9 @@ def run_trial(config: dict, spec: dict) -> None:
     report_every, metric, eval_crop."""
     from ray import tune
 
-    from .cfg import apply_line, read_cfg
+    from ..api import run_graph
+    from ..pipeline.cfg import apply_line, read_cfg
     from .distributed import open_worker_device
-    from .runner import run_graph
 
     t0 = time.perf_counter()
     name = tune.get_context().get_trial_name()
@@ -385,7 +385,7 @@ def write_tables(folder: Path, rows_: list[dict], meta: dict) -> tuple[Path, Pat
     import csv
     import io
 
-    from .formats import atomic_write
+    from ..pipeline.formats import atomic_write
 
     folder.mkdir(parents=True, exist_ok=True)
     columns = list(rows_[0]) if rows_ else ["trial", "status"]

@@ -5,10 +5,10 @@
     rgb = dem(raw)                                     # balanced camera rgb (h, w, 3)
     out, profile = denoise_raw(den, dem, raw)          # linear Rec.709, NoiseProfile used
 
-The demosaic graph is i-raw (handed the RawImage already read) -> demosaic -> o-array, one
-build per mosaic size and pattern kept for later files. The chain: the mosaic is white-
-balanced and demosaiced (modules/demosaic), denoised by pipeline/denoise.py's Denoiser with
-the balanced noise profile (pipeline/camnoise.py: a scales with gain^2, b with gain; the mean
+The demosaic graph is i-raw (fed the RawImage already read) -> demosaic -> o-array, one
+session per mosaic size and pattern kept for later files. The chain: the mosaic is white-
+balanced and demosaiced (modules/demosaic), denoised by vkgraph/apps/denoise.py's Denoiser with
+the balanced noise profile (vkgraph/apps/camnoise.py: a scales with gain^2, b with gain; the mean
 over r, g, b), then taken to linear Rec.709 by the camera matrix (3 x 3 per pixel on the
 host). The denoiser sees white-balanced camera rgb, where the noise of the three channels is
 independent (the matrix mixes them).
@@ -20,13 +20,14 @@ import weakref
 
 import numpy as np
 
+from ..api import Session
+from ..pipeline.errors import GraphError
+from ..pipeline.graph import Graph
+from ..pipeline.raw import RawImage, RawMeta
+from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
+from ..pipeline.runner import Build
 from .camnoise import NoiseProfile, profile_for
-from .denoise import HOST_MODULES, max_pixels_of, spans, tile_length
-from .errors import GraphError
-from .graph import Graph
-from .raw import RawImage, RawMeta
-from .registry import DEFAULT_DIR, Registry
-from .runner import Build
+from .denoise import max_pixels_of, spans, tile_length
 
 
 class Demosaicer:
@@ -43,8 +44,13 @@ class Demosaicer:
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         # one build per mosaic size and use; the metadata (pattern, white balance) is
         # recorded into it, so another file's metadata replaces the build of that size
-        self.builds: dict[tuple, tuple[Build, Graph, RawMeta]] = {}
+        self.sessions: dict[tuple, tuple[Session, RawMeta]] = {}
         self.max_pixels = max_pixels or max_pixels_of(device, 16)
+
+    @property
+    def builds(self) -> dict[tuple, tuple[Build, Graph, RawMeta]]:
+        """{(wd, ht, wb, colour): (build, graph, metadata)} of the sessions kept."""
+        return {key: (s.build, s.graph, meta) for key, (s, meta) in self.sessions.items()}
 
     def __call__(self, raw: RawImage, wb: bool = True, colour: bool = False) -> np.ndarray:
         """(h, w, 3) float32: balanced (wb) and demosaiced, in camera rgb or (colour) linear
@@ -69,20 +75,20 @@ class Demosaicer:
     def _run(self, raw: RawImage, wb: bool, colour: bool) -> np.ndarray:
         ht, wd = raw.mosaic.shape
         key = (wd, ht, wb, colour)
-        if key not in self.builds or self.builds[key][2] != raw.meta:
+        if key not in self.sessions or self.sessions[key][1] != raw.meta:
             g = Graph(self.registry)
-            g.add_module("i-raw", "main").data["given"] = raw
+            g.add_module("i-raw", "main")
             dem = g.add_module("demosaic", "main")
             dem.set_param("wb", int(wb))
             dem.set_param("colour", int(colour))
             g.add_module("o-array", "main")
             g.connect("i-raw", "main", "output", "demosaic", "main", "input")
             g.connect("demosaic", "main", "output", "o-array", "main", "input")
-            self.builds[key] = (Build(g, self.device), g, raw.meta)
-        build, g, _ = self.builds[key]
-        g.modules[("i-raw", "main")].data["given"] = raw
-        build.run_frame(0)  # frame 0: the source uploads again
-        return np.ascontiguousarray(g.modules[("o-array", "main")].data.pop("image")[..., :3])
+            self.sessions[key] = (Session(g, self.device), raw.meta)
+        session = self.sessions[key][0]
+        session.feed("i-raw:main", raw)
+        session.step(0)  # frame 0: the source uploads again
+        return np.ascontiguousarray(session.take("o-array:main")[..., :3])
 
 
 _DEMOSAICERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import image_set, resolve_name
-from .errors import GraphError
-from .formats import read_image
+from ..pipeline.datasets import image_set, resolve_name
+from ..pipeline.errors import GraphError
+from ..pipeline.formats import read_image
 
 # (name, noise a, noise b) of cnngenin's model std(x) = sqrt(a + 65535 x b) / 65535
 LEVELS = [("low", 2e5, 20.0), ("mid", 1e6, 100.0), ("high", 5e6, 400.0)]

@@ -4,9 +4,9 @@
     out = den(noisy, a, b)        # (h, w, 3) float32, linear in, linear out
 
 The graph is i-array (the image) and i-lut (the weights) -> kpn -> o-array (host modules,
-pipeline/hostmods). One build per image size, kept and reused for later images of that size:
-the weights and kernels stay on the device and only the image and the noise params are
-uploaded again.
+pipeline/hostmods), run through a `vkgraph.Session` (fed and read through its host ports).
+One session per image size, kept and reused for later images of that size: the weights and
+kernels stay on the device and only the image and the noise params are uploaded again.
 
 An image whose buffers a storage buffer of the device cannot span (kpn's largest holds 16 tap
 weights per pixel: 64 bytes, so about 2 megapixels on the CPU driver's 128 MiB; arch 1's 32:
@@ -37,15 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .cfg import apply_line
-from .errors import GraphError
-from .formats import read_lut
-from .graph import Graph
-from .registry import DEFAULT_DIR, Registry
-from .runner import Build
+from ..api import Session
+from ..pipeline.cfg import apply_line
+from ..pipeline.errors import GraphError
+from ..pipeline.formats import read_lut
+from ..pipeline.graph import Graph
+from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
+from ..pipeline.runner import Build
 
 log = logging.getLogger("vkgraph")
-HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
 BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd's K); arch 1 32
 # ensemble n -> its (quarter turns, mirrored) of the image: 2 the image and its mirror, 4 the
 # four rotations, 8 those and their mirrors
@@ -77,21 +77,26 @@ class Denoiser:
         self.ensemble = ensemble
         self.max_pixels = max_pixels or max_pixels_of(device, BYTES_PER_PIXEL << self.arch)
         self.profile = profile
-        self.builds: dict[tuple[int, int, bool], tuple[Build, Graph]] = {}
+        self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
         self.fp32 = False  # kpn's fp32 MLP kernels (after the f16 ones overflowed)
 
-    def _build(self, image: np.ndarray) -> tuple[Build, Graph]:
+    @property
+    def builds(self) -> dict[tuple[int, int, bool], tuple[Build, Graph]]:
+        """{(wd, ht, fp32): (build, graph)} of the sessions kept, oldest first."""
+        return {key: (s.build, s.graph) for key, s in self.sessions.items()}
+
+    def _session(self, image: np.ndarray) -> Session:
+        """The session of the image's size (made, or the kept one), fed the image."""
         ht, wd = image.shape[:2]
         key = (wd, ht, self.fp32)
-        if key in self.builds:
-            self.builds[key] = self.builds.pop(key)  # the most recently used last
+        if key in self.sessions:
+            self.sessions[key] = self.sessions.pop(key)  # the most recently used last
         else:
-            while len(self.builds) >= KEEP_BUILDS:  # free the device memory of the oldest
-                oldest = next(iter(self.builds))
-                self.builds.pop(oldest)[0].close()
+            while len(self.sessions) >= KEEP_BUILDS:  # free the device memory of the oldest
+                self.sessions.pop(next(iter(self.sessions))).close()
             g = Graph(self.registry)
-            g.add_module("i-array", "main").data["image"] = image
+            g.add_module("i-array", "main")
             # the API rather than cfg lines: a weights path may hold a ':'
             g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
             kpn = g.add_module("kpn", "01")
@@ -103,14 +108,17 @@ class Denoiser:
             g.connect("i-array", "main", "output", "kpn", "01", "input")
             g.connect("i-lut", "w", "output", "kpn", "01", "w")
             g.connect("kpn", "01", "output", "o-array", "main", "input")
-            self.builds[key] = (Build(g, self.device, profile=self.profile), g)
-        return self.builds[key]
+            self.sessions[key] = Session(g, self.device, profile=self.profile)
+        session = self.sessions[key]
+        session.feed("i-array:main", image)
+        session.prepare()
+        return session
 
     def close(self) -> None:
-        """Free the builds' device memory (the device stays open)."""
-        for build, _ in self.builds.values():
-            build.close()
-        self.builds.clear()
+        """Free the sessions' device memory (the device stays open)."""
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised rgb (h, w, 3) float32 of a linear float image (h, w, >= 3 or grey)."""
@@ -149,8 +157,8 @@ class Denoiser:
 
     def _f16(self) -> bool:
         """Whether the builds so far ran f16 MLP kernels."""
-        return any(g.modules[("kpn", "01")].data.get("mlp") in ("fused", "coopmat")
-                   for _, g in self.builds.values())
+        return any(s.module("kpn:01").data.get("mlp") in ("fused", "coopmat")
+                   for s in self.sessions.values())
 
     def _denoise(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         ht, wd = image.shape[:2]
@@ -159,12 +167,11 @@ class Denoiser:
         return self._tiled(image, a, b)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
-        build, g = self._build(image)
-        g.modules[("i-array", "main")].data["image"] = image
+        session = self._session(image)
         for name, value in (("noise a", a), ("noise b", b)):
-            apply_line(g, f"param:kpn:01:{name}:{float(value)!r}", "denoise")
-        build.run_frame(0)  # frame 0: the sources upload again, the params if they changed
-        return np.ascontiguousarray(g.modules[("o-array", "main")].data.pop("image")[..., :3])
+            apply_line(session.graph, f"param:kpn:01:{name}:{float(value)!r}", "denoise")
+        session.step(0)  # frame 0: the sources upload again, the params if they changed
+        return np.ascontiguousarray(session.take("o-array:main")[..., :3])
 
     def tiling(self, wd: int, ht: int) -> tuple[int, int, int]:
         """(core x, core y, margin) of the tiles for an image too large to run whole: tiles

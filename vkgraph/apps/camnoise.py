@@ -8,7 +8,7 @@ mosaic, std(x) = sqrt(a + 65535 x b) / 65535, from (in this order)
    convert as b = a_dt 65535, a = b_dt 65535^2; between two profiled ISOs a and b are
    interpolated linearly in ISO, outside the profiled range the nearest ISO's is taken;
 3. estimated from the mosaic itself: each position of the CFA pattern gives a sub-image of
-   one colour (a Bayer mosaic four, X-Trans 36), and pipeline/noise.py's estimator (flat
+   one colour (a Bayer mosaic four, X-Trans 36), and vkgraph/apps/noise.py's estimator (flat
    patches of each, the lower envelope of their variance over intensity) fits one (a, b) to
    all of them together, as it does to the three channels of an rgb image: the photosites
    share one sensor, so one fit over all colours sees the widest range of intensities
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphError
-from .formats import read_bounded
+from ..pipeline.errors import GraphError
+from ..pipeline.formats import read_bounded
+from ..pipeline.raw import RawImage
 from .noise import estimate_noise
-from .raw import RawImage
 
 log = logging.getLogger("vkgraph")
 
