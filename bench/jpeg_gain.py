@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from photo_jpeg import KINDS, QUALITIES, srgb_psnr  # noqa: E402
 
 from vkgraph.apps import heldout, noise  # noqa: E402
-from vkgraph.pipeline.datasets import image_set  # noqa: E402
 from vkgraph.apps.denoise import Denoiser  # noqa: E402
+from vkgraph.pipeline.datasets import image_set  # noqa: E402
 from vkgraph.pipeline.formats import read_image  # noqa: E402
 from vkgraph.pipeline.vk import Device  # noqa: E402
 
