@@ -199,7 +199,8 @@ def newton_schulz(graph, module, adam, spec: Weights):
     """Node `muon` (shaders/trainer/muon.comp): one workgroup per matrix of spec.matrices
     forms Muon's update o from the gradient dw and its norm gn (fed back as adam's are:
     feed_optimizer) and adam's last w and m (feedback); adam steps the matrices with it."""
-    defines = muon_defines(spec)
+    defines = {**muon_defines(spec), "MUON_CLIP": "params.gradclip",
+               "MUON_MU": "params.momentum"}
     if spec.coupled:
         defines["MUON_L2"] = f"({spec.coupled})"
     node = graph.add_node(module, "muon", (256 * len(spec.matrices), 1), [

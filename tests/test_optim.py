@@ -56,7 +56,8 @@ KPN_MUON = kpn_weights()
 def muon_kernel(spec, dw, gn, w, m, frame, **params):
     """shaders/trainer/muon.comp (with kpn-t's params block) over spec.matrices: Muon's
     update o of each matrix, one step at `frame`."""
-    defines = muon_defines(spec)
+    defines = {**muon_defines(spec), "MUON_CLIP": "params.gradclip",
+               "MUON_MU": "params.momentum"}
     if spec.coupled:
         defines["MUON_L2"] = f"({spec.coupled})"
     out = dispatch("kpn-t", "muon", shader="trainer", inputs={

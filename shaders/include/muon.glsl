@@ -6,6 +6,12 @@
 #ifndef MUON_GLSL
 #define MUON_GLSL
 
+#ifndef MUON_COUNT  // defaults for `vkgraph shaders --check` only: one 64 x 64 matrix
+#define MUON_COUNT 1
+#define MUON_STRIDE 64
+#define MUON_MATS 0, 64, 64, 0
+#endif
+
 const int MUON_TABLE[4 * MUON_COUNT] = int[](MUON_MATS);
 
 int muon_offset(int k) { return MUON_TABLE[4 * k]; }

@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-#include "params.gen"  // the trainable module's params: gradclip, momentum (and MUON_L2's)
+#include "params.gen"  // the trainable module's params, which the defines below name
 #include "optim.glsl"
 #include "muon.glsl"
 // Muon's matrix-level step (pipeline/trainer.py: optimizer with Weights.muon; reference
@@ -26,6 +26,13 @@ SSBO_OUT(4, float, o)
 #define NS_C 2.0315
 #define PER_THREAD 16  // 64 x 64 / 256
 
+// the module's clip and momentum (pipeline/trainer.py: newton_schulz sets them to
+// params.gradclip and params.momentum; these defaults serve `vkgraph shaders --check` only)
+#ifndef MUON_CLIP
+#define MUON_CLIP 0.0
+#define MUON_MU 0.9
+#endif
+
 shared float X[4096];  // r x c, row-major (r <= c)
 shared float A[4096];  // r x r; first the Frobenius norm's partial sums
 
@@ -36,12 +43,12 @@ int param_of(int k, bool tall, int i, int j) {
 
 // the Nesterov direction of param p: g + mu (mu m + g), g clipped as the element step's
 float direction(int k, int p) {
-  float g = clipped(dw[p], gn[2 * muon_net(k)], params.gradclip);
+  float g = clipped(dw[p], gn[2 * muon_net(k)], MUON_CLIP);
 #ifdef MUON_L2
   g += MUON_L2 * w[p];
 #endif
-  float mi = params.momentum * m[p] + g;
-  return g + params.momentum * mi;
+  float mi = MUON_MU * m[p] + g;
+  return g + MUON_MU * mi;
 }
 
 // ||X||_F over its n entries (every thread of the workgroup calls it)
