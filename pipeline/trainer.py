@@ -5,10 +5,12 @@ it (the gradient check's params) and its two builders, `weights` (what its optim
 a `Weights`) and `network` (its forward and backward subgraph and its loss: a `Network`).
 The engine's `create_nodes` (below, the hook of every module that declares Trains and does
 not define create_nodes itself) builds the rest from them: the optimiser node `adam`, the
-module's weight output, the loss sum `lsum`, the gradient norm `norm` where the network
-gives none, the feedback edges that hand the optimiser the gradient, its norm and the loss of
-the last frame, and the record `module.trainable = Trainable(...)` of the built nodes; then
-the module's `views`, if it declares them. `trainable is not None` is the one test of
+module's weight output (and, where the weights say the optimiser is Muon, node `muon`:
+Newton-Schulz on the 2-D matrices of `Weights.matrices`), the loss sum `lsum`, the
+gradient norm `norm` where the network gives none, the feedback edges that hand the
+optimiser the gradient, its norm and the loss of the last frame, and the record
+`module.trainable = Trainable(...)` of the built nodes; then the module's `views`, if it
+declares them. `trainable is not None` is the one test of
 trainability: `module.cls.trainable` (the declaration, before a build) and
 `module.trainable` (the record, after create_nodes).
 
