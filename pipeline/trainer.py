@@ -5,10 +5,12 @@ it (the gradient check's params) and its two builders, `weights` (what its optim
 a `Weights`) and `network` (its forward and backward subgraph and its loss: a `Network`).
 The engine's `create_nodes` (below, the hook of every module that declares Trains and does
 not define create_nodes itself) builds the rest from them: the optimiser node `adam`, the
-module's weight output, the loss sum `lsum`, the gradient norm `norm` where the network
-gives none, the feedback edges that hand the optimiser the gradient, its norm and the loss of
-the last frame, and the record `module.trainable = Trainable(...)` of the built nodes; then
-the module's `views`, if it declares them. `trainable is not None` is the one test of
+module's weight output (and, where the weights say the optimiser is Muon, node `muon`:
+Newton-Schulz on the 2-D matrices of `Weights.matrices`), the loss sum `lsum`, the
+gradient norm `norm` where the network gives none, the feedback edges that hand the
+optimiser the gradient, its norm and the loss of the last frame, and the record
+`module.trainable = Trainable(...)` of the built nodes; then the module's `views`, if it
+declares them. `trainable is not None` is the one test of
 trainability: `module.cls.trainable` (the declaration, before a build) and
 `module.trainable` (the record, after create_nodes).
 
@@ -40,7 +42,12 @@ class Weights:
     the best weights take; `w16`, the roi of an f16 copy (None: none); `start`, whether the
     weights start from the checkpoint on the module input `wcp` (else from the kernel's
     init), whose format, as the kernel declares it, is `wcp`; `roi`, the roi of adam's `w`
-    (None: n x 1); `defines` of the module's adam.comp (shaders/include/adam.glsl)."""
+    (None: n x 1); `defines` of the module's adam.comp (shaders/include/adam.glsl).
+    `matrices`: the 2-D weight matrices among the params (pipeline/optim.py `Matrix`: block,
+    shape, net; at most 64 x 64, one row stride), which Muon orthogonalises; `muon`, whether
+    the module's optimiser is Muon (the scaffold then adds node `muon`: optimizer);
+    `coupled`, the GLSL factor of w in the module's gradient (its coupled L2 term, as its
+    adam_grad adds it; "" for none), which muon.comp adds the same way."""
 
     n: int
     output: str
@@ -50,6 +57,9 @@ class Weights:
     wcp: str = "f32"
     roi: Roi | None = None
     defines: dict = field(default_factory=dict)
+    matrices: tuple = ()
+    muon: bool = False
+    coupled: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,9 @@ def optimizer(graph, module, spec: Weights):
                **({"WBEST16": 1} if spec.best[0] == "f16" else {})}
     conns += [ssbo("cur", "read"), ssbo("wg", "write", n), ssbo("mg", "write", n),
               ssbo("vg", "write", n), ("wbest", "write", "ssbo", spec.best[0], spec.best[1])]
+    if spec.muon:
+        defines.update(muon_defines(spec), ADAM_MUON=1, MUON_B=len(conns))
+        conns.append(ssbo("o", "read"))
     node = graph.add_node(module, "adam", (n, 1), conns, shader=module.name, local=(256, 1, 1),
                           push=[1 if spec.start else 0], defines=defines)
     node.connector("wcp").flags |= OPTIONAL
@@ -160,6 +173,43 @@ def optimizer(graph, module, spec: Weights):
         graph.bind(module, "wcp", node, "wcp")
     if spec.roi is not None:
         node.connector("w").roi = spec.roi
+    if spec.muon:
+        graph.node_connect(newton_schulz(graph, module, node, spec), "o", node, "o")
+    return node
+
+
+MUON_MAX = 64  # muon.comp holds a matrix (and its smaller side squared) in shared memory
+
+
+def muon_defines(spec: Weights) -> dict:
+    """The matrix table of shaders/include/muon.glsl (MUON_COUNT, MUON_STRIDE, MUON_MATS) for
+    spec.matrices; a GraphError where there are none or one does not fit muon.comp."""
+    mats = spec.matrices
+    if not mats:
+        raise GraphError("opt muon: the module declares no 2-D weight matrices (Weights."
+                         "matrices)")
+    strides = {m.stride for m in mats}
+    if len(strides) != 1 or any(not (0 < m.rows <= MUON_MAX and 0 < m.cols <= MUON_MAX)
+                                for m in mats):
+        raise GraphError(f"opt muon: matrices of 1..{MUON_MAX} rows and columns and one row "
+                         f"stride, got {[(m.rows, m.cols, m.stride) for m in mats]}")
+    table = ",".join(f"{m.offset},{m.rows},{m.cols},{m.net}" for m in mats)
+    return {"MUON_COUNT": len(mats), "MUON_STRIDE": strides.pop(), "MUON_MATS": table}
+
+
+def newton_schulz(graph, module, adam, spec: Weights):
+    """Node `muon` (shaders/trainer/muon.comp): one workgroup per matrix of spec.matrices
+    forms Muon's update o from the gradient dw and its norm gn (fed back as adam's are:
+    feed_optimizer) and adam's last w and m (feedback); adam steps the matrices with it."""
+    defines = {**muon_defines(spec), "MUON_CLIP": "params.gradclip",
+               "MUON_MU": "params.momentum"}
+    if spec.coupled:
+        defines["MUON_L2"] = f"({spec.coupled})"
+    node = graph.add_node(module, "muon", (256 * len(spec.matrices), 1), [
+        ssbo("dw", "read"), ssbo("gn", "read"), ssbo("w", "read"), ssbo("m", "read"),
+        ssbo("o", "write", spec.n)], shader="trainer", local=(256, 1, 1), defines=defines)
+    graph.node_feedback(adam, "w", node, "w")
+    graph.node_feedback(adam, "m", node, "m")
     return node
 
 
@@ -185,16 +235,18 @@ def gradient_norm(graph, module, dw, lsum, n: int):
     return node
 
 
-def feed_optimizer(graph, adam, dw, gn, lsum) -> None:
+def feed_optimizer(graph, adam, dw, gn, lsum, muon=None) -> None:
     """The optimiser of frame f applies the gradient of frame f - 1: dw and its norm gn (each
-    a (node, connector)) reach it through feedback edges, or the same frame's norm node;
-    the loss node's cur (frame f - 1's loss, which the current weights gave) too."""
+    a (node, connector)) reach it, and Muon's node `muon` if any, through feedback edges, or
+    from the same frame's norm node; the loss node's cur (frame f - 1's loss, which the
+    current weights gave) reaches adam too."""
     graph.node_feedback(lsum, "cur", adam, "cur")
-    graph.node_feedback(dw[0], dw[1], adam, "dw")
-    if gn[0] is dw[0]:
-        graph.node_feedback(gn[0], gn[1], adam, "gn")
-    else:
-        graph.node_connect(gn[0], gn[1], adam, "gn")
+    for node in (adam,) if muon is None else (adam, muon):
+        graph.node_feedback(dw[0], dw[1], node, "dw")
+        if gn[0] is dw[0]:
+            graph.node_feedback(gn[0], gn[1], node, "gn")
+        else:
+            graph.node_connect(gn[0], gn[1], node, "gn")
 
 
 class Scaffold:
@@ -228,7 +280,8 @@ def create_nodes(graph, module) -> None:
     if lsum is None:
         raise GraphError(f"{module}: its network sums no loss (Scaffold.loss_sum)")
     gn = net.gn or gradient_norm(graph, module, net.dw, lsum, spec.n)
-    feed_optimizer(graph, adam, (net.dw, "dw"), (gn, "gn"), lsum)
+    muon = adam.connector("o").source[0] if spec.muon else None
+    feed_optimizer(graph, adam, (net.dw, "dw"), (gn, "gn"), lsum, muon)
     module.trainable = Trainable(adam=adam, dw=net.dw, lsum=lsum, hist_len=scaffold.hist_len,
                                  used=net.used, layout=net.layout, groups=net.groups,
                                  kernels=net.kernels, scale=net.scale)

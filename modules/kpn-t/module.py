@@ -29,6 +29,7 @@ from vkgraph.modules.kpn_t.forward import (
     MATRICES,
     MLP_BATCH,
     NW,
+    OUT_ROWS,
     WIDTH,
     bind_last,
     cm_tuning,
@@ -39,6 +40,7 @@ from vkgraph.modules.kpn_t.forward import (
 )
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi, img, ssbo
+from vkgraph.pipeline.optim import OPTIMIZERS, Matrix
 from vkgraph.pipeline.trainer import Network, Trains, Weights
 from vkgraph.pipeline.variants import cm_defines, emulated
 
@@ -155,9 +157,20 @@ def weights(graph, module) -> Weights:
                          f"weights, {WIDTH}x{NW // WIDTH} = {NW} (a .lut written by kpn-t's "
                          "w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout: w16 and the best weights
-    ctx = {"KPN_CTX": 1} if int(module.param("arch")) else {}  # checked by modify_roi_out
+    arch = int(module.param("arch"))
+    ctx = {"KPN_CTX": 1} if arch else {}  # checked by modify_roi_out
     return Weights(NW, "w16", best=("f16", lut), w16=lut, start=wcp.source is not None,
-                   wcp="f16", defines=ctx)
+                   wcp="f16", defines=ctx, matrices=matrices(arch),
+                   muon=int(module.param("opt")) == OPTIMIZERS["muon"],
+                   coupled="2.0 * params.L2")
+
+
+def matrices(arch: int) -> tuple[Matrix, ...]:
+    """The 2-D weight matrices Muon orthogonalises: the seven WIDTH x WIDTH matrices, the last
+    one's used rows only (OUT_ROWS, twice that with arch 1): its unused rows stay 0."""
+    full = [Matrix(k * WIDTH * WIDTH, WIDTH, WIDTH, WIDTH) for k in range(MATRICES - 1)]
+    rows = OUT_ROWS * (2 if arch else 1)
+    return (*full, Matrix((MATRICES - 1) * WIDTH * WIDTH, rows, WIDTH, WIDTH))
 
 
 def network(graph, module, scaffold) -> Network:

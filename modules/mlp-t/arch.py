@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError, closest
-from vkgraph.pipeline.optim import OPTIMIZERS
+from vkgraph.pipeline.optim import OPTIMIZERS, Matrix
 
 ENCODINGS = {"none": 0, "frequency": 1, "triangle": 2, "hashgrid": 3, "permuto": 4}
 TABLE_ENCODINGS = (3, 4)  # encodings with a trainable table after the weights
@@ -161,6 +161,15 @@ class Arch(NamedTuple):
         if self.table is not None:
             table[: self.table.used] = True
         return np.concatenate([np.tile(mask.ravel(), self.nets), table])
+
+    def matrices(self) -> tuple[Matrix, ...]:
+        """The 2-D weight matrices Muon orthogonalises: every net's layers, outputs x inputs
+        (the bias column, padding and the table are not in them: AdamW steps the bias and
+        the table)."""
+        ww = self.width * self.width
+        return tuple(Matrix(n * self.net_weights + layer * ww, *self.fans(layer)[::-1],
+                            self.width, net=n)
+                     for n in range(self.nets) for layer in range(self.layers))
 
     def groups(self) -> list[tuple[str, int, int]]:
         """(label, first, end) of each matrix and table level in the param vector: what

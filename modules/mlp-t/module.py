@@ -41,6 +41,7 @@ import math
 from vkgraph.modules.mlp_t.arch import Arch, arch
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import CLEAR, OPTIONAL, Roi, img, ssbo
+from vkgraph.pipeline.optim import OPTIMIZERS
 from vkgraph.pipeline.trainer import Network, Trains, Weights
 from vkgraph.pipeline.variants import (
     cm_available,
@@ -165,7 +166,8 @@ def weights(graph, module) -> Weights:
                    start=wcp is not None, wcp=wcp or "f32",
                    roi=Roi(a.width, n_p // a.width),
                    defines={**a.defines(), **({"WCP16": 1} if wcp == "f16" else {}),
-                            **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})})
+                            **({"W16OUT": 1, "DYN_SCALE": 1} if cm else {})},
+                   matrices=a.matrices(), muon=a.opt == OPTIMIZERS["muon"])
 
 
 def variant_of(graph, module, a: Arch) -> tuple[str, str]:

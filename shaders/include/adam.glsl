@@ -1,7 +1,11 @@
 // The optimiser kernel of every trainable module (pipeline/trainer.py: optimizer): one thread
 // per trained param, fp32 master weights; frame f applies the gradient of frame f - 1 (dw and
-// gn come through feedback edges), step t = f, by opt_step (optim.glsl: Adam, SGD, AdamW) at
-// the module's learning rate times the guard's factor (guard.glsl).
+// gn come through feedback edges), step t = f, by opt_step (optim.glsl: Adam, SGD, AdamW,
+// SGD with momentum) at the module's learning rate times the guard's factor (guard.glsl).
+// ADAM_MUON (the scaffold's Muon, pipeline/trainer.py): input `o` at binding MUON_B holds the
+// Newton-Schulz update of every 2-D matrix (shaders/trainer/muon.comp, run before this kernel
+// in the same frame); while ADAM_OPT is OPT_MUON a matrix element steps by muon_step with
+// it, every other param by opt_step (AdamW's step). The momentum is params.momentum.
 //
 // Frame 0 initialises: w = adam_start(i) (the checkpoint wcp or the module's random init),
 // 0 where the param is unused or the start is not finite; m = v = 0; stats[0..3] = 0, 0,
@@ -34,6 +38,10 @@ SSBO_RW(6, float, stats)
 SSBO_OUT(7, float16_t, w16)
 #endif
 #include "guard.glsl"
+#ifdef ADAM_MUON
+#include "muon.glsl"
+SSBO_IN(MUON_B, float, o)
+#endif
 
 float adam_start(uint i);          // frame 0's value of param i (wcp, or the module's init)
 bool adam_used(uint i);            // whether the network uses param i (unused ones stay 0)
@@ -53,8 +61,16 @@ float adam_update(uint i, bool used) {
   if (ok && used && !gd.rollback && !gd.stopped) {
     float g = adam_grad(i, wi);
     float mi = m[i], vi = v[i];
-    if (opt_step(wi, mi, vi, g, adam_lr(i, gd.rate), float(global.frame), ADAM_OPT,
-                 params.beta1, params.beta2, params.eps, params.wdecay)) {
+    float lr = adam_lr(i, gd.rate);
+    bool stepped;
+#ifdef ADAM_MUON
+    if (ADAM_OPT == OPT_MUON && muon_matrix(i) >= 0)
+      stepped = muon_step(wi, mi, g, o[i], lr, params.momentum, params.wdecay);
+    else
+#endif
+      stepped = opt_step(wi, mi, vi, g, lr, float(global.frame), ADAM_OPT, params.beta1,
+                         params.beta2, params.eps, params.wdecay, params.momentum);
+    if (stepped) {
       m[i] = mi;
       v[i] = vi;
     }

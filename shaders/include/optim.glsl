@@ -5,12 +5,17 @@
 //   OPT_SGD:   w -= lr g                                           (m, v untouched)
 //   OPT_ADAMW: Adam's step, and w -= lr wd w (the decay decoupled from the moments, as
 //              Loshchilov & Hutter's AdamW: the decay term sees w before the step)
+//   OPT_MOMENTUM: m = mu m + g;  w -= lr m              (heavy ball, not Nesterov; v untouched)
+//   OPT_MUON:  opt_step is AdamW's step (the params outside 2-D matrices); a matrix's elements
+//              take muon_step with the Newton-Schulz update o of shaders/trainer/muon.comp
 // A step whose result is not finite changes nothing (opt_step returns false); the caller has
 // clipped g (clipped()) and added any coupled L2 term. The numpy reference is
 // vkgraph/pipeline/optim.py (float64), tested against this code in tests/test_optim.py.
 #define OPT_ADAM 0
 #define OPT_SGD 1
 #define OPT_ADAMW 2
+#define OPT_MOMENTUM 3
+#define OPT_MUON 4
 
 // g scaled to norm `clip` where the gradient's norm exceeds it (clip <= 0: no clipping)
 float clipped(float g, float norm, float clip) {
@@ -18,11 +23,19 @@ float clipped(float g, float norm, float clip) {
 }
 
 bool opt_step(inout float w, inout float m, inout float v, float g, float lr, float t, int opt,
-              float b1, float b2, float eps, float wd) {
+              float b1, float b2, float eps, float wd, float mu) {
   if (opt == OPT_SGD) {
     float wn = w - lr * g;
     if (!finite(wn)) return false;
     w = wn;
+    return true;
+  }
+  if (opt == OPT_MOMENTUM) {
+    float mi = mu * m + g;
+    float wn = w - lr * mi;
+    if (!(finite(wn) && finite(mi))) return false;
+    w = wn;
+    m = mi;
     return true;
   }
   float mi = b1 * m + (1.0 - b1) * g;
@@ -30,11 +43,23 @@ bool opt_step(inout float w, inout float m, inout float v, float g, float lr, fl
   float mh = mi / (1.0 - pow(b1, t));
   float vh = vi / (1.0 - pow(b2, t));
   float wn = w - lr * mh / (sqrt(vh) + eps);
-  if (opt == OPT_ADAMW) wn -= lr * wd * w;
+  if (opt == OPT_ADAMW || opt == OPT_MUON) wn -= lr * wd * w;
   if (!(finite(wn) && finite(mi) && finite(vi))) return false;
   w = wn;
   m = mi;
   v = vi;
+  return true;
+}
+
+// Muon's step of a matrix element: the momentum m = mu m + g (muon.comp formed the
+// update o = NS5(g + mu m) sqrt(max(1, rows/cols)) from the same values), then
+// w -= lr o + lr wd w (the decay decoupled, as AdamW's). Not finite: nothing changes.
+bool muon_step(inout float w, inout float m, float g, float o, float lr, float mu, float wd) {
+  float mi = mu * m + g;
+  float wn = w - lr * o - lr * wd * w;
+  if (!(finite(wn) && finite(mi))) return false;
+  w = wn;
+  m = mi;
   return true;
 }
 

@@ -60,7 +60,7 @@
 #define FILTER 0        // target lookup: 0 nearest texel, 1 bilinear
 #endif
 #ifndef OPT
-#define OPT 0           // 0 adam, 1 sgd
+#define OPT 0           // OPT_* of optim.glsl: 0 adam, 1 sgd, 2 adamw, 3 momentum, 4 muon
 #endif
 
 #define LEAKY_SLOPE 0.01
