@@ -1,6 +1,6 @@
 """The picture of `vkgraph denoise --strength` in README.md: one held-out photograph made into a
 phone-like JPEG (noise on the mosaic, demosaic, JPEG: vkgraph/apps/camera.py) and denoised with the
-shipped weights at the estimated noise level times 0.5, 1, 2 and 4, beside the noisy JPEG and
+shipped JPEG weights at the estimated noise level times 0.5, 1, 2 and 4, beside the noisy JPEG and
 the clean photo; crops magnified 2x, sRGB, each labelled with its strength and PSNR.
 
     python bench/strength_figure.py [--out graphs/images/results/denoise-strength.png]
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     est = estimate_noise(noisy, jpeg=True)
     dev = Device.open(args.device)
     try:
-        den = Denoiser(dev, ROOT / "graphs" / "weights" / "kpn-photo.lut")
+        den = Denoiser(dev, ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut")  # the JPEG default
         panels = [("noisy JPEG", noisy)]
         panels += [(f"strength {s:g}", den(noisy, s * est[0], s * est[1])) for s in STRENGTHS]
         panels.append(("clean", clean))

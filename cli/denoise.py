@@ -37,10 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 # the default for raw files and linear float images (EXR, PFM): the arch 1 weights (luma and
 # chroma filtered apart), measured better there (bench/README.md: +0.8 dB on raw files,
-# raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py). JPEGs and the other
-# display-referred formats keep WEIGHTS: on white noise that went through JPEG the arch 1
-# weights lose 0.7 to 1.4 dB (photo_jpeg.py).
+# raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py).
 WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
+# the default for JPEGs: arch 1 trained on camera-pipeline JPEGs (graphs/train-jpeg-ctx.cfg),
+# +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
+# through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
+WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
+JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
 QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
@@ -93,8 +96,8 @@ def add_parser(sub) -> None:
     out.add_argument("--outdir", metavar="DIR", help="write each output into DIR under the "
                      "input's file name (DIR is created)")
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights (default: the shipped "
-                   f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS)} for "
-                   "the rest)")
+                   f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
+                   f"for JPEG, {shown(WEIGHTS)} for the rest)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
@@ -238,10 +241,13 @@ def shown(path: Path) -> Path:
 
 def default_weights(src: Path) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
-    linear float images, WEIGHTS for the rest."""
+    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest."""
     from vkgraph.pipeline.raw import is_raw
 
-    return WEIGHTS_LINEAR if is_raw(src) or src.suffix.lower() in LINEAR_FORMATS else WEIGHTS
+    suffix = src.suffix.lower()
+    if is_raw(src) or suffix in LINEAR_FORMATS:
+        return WEIGHTS_LINEAR
+    return WEIGHTS_JPEG if suffix in JPEG_FORMATS else WEIGHTS
 
 
 class Denoisers:

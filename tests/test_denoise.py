@@ -400,20 +400,31 @@ def test_ensemble_option(device, tmp_path, capsys, weights):
 
 
 def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
-    """Without --weights: raw files, EXR and PFM get the arch 1 weights, the display-referred
-    formats the arch 0 ones; each file's line names the weights it used."""
+    """Without --weights: raw files, EXR and PFM get the arch 1 weights, JPEGs the arch 1
+    weights trained on JPEGs, the other display-referred formats the arch 0 ones; each
+    file's line names the weights it used."""
     from vkgraph.cli import denoise as cli_denoise
 
     monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
     monkeypatch.setattr(cli_denoise, "WEIGHTS_LINEAR", ctx_weights)
+    jpeg_weights = tmp_path / "jpeg.lut"
+    jpeg_weights.write_bytes(ctx_weights.read_bytes())
+    monkeypatch.setattr(cli_denoise, "WEIGHTS_JPEG", jpeg_weights)
     assert cli_denoise.default_weights(Path("x.DNG")) == ctx_weights
     assert cli_denoise.default_weights(Path("x.exr")) == ctx_weights
-    assert cli_denoise.default_weights(Path("x.jpeg")) == weights
+    assert cli_denoise.default_weights(Path("x.jpeg")) == jpeg_weights
+    assert cli_denoise.default_weights(Path("x.JPG")) == jpeg_weights
+    assert cli_denoise.default_weights(Path("x.webp")) == weights
+    shipped = cli_denoise.ROOT / "graphs" / "weights"
+    assert all((shipped / n).exists() for n in ("kpn-photo.lut", "kpn-photo-ctx.lut",
+                                                  "kpn-jpeg-ctx.lut"))
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())
-    code, out, err = run(capsys, tmp_path / "a.png", tmp_path / "b.pfm", "--noise", "1e6", "100",
-                         "--outdir", tmp_path / "o")
+    write_jpg(tmp_path / "c.jpg", picture(), 95)
+    code, out, err = run(capsys, tmp_path / "a.png", tmp_path / "b.pfm", tmp_path / "c.jpg",
+                         "--noise", "1e6", "100", "--outdir", tmp_path / "o")
     assert code == 0, err
     lines = {line.split(" -> ")[0]: line for line in out.splitlines() if " -> " in line}
     assert f"weights {weights.name}" in lines[str(tmp_path / "a.png")]
     assert f"weights {ctx_weights.name}" in lines[str(tmp_path / "b.pfm")]
+    assert f"weights {jpeg_weights.name}" in lines[str(tmp_path / "c.jpg")]
