@@ -686,12 +686,19 @@ EXR_COMPRESSIONS = ("none", "rle", "zips", "zip", "piz", "pxr24", "b44", "b44a",
                     "dwab")
 
 
+@functools.cache
 def _openexr():
+    """The OpenEXR wheel, with its thread pool sized to the machine's cores: the library
+    compresses and decompresses blocks of scanlines in parallel (the same bytes as with one
+    thread); its default of no threads made a 24 MP float EXR write take 6.6 s on the H100
+    machine (bench/raw_speed.py)."""
     try:
         import OpenEXR
     except ImportError:
         raise RuntimeFailure("OpenEXR files need the OpenEXR wheel (pip install OpenEXR), "
                              "which this installation lacks") from None
+    if OpenEXR.global_thread_count() == 0:
+        OpenEXR.set_global_thread_count(min(os.cpu_count() or 1, 16))
     return OpenEXR
 
 

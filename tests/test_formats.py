@@ -488,6 +488,24 @@ EXR_ZIP = (
     "iyoMF6+DCMOlXOHiKMJwcQAfqWi8")
 
 
+def test_exr_threads_write_the_same_bytes():
+    """The OpenEXR wheel's thread pool is sized to the machine (formats._openexr): blocks
+    of scanlines are compressed in parallel, into the same file as with one thread."""
+    OpenEXR = F._openexr()
+    assert OpenEXR.global_thread_count() >= 1
+    img = np.random.default_rng(3).random((96, 80, 3), dtype=np.float32)
+    threads = OpenEXR.global_thread_count()
+    try:
+        files = []
+        for n in (0, 4):
+            OpenEXR.set_global_thread_count(n)
+            files.append([F.exr_bytes(img, half, c)[0] for half, c in ((False, "zip"),
+                                                                        (True, "piz"))])
+    finally:
+        OpenEXR.set_global_thread_count(threads)
+    assert files[0] == files[1]
+
+
 @pytest.mark.parametrize("name", ["none", "rle"])
 def test_exr_reads_openexr_files(tmp_path, name):
     path = tmp_path / f"{name}.exr"
