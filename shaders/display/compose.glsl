@@ -24,3 +24,13 @@ uint pack_linear(vec3 rgb, int bgra) {
 }
 
 #endif
+
+// Text in a strip (the status line, a panel's label): for strip pixel q, the font cell and
+// the pixel in it of text starting `pad` window pixels from the left, centred vertically in a
+// strip `ht` high, each 5x7 font pixel a scale x scale block in cells of 6 x 8: (cell, x, y)
+// for font_pixel, cell -1 left of or above the text.
+ivec3 text_at(ivec2 q, int ht, int scale, int pad) {
+  int x = q.x - pad, y = q.y - (ht - 7 * scale) / 2;
+  if (x < 0 || y < 0) return ivec3(-1, 0, 0);
+  return ivec3(x / (6 * scale), (x % (6 * scale)) / scale, y / scale);
+}

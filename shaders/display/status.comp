@@ -22,13 +22,7 @@ void main() {
   if (any(greaterThanEqual(q, pc.strip.zw))) return;
   ivec2 p = pc.strip.xy + q;
   if (any(greaterThanEqual(p, pc.win.xy))) return;
-  int s = max(pc.win.w, 1);
-  int x = q.x - PAD;
-  int y = q.y - (pc.strip.w - 7 * s) / 2;
-  bool on = false;
-  if (x >= 0 && y >= 0) {
-    int cell = x / (6 * s);
-    if (cell < text.len) on = font_pixel(text.code[cell], (x % (6 * s)) / s, y / s);
-  }
+  ivec3 c = text_at(q, pc.strip.w, max(pc.win.w, 1), PAD);
+  bool on = c.x >= 0 && c.x < text.len && font_pixel(text.code[c.x], c.y, c.z);
   window.texel[p.x + p.y * pc.win.x] = pack_texel(on ? FORE : BACK, pc.win.z);
 }
