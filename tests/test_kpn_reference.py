@@ -497,6 +497,37 @@ def test_apply_ctx_backward(w, h):
     assert _rel(ana, num) < 1e-6
 
 
+@pytest.mark.parametrize("w,h", SIZES)
+def test_apply_nl_backward(w, h):
+    """Arch 2's filter (the star and 12 matched taps, block_match's) and its exact adjoint:
+    all 56 columns of K against central differences of apply_nl."""
+    rng = np.random.default_rng(16)
+    D = _image(rng, w, h)
+    G = _image(rng, w, h)
+    M = np.dstack([_image(rng, w, h), np.full((h, w), 1e-3)])
+    idx, _ = ref.block_match(M, 0.7)
+    K = rng.normal(0.0, 2.0, (w * h, ref.N_OUT_NL))
+    ana = ref.apply_nl_backward(G, D, K, idx)
+    assert ana.shape == (w * h, 56)
+    num = _filter_fd(lambda k: ref.apply_nl(D, k, idx), K, G, 1e-6)
+    assert np.abs(ana[:, 15:27]).max() > 1e-3 and np.abs(ana[:, 27]).max() > 1e-3
+    assert _rel(ana, num) < 1e-6
+
+
+def test_apply_nl_without_matched_taps_is_arch1():
+    """With the matched taps' logits far below the star's, arch 2's filter is arch 1's."""
+    rng = np.random.default_rng(17)
+    D = _image(rng, 9, 7)
+    M = np.dstack([_image(rng, 9, 7), np.full((7, 9), 1e-3)])
+    idx, _ = ref.block_match(M, 0.7)
+    K1 = rng.normal(0.0, 1.0, (63, 32))
+    K2 = np.full((63, ref.N_OUT_NL), -80.0)
+    for g in range(2):  # per group: the star's 15 logits and the gain move over
+        K2[:, 28 * g : 28 * g + 15] = K1[:, 16 * g : 16 * g + 15]
+        K2[:, 28 * g + 27] = K1[:, 16 * g + 15]
+    np.testing.assert_allclose(ref.apply_nl(D, K2, idx), ref.apply_ctx(D, K1), atol=1e-12)
+
+
 @pytest.mark.parametrize("w,h", SIZES + [(13, 11)])
 def test_apply_ctx_centre_tap_is_the_identity(w, h):
     """One-hot softmaxes on the centre tap (k = 7 and 16 + 7) and gains 1 give Io = P D, and

@@ -413,26 +413,29 @@ def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
     return I.reshape(H, W, 3)
 
 
-def blend_gain(K: np.ndarray) -> np.ndarray:
-    """(N,): beta = sigmoid(K_15), the per-pixel gain of the filtered band (apply 2)."""
-    return 1.0 / (1.0 + np.exp(-np.asarray(K, dtype=np.float64)[:, N_TAPS]))
+def _softmax_gain(K: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(s = softmax(K_0..n-1), beta = sigmoid(K_n)) for n taps."""
+    k = np.asarray(K, dtype=np.float64)
+    e = np.exp(k[:, :n] - k[:, :n].max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True), 1.0 / (1.0 + np.exp(-k[:, n]))
 
 
 def blend_filter(taps: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """(N, C): beta F, F = sum_k s_k taps_k, s = softmax(K_0..14), beta = sigmoid(K_15), for
-    taps (15, N, C) (apply 2's filter; C channels)."""
-    return np.einsum("nk,knc->nc", softmax_weights(K), taps) * blend_gain(K)[:, None]
+    """(N, C): beta F, F = sum_k s_k taps_k, s = softmax(K_0..n-1), beta = sigmoid(K_n), for
+    taps (n, N, C) (apply 2's filter, n = 15; arch 2's, n = 27; C channels)."""
+    s, beta = _softmax_gain(K, taps.shape[0])
+    return np.einsum("nk,knc->nc", s, taps) * beta[:, None]
 
 
 def blend_backward(g: np.ndarray, taps: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """dE/dK (N, 16) of blend_filter for the upstream g (N, C):
-    dK_k = beta s_k <g, taps_k - F>,  dK_15 = beta (1 - beta) <g, F>."""
-    s = softmax_weights(K)
-    beta = blend_gain(K)
+    """dE/dK (N, n + 1) of blend_filter for the upstream g (N, C), n = len(taps):
+    dK_k = beta s_k <g, taps_k - F>,  dK_n = beta (1 - beta) <g, F>."""
+    n = taps.shape[0]
+    s, beta = _softmax_gain(K, n)
     F = np.einsum("nk,knc->nc", s, taps)
-    dK = np.zeros((g.shape[0], N_OUT))
-    dK[:, :N_TAPS] = beta[:, None] * s * np.einsum("nc,knc->nk", g, taps - F[None])
-    dK[:, N_TAPS] = np.einsum("nc,nc->n", g, F) * beta * (1.0 - beta)
+    dK = np.zeros((g.shape[0], n + 1))
+    dK[:, :n] = beta[:, None] * s * np.einsum("nc,knc->nk", g, taps - F[None])
+    dK[:, n] = np.einsum("nc,nc->n", g, F) * beta * (1.0 - beta)
     return dK
 
 
@@ -735,6 +738,52 @@ def block_match(M: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
     sigma = np.maximum(band * np.sqrt(np.maximum(M[..., 3], 0.0)), SIGMA_FLOOR)
     feat = np.log2(1.0 + dist / (2.0 * sigma ** 2))
     return order.transpose(1, 2, 0), feat.transpose(1, 2, 0)
+
+
+N_TAPS_NL = N_TAPS + NL_TAPS  # arch 2's taps: the star, then the matched ones
+N_OUT_NL = 2 * (N_TAPS_NL + 1)  # per group (luma, chroma) 27 logits and a gain: 56
+
+
+def nl_taps(D: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(27, H*W, 3): D at the star's taps T_k, then at each pixel's matched offsets
+    (idx (H, W, NL_TAPS) into nl_offsets, block_match's), mirrored."""
+    D = np.asarray(D, dtype=np.float64)[..., :3]
+    H, W = D.shape[:2]
+    off = nl_offsets()[np.asarray(idx)]  # (H, W, NL_TAPS, 2)
+    xs = mirror(np.arange(W)[None, :, None] + off[..., 0], W)
+    ys = mirror(np.arange(H)[:, None, None] + off[..., 1], H)
+    matched = D[ys, xs].transpose(2, 0, 1, 3).reshape(NL_TAPS, H * W, 3)
+    return np.concatenate([gather_taps(D), matched], axis=0)
+
+
+def _nl_halves(K: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+    """[(axes of Do, K's 28 columns that filter them)]: luma K_0..27, chroma K_28..55."""
+    n = N_TAPS_NL + 1
+    return [(ax, K[:, n * j : n * (j + 1)]) for j, ax in enumerate(OPPONENT_AXES)]
+
+
+def apply_nl(D: np.ndarray, K: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """I (H, W, 3) of arch 2 for K (N, 56): arch 1's filter (apply_ctx) over 27 taps, the
+    star's and the 12 matched ones: Io = (bY FY, bC FC) in the opponent basis, I = P^T Io."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = nl_taps(D, idx) @ OPPONENT.T
+    K = np.asarray(K, dtype=np.float64)
+    Io = np.concatenate([blend_filter(taps[..., ax], k) for ax, k in _nl_halves(K)], axis=1)
+    return (Io @ OPPONENT).reshape(H, W, 3)
+
+
+def apply_nl_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray,
+                      idx: np.ndarray) -> np.ndarray:
+    """dE/dK (N, 56) of apply_nl for the upstream dE/dI (H, W, 3) (no gradient to the
+    matches: they are chosen, not computed from K)."""
+    D = np.asarray(D, dtype=np.float64)
+    H, W = D.shape[:2]
+    taps = nl_taps(D, idx) @ OPPONENT.T
+    g = np.asarray(dI, dtype=np.float64).reshape(H * W, 3) @ OPPONENT.T
+    K = np.asarray(K, dtype=np.float64)
+    return np.concatenate(
+        [blend_backward(g[:, ax], taps[..., ax], k) for ax, k in _nl_halves(K)], axis=1)
 
 
 def gradcheck_rel(a: "float | np.ndarray", n: "float | np.ndarray") -> np.ndarray:
