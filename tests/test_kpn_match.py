@@ -76,3 +76,22 @@ def test_match_finds_the_repeat():
     dx = offsets[idx[8, 12, :], 0]
     assert np.all(dx[:8] % 4 == 0)  # dy = -5..5 with dx in (-4, 0, 4): 30 zero-distance taps
     assert np.all(got[8, 12] == 0.0)
+
+
+@pytest.mark.parametrize("shape", [(19, 26), (5, 7)])
+def test_apply_nl_equals_reference(shape):
+    """apply_nl.comp, arch 2's filter over the star and the matched taps, against the float64
+    apply_nl with the same matches (block_match's, packed as match.comp writes them)."""
+    h, w = shape
+    rng = np.random.default_rng(h * w)
+    M = level(h, w, seed=h + w)
+    idx, _ = ref.block_match(M.astype(np.float64), BAND)
+    D = np.dstack([0.1 * rng.standard_normal((h, w, 3)), np.ones((h, w))]).astype(np.float32)
+    K = rng.normal(0.0, 2.0, (h * w, ref.N_OUT_NL)).astype(np.float32)
+    packed = idx.astype(np.uint8).reshape(-1).view(np.uint32)
+    out = dispatch("kpn-t", "apply_nl", inputs={"detail": D, "K": K.reshape(-1),
+                                                "nltap": packed},
+                   outputs={"filtered": (h, w, 4)})
+    want = ref.apply_nl(D.astype(np.float64), K.astype(np.float64), idx)
+    np.testing.assert_allclose(out["filtered"][..., :3], want, atol=2e-6)
+    assert np.abs(want).max() > 1e-2

@@ -134,6 +134,20 @@ const mat3 opp = mat3(0.57735027, 0.70710678, 0.40824829,
                       0.57735027, 0.0, -0.81649658,
                       0.57735027, -0.70710678, 0.40824829);
 
+// arch 2's nonlocal taps (match.comp finds them, apply_nl.comp filters with them): the
+// NL_TAPS offsets within the (2 NL_RADIUS + 1)^2 window, centre left out, whose
+// (2 NL_PATCH + 1)^2 luma patches match best; stored as indices in row-major order
+#define NL_RADIUS 5
+#define NL_PATCH 2
+#define NL_TAPS 12
+
+// the offset of window index k (0..119): row-major, the centre (index 60) skipped
+ivec2 nl_offset(uint k) {
+  int side = 2 * NL_RADIUS + 1, centre = NL_RADIUS * side + NL_RADIUS;
+  int j = int(k) + (int(k) >= centre ? 1 : 0);
+  return ivec2(j % side - NL_RADIUS, j / side - NL_RADIUS);
+}
+
 // the activation scale s of the fused training kernels (fwd_cm, bck_fused): adam's stats[2]
 // (kpn-t/adam.comp) where the kernel binds adam's stats as `stats` (ASCALE_B), else 1. The
 // features are multiplied by s and K and dE/dW divided by it: exact for a power of two, as

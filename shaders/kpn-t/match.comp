@@ -10,9 +10,6 @@
 // their indices (8 bits each, 4 to a word) and features log2(1 + d / (2 sigma^2)), sigma from
 // the level's noise variance (alpha) as diff's. A workgroup of MATCH_TILE^2 pixels first
 // reads the luma of its tile and the halo the patches reach into shared memory.
-#define NL_RADIUS 5
-#define NL_PATCH 2
-#define NL_TAPS 12
 #define MATCH_TILE 8
 #define HALO (NL_RADIUS + NL_PATCH)
 #define SPAN (MATCH_TILE + 2 * HALO)
