@@ -95,3 +95,24 @@ def test_apply_nl_equals_reference(shape):
     want = ref.apply_nl(D.astype(np.float64), K.astype(np.float64), idx)
     np.testing.assert_allclose(out["filtered"][..., :3], want, atol=2e-6)
     assert np.abs(want).max() > 1e-2
+
+
+@pytest.mark.parametrize("shape", [(19, 26), (5, 7)])
+def test_dapply_nl_equals_reference(shape):
+    """dapply_nl.comp, the adjoint of arch 2's filter, against apply_nl_backward."""
+    h, w = shape
+    rng = np.random.default_rng(h * w + 1)
+    M = level(h, w, seed=h + w + 1)
+    idx, _ = ref.block_match(M.astype(np.float64), BAND)
+    D = np.dstack([0.1 * rng.standard_normal((h, w, 3)), np.ones((h, w))]).astype(np.float32)
+    G = np.dstack([rng.standard_normal((h, w, 3)), np.zeros((h, w))]).astype(np.float32)
+    K = rng.normal(0.0, 2.0, (h * w, ref.N_OUT_NL)).astype(np.float32)
+    packed = idx.astype(np.uint8).reshape(-1).view(np.uint32)
+    out = dispatch("kpn-t", "dapply_nl", inputs={"detail": D, "K": K.reshape(-1),
+                                                 "nltap": packed, "dI_img": G},
+                   outputs={"dK": ((h * w * ref.N_OUT_NL,), np.float32)})
+    want = ref.apply_nl_backward(G[..., :3].astype(np.float64), D.astype(np.float64),
+                                 K.astype(np.float64), idx)
+    got = out["dK"].reshape(h * w, ref.N_OUT_NL)
+    np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())
+    assert np.abs(want[:, 15:27]).max() > 1e-3  # the matched taps get gradient

@@ -1,0 +1,26 @@
+// Arch 2's filter, shared by apply_nl.comp and dapply_nl.comp (maths: modules/kpn-t/
+// reference.py, apply_nl and apply_nl_backward). Include after kpn.glsl and after binding K
+// (float, 2 NK values a pixel: group 0 luma, group 1 chroma) and nltap (uint, match.comp's
+// indices of the NL_TAPS matched offsets, 4 to a word).
+#define NT (N_TAPS + NL_TAPS)  // taps: the star's, then the matched ones
+#define NK (NT + 1)            // K's values a group: NT logits and the gain
+
+// group g (0 luma, 1 chroma) of pixel i: the softmax s of its NT logits and its gain beta
+void group_softmax_nl(int i, int g, out float s[NT], out float beta) {
+  int o = (2 * i + g) * NK;
+  float mx = -1e30, S = 0.0;
+  for (int k = 0; k < NT; k++) mx = max(mx, K[o + k]);
+  for (int k = 0; k < NT; k++) {
+    s[k] = exp(K[o + k] - mx);
+    S += s[k];
+  }
+  for (int k = 0; k < NT; k++) s[k] /= S;
+  beta = sigmoid(K[o + NT]);
+}
+
+// tap k of pixel i: the star's, then its matched offsets
+ivec2 tap_offset(int i, int k) {
+  if (k < N_TAPS) return taps[k];
+  int m = k - N_TAPS;
+  return nl_offset((nltap[NL_TAPS / 4 * i + m / 4] >> (8 * (m % 4))) & 255u);
+}
