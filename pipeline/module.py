@@ -569,7 +569,11 @@ class ModuleInstance:
 
     def store(self, name: str, values: list | str) -> None:
         """Store checked values (assign, keyframes): every write of `values` goes through
-        here, so that param_blob() packs again only after a change."""
+        here, so that param_blob() packs again only after a change. The same values again
+        (a keyframe held, a noise level set anew) keep the blob, so the frame loop neither
+        waits nor uploads for them."""
+        if self.values.get(name) == values:
+            return
         self.values[name] = values
         self._blob = None
 

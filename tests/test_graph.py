@@ -315,6 +315,8 @@ def test_param_blob_packed_once_per_change(graph):
     blur = graph.add_module("blur", "01")
     first = blur.param_blob()
     assert blur.param_blob() is first
+    blur.set_param("radius", blur.param("radius"))  # the same value: the same blob
+    assert blur.param_blob() is first
     blur.set_param("radius", 4.5)
     second = blur.param_blob()
     assert second is not first and second != first and blur.param_blob() is second
@@ -324,7 +326,13 @@ def test_param_blob_packed_once_per_change(graph):
     graph.add_keyframe(0, "blur", "01", "weights", 1, 3, ["0", "10"])
     graph.add_keyframe(4, "blur", "01", "weights", 1, 3, ["4", "30"])
     graph.apply_keyframes(1)
-    assert blur.param_blob() != third
+    fourth = blur.param_blob()
+    assert fourth != third
+    graph.apply_keyframes(0)
+    graph.apply_keyframes(0)  # a held keyframe: no new packing, nothing to upload
+    fifth = blur.param_blob()
+    graph.apply_keyframes(0)
+    assert blur.param_blob() is fifth
     assert blur.param_blob() == blur._pack()  # the cached bytes are the values' packing
 
 
