@@ -184,7 +184,7 @@ def test_demosaic_in_bands_equals_the_whole(cfa):
     bands = Demosaicer(session_device(), max_pixels=24 * 30)
     assert np.array_equal(bands(raw, colour=True), whole)
     # it did cut the mosaic, into bands of one height: one build
-    assert len(bands.builds) == 1 and next(iter(bands.builds))[1] < 50
+    assert len(bands.sessions) == 1 and next(iter(bands.sessions))[1] < 50
     want = ref.colour(ref.demosaic(raw.mosaic, cfa, raw.meta.wb), raw.meta.rgb_cam)
     assert np.abs(whole - want).max() < 1e-5
 

@@ -170,8 +170,10 @@ class Session:
     def _graph_changed(self) -> None:
         """The next run builds the graph again; the state the current build reached goes
         with it (prepare)."""
-        if self.build is not None and self.frame > 0:
-            self._carried = checkpoint.collect(self.build)
+        if self.build is not None:
+            if self.frame > 0:
+                self._carried = checkpoint.collect(self.build)
+            self.build.close()  # its buffers and command lists; the kernels stay shared
         self.build = None
 
     def set(self, module: str, param: str, value) -> None:

@@ -23,9 +23,8 @@ import numpy as np
 from ..api import Session
 from ..pipeline.errors import GraphError
 from ..pipeline.graph import Graph
-from ..pipeline.raw import RawImage, RawMeta
+from ..pipeline.raw import RawImage
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
-from ..pipeline.runner import Build
 from .camnoise import NoiseProfile, profile_for
 from .denoise import max_pixels_of, spans, tile_length
 
@@ -42,15 +41,10 @@ class Demosaicer:
     def __init__(self, device, max_pixels: int | None = None):
         self.device = device
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        # one build per mosaic size and use; the metadata (pattern, white balance) is
-        # recorded into it, so another file's metadata replaces the build of that size
-        self.sessions: dict[tuple, tuple[Session, RawMeta]] = {}
+        # a session per mosaic size and use; the metadata (pattern, white balance) is
+        # recorded into its build, and i-raw's host port builds it again for other metadata
+        self.sessions: dict[tuple, Session] = {}
         self.max_pixels = max_pixels or max_pixels_of(device, 16)
-
-    @property
-    def builds(self) -> dict[tuple, tuple[Build, Graph, RawMeta]]:
-        """{(wd, ht, wb, colour): (build, graph, metadata)} of the sessions kept."""
-        return {key: (s.build, s.graph, meta) for key, (s, meta) in self.sessions.items()}
 
     def __call__(self, raw: RawImage, wb: bool = True, colour: bool = False) -> np.ndarray:
         """(h, w, 3) float32: balanced (wb) and demosaiced, in camera rgb or (colour) linear
@@ -75,7 +69,7 @@ class Demosaicer:
     def _run(self, raw: RawImage, wb: bool, colour: bool) -> np.ndarray:
         ht, wd = raw.mosaic.shape
         key = (wd, ht, wb, colour)
-        if key not in self.sessions or self.sessions[key][1] != raw.meta:
+        if key not in self.sessions:
             g = Graph(self.registry)
             g.add_module("i-raw", "main")
             dem = g.add_module("demosaic", "main")
@@ -84,8 +78,8 @@ class Demosaicer:
             g.add_module("o-array", "main")
             g.connect("i-raw", "main", "output", "demosaic", "main", "input")
             g.connect("demosaic", "main", "output", "o-array", "main", "input")
-            self.sessions[key] = (Session(g, self.device), raw.meta)
-        session = self.sessions[key][0]
+            self.sessions[key] = Session(g, self.device)
+        session = self.sessions[key]
         session.feed("i-raw:main", raw)
         session.step(0)  # frame 0: the source uploads again
         return np.ascontiguousarray(session.take("o-array:main")[..., :3])
