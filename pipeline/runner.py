@@ -62,9 +62,7 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         if self.closed:
             return
         self.finish()
-        for child in reversed(self._owned):
-            child.destroy()
-        self.device.disown(self._owned)
+        self.device.release(self._owned)
         self._owned = []
         self.closed = True
 

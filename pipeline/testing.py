@@ -182,6 +182,4 @@ def _run(dev, node: Node, spirv: bytes, arrays: dict, frame: int, frames: int) -
                 out[c.name] = buf.download(a.dtype, a.size).reshape(a.shape)
         return out
     finally:
-        for child in reversed(owned):
-            child.destroy()
-        dev.disown(owned)  # the device owns them too: drop them from its list
+        dev.release(owned)  # the device owns them too

@@ -530,8 +530,11 @@ class Device:
         self.children.append(child)
         return child
 
-    def disown(self, children) -> None:
-        """Forget children destroyed before the device closes (a closed Build's)."""
+    def release(self, children) -> None:
+        """Destroy children before the device closes (a closed Build's, a one-off dispatch's),
+        newest first, and forget them."""
+        for child in reversed(children):
+            child.destroy()
         gone = {id(c) for c in children}
         self.children = [c for c in self.children if id(c) not in gone]
 

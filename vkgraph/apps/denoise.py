@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 from ..api import Session
-from ..pipeline.cfg import apply_line
 from ..pipeline.errors import GraphError
 from ..pipeline.formats import read_lut
 from ..pipeline.graph import Graph
@@ -111,7 +110,6 @@ class Denoiser:
             self.sessions[key] = Session(g, self.device, profile=self.profile)
         session = self.sessions[key]
         session.feed("i-array:main", image)
-        session.prepare()
         return session
 
     def close(self) -> None:
@@ -168,8 +166,8 @@ class Denoiser:
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         session = self._session(image)
-        for name, value in (("noise a", a), ("noise b", b)):
-            apply_line(session.graph, f"param:kpn:01:{name}:{float(value)!r}", "denoise")
+        session.set("kpn:01", "noise a", float(a))
+        session.set("kpn:01", "noise b", float(b))
         session.step(0)  # frame 0: the sources upload again, the params if they changed
         return np.ascontiguousarray(session.take("o-array:main")[..., :3])
 
@@ -238,7 +236,8 @@ def weights_info(weights: Path, levels: int | None = None, registry=None) -> tup
                          where=str(weights))
     kpn = (registry or Registry([DEFAULT_DIR])).get("kpn")
     decl = next(p for p in kpn.params if p.name == "levels")
-    trained = trained_with(text)["levels"] if text else None
+    said = trained_with(text) if text else {"levels": None, "arch": 0}
+    trained = said["levels"]
     if trained is not None:
         decl.check([trained], "kpn", where=f"{weights}: the .lut's text says {trained} "
                    "pyramid levels")
@@ -247,7 +246,7 @@ def weights_info(weights: Path, levels: int | None = None, registry=None) -> tup
         if trained is not None and levels != trained:
             raise GraphError(f"the weights were trained with {trained} pyramid levels (says "
                              f"the .lut's text), not {levels}", where=str(weights))
-    return levels or trained or decl.default[0], trained_with(text)["arch"] if text else 0
+    return levels or trained or decl.default[0], said["arch"]
 
 
 def _ceil(n: int, d: int) -> int:
