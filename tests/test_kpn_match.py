@@ -81,7 +81,7 @@ def test_match_finds_the_repeat():
 @pytest.mark.parametrize("shape", [(19, 26), (5, 7)])
 def test_apply_nl_equals_reference(shape):
     """apply_nl.comp, arch 2's filter over the star and the matched taps, against the float64
-    apply_nl with the same matches (block_match's, packed as match.comp writes them)."""
+    apply_ctx with the same matches (block_match's, packed as match.comp writes them)."""
     h, w = shape
     rng = np.random.default_rng(h * w)
     M = level(h, w, seed=h + w)
@@ -92,14 +92,15 @@ def test_apply_nl_equals_reference(shape):
     out = dispatch("kpn-t", "apply_nl", inputs={"detail": D, "K": K.reshape(-1),
                                                 "nltap": packed},
                    outputs={"filtered": (h, w, 4)})
-    want = ref.apply_nl(D.astype(np.float64), K.astype(np.float64), idx)
+    want = ref.apply_ctx(D.astype(np.float64), K.astype(np.float64), idx)
     np.testing.assert_allclose(out["filtered"][..., :3], want, atol=2e-6)
     assert np.abs(want).max() > 1e-2
 
 
 @pytest.mark.parametrize("shape", [(19, 26), (5, 7)])
 def test_dapply_nl_equals_reference(shape):
-    """dapply_nl.comp, the adjoint of arch 2's filter, against apply_nl_backward."""
+    """dapply_nl.comp, the adjoint of arch 2's filter, against apply_ctx_backward with the
+    same matches."""
     h, w = shape
     rng = np.random.default_rng(h * w + 1)
     M = level(h, w, seed=h + w + 1)
@@ -111,7 +112,7 @@ def test_dapply_nl_equals_reference(shape):
     out = dispatch("kpn-t", "dapply_nl", inputs={"detail": D, "K": K.reshape(-1),
                                                  "nltap": packed, "dI_img": G},
                    outputs={"dK": ((h * w * ref.N_OUT_NL,), np.float32)})
-    want = ref.apply_nl_backward(G[..., :3].astype(np.float64), D.astype(np.float64),
+    want = ref.apply_ctx_backward(G[..., :3].astype(np.float64), D.astype(np.float64),
                                  K.astype(np.float64), idx)
     got = out["dK"].reshape(h * w, ref.N_OUT_NL)
     np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())

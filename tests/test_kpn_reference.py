@@ -498,18 +498,18 @@ def test_apply_ctx_backward(w, h):
 
 
 @pytest.mark.parametrize("w,h", SIZES)
-def test_apply_nl_backward(w, h):
+def test_apply_ctx_backward_with_matches(w, h):
     """Arch 2's filter (the star and 12 matched taps, block_match's) and its exact adjoint:
-    all 56 columns of K against central differences of apply_nl."""
+    all 56 columns of K against central differences of apply_ctx with the matches."""
     rng = np.random.default_rng(16)
     D = _image(rng, w, h)
     G = _image(rng, w, h)
     M = np.dstack([_image(rng, w, h), np.full((h, w), 1e-3)])
     idx, _ = ref.block_match(M, 0.7)
     K = rng.normal(0.0, 2.0, (w * h, ref.N_OUT_NL))
-    ana = ref.apply_nl_backward(G, D, K, idx)
+    ana = ref.apply_ctx_backward(G, D, K, idx)
     assert ana.shape == (w * h, 56)
-    num = _filter_fd(lambda k: ref.apply_nl(D, k, idx), K, G, 1e-6)
+    num = _filter_fd(lambda k: ref.apply_ctx(D, k, idx), K, G, 1e-6)
     assert np.abs(ana[:, 15:27]).max() > 1e-3 and np.abs(ana[:, 27]).max() > 1e-3
     assert _rel(ana, num) < 1e-6
 
@@ -525,7 +525,7 @@ def test_apply_nl_without_matched_taps_is_arch1():
     for g in range(2):  # per group: the star's 15 logits and the gain move over
         K2[:, 28 * g : 28 * g + 15] = K1[:, 16 * g : 16 * g + 15]
         K2[:, 28 * g + 27] = K1[:, 16 * g + 15]
-    np.testing.assert_allclose(ref.apply_nl(D, K2, idx), ref.apply_ctx(D, K1), atol=1e-12)
+    np.testing.assert_allclose(ref.apply_ctx(D, K2, idx), ref.apply_ctx(D, K1), atol=1e-12)
 
 
 @pytest.mark.parametrize("w,h", SIZES + [(13, 11)])

@@ -389,8 +389,9 @@ def plain_weights(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(bad, TAP_FALLBACK, k), bad
 
 
-def softmax_weights(K: np.ndarray) -> np.ndarray:
-    k = np.asarray(K, dtype=np.float64)[:, :N_TAPS]
+def softmax_weights(K: np.ndarray, n: int = N_TAPS) -> np.ndarray:
+    """(N, n): softmax(K_0..n-1), max-subtracted."""
+    k = np.asarray(K, dtype=np.float64)[:, :n]
     e = np.exp(k - k.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
@@ -415,9 +416,7 @@ def apply(D: np.ndarray, K: np.ndarray, mode: str = "plain") -> np.ndarray:
 
 def _softmax_gain(K: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(s = softmax(K_0..n-1), beta = sigmoid(K_n)) for n taps."""
-    k = np.asarray(K, dtype=np.float64)
-    e = np.exp(k[:, :n] - k[:, :n].max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True), 1.0 / (1.0 + np.exp(-k[:, n]))
+    return softmax_weights(K, n), 1.0 / (1.0 + np.exp(-np.asarray(K, dtype=np.float64)[:, n]))
 
 
 def blend_filter(taps: np.ndarray, K: np.ndarray) -> np.ndarray:
@@ -472,27 +471,38 @@ def opponent_taps(D: np.ndarray) -> np.ndarray:
 
 
 def _halves(K: np.ndarray) -> list[tuple[slice, np.ndarray]]:
-    """[(axes of Do, K's 16 columns that filter them)]: luma K_0..15, chroma K_16..31."""
-    return [(ax, K[:, N_OUT * j : N_OUT * (j + 1)]) for j, ax in enumerate(OPPONENT_AXES)]
+    """[(axes of Do, K's columns that filter them)]: luma the first half of K's columns
+    (arch 1: K_0..15; arch 2: K_0..27), chroma the second."""
+    n = K.shape[1] // 2
+    return [(ax, K[:, n * j : n * (j + 1)]) for j, ax in enumerate(OPPONENT_AXES)]
 
 
-def apply_ctx(D: np.ndarray, K: np.ndarray) -> np.ndarray:
+def _opponent_taps_of(D: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    """The filter's taps in the opponent basis: the star's (arch 1), or with idx (arch 2,
+    block_match's) the star's and then the matched ones (nl_taps)."""
+    return opponent_taps(D) if idx is None else nl_taps(D, idx) @ OPPONENT.T
+
+
+def apply_ctx(D: np.ndarray, K: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
     """I (H, W, 3) of arch 1 for K (N, 32): Io = (bY FY, bC FC), blend_filter of the luma axis
-    of Do with K_0..15 and of the two chroma axes with K_16..31; I = P^T Io."""
+    of Do with K_0..15 and of the two chroma axes with K_16..31; I = P^T Io. With idx (arch
+    2): the same over 27 taps, the star's and the 12 matched ones, for K (N, 56)."""
     D = np.asarray(D, dtype=np.float64)
     H, W = D.shape[:2]
-    taps = opponent_taps(D)
+    taps = _opponent_taps_of(D, idx)
     K = np.asarray(K, dtype=np.float64)
     Io = np.concatenate([blend_filter(taps[..., ax], k) for ax, k in _halves(K)], axis=1)
     return (Io @ OPPONENT).reshape(H, W, 3)
 
 
-def apply_ctx_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """dE/dK (N, 32) of apply_ctx for the upstream dE/dI (H, W, 3): dIo = P dI, then
-    blend_backward of each half (its axes of dIo and Do)."""
+def apply_ctx_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray,
+                       idx: np.ndarray | None = None) -> np.ndarray:
+    """dE/dK (N, 32; with idx (N, 56)) of apply_ctx for the upstream dE/dI (H, W, 3): dIo =
+    P dI, then blend_backward of each half (its axes of dIo and Do). No gradient reaches the
+    matches: they are chosen, not computed from K."""
     D = np.asarray(D, dtype=np.float64)
     H, W = D.shape[:2]
-    taps = opponent_taps(D)
+    taps = _opponent_taps_of(D, idx)
     g = np.asarray(dI, dtype=np.float64).reshape(H * W, 3) @ OPPONENT.T
     K = np.asarray(K, dtype=np.float64)
     return np.concatenate(
@@ -722,21 +732,16 @@ def block_match(M: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
     log2(1 + d / (2 sigma^2)), sigma = max(band sqrt(max(alpha, 0)), SIGMA_FLOOR): the
     distance over what two noisy patches differ by on average."""
     Y = M[..., :3] @ LUMA
-    h, w = Y.shape
-    ys, xs = np.arange(h), np.arange(w)
     offsets = nl_offsets()
-    d = np.zeros((len(offsets), h, w))
-    for k, (dx, dy) in enumerate(offsets):
-        for uy in range(-NL_PATCH, NL_PATCH + 1):
-            for ux in range(-NL_PATCH, NL_PATCH + 1):
-                there = Y[mirror(ys + uy + dy, h)[:, None], mirror(xs + ux + dx, w)[None, :]]
-                here = Y[mirror(ys + uy, h)[:, None], mirror(xs + ux, w)[None, :]]
-                d[k] += (there - here) ** 2
+    d = np.zeros((len(offsets),) + Y.shape)
+    for uy in range(-NL_PATCH, NL_PATCH + 1):
+        for ux in range(-NL_PATCH, NL_PATCH + 1):
+            u = np.array([ux, uy])
+            d += (shifted(Y, offsets + u) - shifted(Y, u[None])[0]) ** 2
     d /= (2 * NL_PATCH + 1) ** 2
     order = np.argsort(d, axis=0, kind="stable")[:NL_TAPS]
     dist = np.take_along_axis(d, order, 0)
-    sigma = np.maximum(band * np.sqrt(np.maximum(M[..., 3], 0.0)), SIGMA_FLOOR)
-    feat = np.log2(1.0 + dist / (2.0 * sigma ** 2))
+    feat = np.log2(1.0 + dist / (2.0 * noise_sigma(M[..., 3], band) ** 2))
     return order.transpose(1, 2, 0), feat.transpose(1, 2, 0)
 
 
@@ -754,36 +759,6 @@ def nl_taps(D: np.ndarray, idx: np.ndarray) -> np.ndarray:
     ys = mirror(np.arange(H)[:, None, None] + off[..., 1], H)
     matched = D[ys, xs].transpose(2, 0, 1, 3).reshape(NL_TAPS, H * W, 3)
     return np.concatenate([gather_taps(D), matched], axis=0)
-
-
-def _nl_halves(K: np.ndarray) -> list[tuple[slice, np.ndarray]]:
-    """[(axes of Do, K's 28 columns that filter them)]: luma K_0..27, chroma K_28..55."""
-    n = N_TAPS_NL + 1
-    return [(ax, K[:, n * j : n * (j + 1)]) for j, ax in enumerate(OPPONENT_AXES)]
-
-
-def apply_nl(D: np.ndarray, K: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """I (H, W, 3) of arch 2 for K (N, 56): arch 1's filter (apply_ctx) over 27 taps, the
-    star's and the 12 matched ones: Io = (bY FY, bC FC) in the opponent basis, I = P^T Io."""
-    D = np.asarray(D, dtype=np.float64)
-    H, W = D.shape[:2]
-    taps = nl_taps(D, idx) @ OPPONENT.T
-    K = np.asarray(K, dtype=np.float64)
-    Io = np.concatenate([blend_filter(taps[..., ax], k) for ax, k in _nl_halves(K)], axis=1)
-    return (Io @ OPPONENT).reshape(H, W, 3)
-
-
-def apply_nl_backward(dI: np.ndarray, D: np.ndarray, K: np.ndarray,
-                      idx: np.ndarray) -> np.ndarray:
-    """dE/dK (N, 56) of apply_nl for the upstream dE/dI (H, W, 3) (no gradient to the
-    matches: they are chosen, not computed from K)."""
-    D = np.asarray(D, dtype=np.float64)
-    H, W = D.shape[:2]
-    taps = nl_taps(D, idx) @ OPPONENT.T
-    g = np.asarray(dI, dtype=np.float64).reshape(H * W, 3) @ OPPONENT.T
-    K = np.asarray(K, dtype=np.float64)
-    return np.concatenate(
-        [blend_backward(g[:, ax], taps[..., ax], k) for ax, k in _nl_halves(K)], axis=1)
 
 
 def gradcheck_rel(a: "float | np.ndarray", n: "float | np.ndarray") -> np.ndarray:

@@ -2,9 +2,9 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
-// Arch 2's filter (modules/kpn-t/reference.py: apply_nl, which defines it): arch 1's filter
-// in the opponent space of P over 27 taps, the star's 15 and then the pixel's NL_TAPS matched
-// offsets (match.comp's indices), with 28 values of K a group:
+// Arch 2's filter (modules/kpn-t/reference.py: apply_ctx given block_match's indices, which
+// defines it): arch 1's filter in the opponent space of P over 27 taps, the star's 15 and
+// then the pixel's NL_TAPS matched offsets (match.comp's indices), with 28 values of K a group:
 //   Io.x  = sigmoid(K_27) sum_k softmax(K_0..26)_k Do.x(p + t_k)      (luma)
 //   Io.yz = sigmoid(K_55) sum_k softmax(K_28..54)_k Do.yz(p + t_k)    (chroma)
 //   I = P^T Io,  Do = P D,  mirrored borders.

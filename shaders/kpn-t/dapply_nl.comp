@@ -2,7 +2,8 @@
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
-// dE/dK of arch 2's filter (apply_nl.comp; modules/kpn-t/reference.py: apply_nl_backward)
+// dE/dK of arch 2's filter (apply_nl.comp; modules/kpn-t/reference.py: apply_ctx_backward
+// given block_match's indices)
 // from dE/dI: dIo = P dI, Do = P D at the 27 taps, per group g (luma: K_0..27 and Do.x;
 // chroma: K_28..55 and Do.yz) with F = sum_k s_k Do(p + t_k):
 //   dK_k = beta s_k <dIo, Do(p + t_k) - F>,   dK_27 = beta (1 - beta) <dIo, F>

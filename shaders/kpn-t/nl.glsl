@@ -1,7 +1,7 @@
 // Arch 2's filter, shared by apply_nl.comp and dapply_nl.comp (maths: modules/kpn-t/
-// reference.py, apply_nl and apply_nl_backward). Include after kpn.glsl and after binding K
-// (float, 2 NK values a pixel: group 0 luma, group 1 chroma) and nltap (uint, match.comp's
-// indices of the NL_TAPS matched offsets, 4 to a word).
+// reference.py, apply_ctx and apply_ctx_backward given block_match's indices). Include after
+// kpn.glsl and after binding K (float, 2 NK values a pixel: group 0 luma, group 1 chroma)
+// and nltap (uint, match.comp's indices of the NL_TAPS matched offsets, 4 to a word).
 #define NT (N_TAPS + NL_TAPS)  // taps: the star's, then the matched ones
 #define NK (NT + 1)            // K's values a group: NT logits and the gain
 
