@@ -23,8 +23,6 @@ uint pack_linear(vec3 rgb, int bgra) {
   return pack_texel(vec3(srgb_encode(rgb.r), srgb_encode(rgb.g), srgb_encode(rgb.b)), bgra);
 }
 
-#endif
-
 // Text in a strip (the status line, a panel's label): for strip pixel q, the font cell and
 // the pixel in it of text starting `pad` window pixels from the left, centred vertically in a
 // strip `ht` high, each 5x7 font pixel a scale x scale block in cells of 6 x 8: (cell, x, y)
@@ -34,3 +32,5 @@ ivec3 text_at(ivec2 q, int ht, int scale, int pad) {
   if (x < 0 || y < 0) return ivec3(-1, 0, 0);
   return ivec3(x / (6 * scale), (x % (6 * scale)) / scale, y / scale);
 }
+
+#endif

@@ -20,24 +20,24 @@ layout(push_constant) uniform Push { float band; } push;
 
 shared float Y[SPAN * SPAN];
 
-float patch_distance(ivec2 at, ivec2 o) {
+#define PATCH (2 * NL_PATCH + 1)
+
+// the mean squared difference of the patch at `at` + o to the pixel's own, `own`
+float patch_distance(ivec2 at, ivec2 o, float own[PATCH * PATCH]) {
   float s = 0.0;
-  for (int uy = -NL_PATCH; uy <= NL_PATCH; uy++)
-    for (int ux = -NL_PATCH; ux <= NL_PATCH; ux++) {
-      ivec2 q = at + ivec2(ux, uy);
-      float e = Y[(q.y + o.y) * SPAN + q.x + o.x] - Y[q.y * SPAN + q.x];
-      s += e * e;
-    }
-  return s / float((2 * NL_PATCH + 1) * (2 * NL_PATCH + 1));
+  for (int j = 0; j < PATCH * PATCH; j++) {
+    ivec2 q = at + o + ivec2(j % PATCH, j / PATCH) - NL_PATCH;
+    float e = Y[q.y * SPAN + q.x] - own[j];
+    s += e * e;
+  }
+  return s / float(PATCH * PATCH);
 }
 
 void main() {
   ivec2 size = node.roi[0].xy;
   ivec2 base = ivec2(gl_WorkGroupID.xy) * MATCH_TILE - HALO;
-  for (uint t = gl_LocalInvocationIndex; t < SPAN * SPAN; t += MATCH_TILE * MATCH_TILE) {
-    ivec2 q = mirror2(base + ivec2(t % SPAN, t / SPAN), size);
-    Y[t] = dot(fine[q.x + q.y * size.x].rgb, luma2020);
-  }
+  for (uint t = gl_LocalInvocationIndex; t < SPAN * SPAN; t += MATCH_TILE * MATCH_TILE)
+    Y[t] = dot(fine[texel(0, base + ivec2(t % SPAN, t / SPAN))].rgb, luma2020);
   barrier();
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
   if (!inside(0, p)) return;
@@ -48,22 +48,23 @@ void main() {
     best[j] = 3.0e38;  // above any distance of values in [0, 1e19)
     which[j] = 0;
   }
-  int k = 0;
-  for (int dy = -NL_RADIUS; dy <= NL_RADIUS; dy++)
-    for (int dx = -NL_RADIUS; dx <= NL_RADIUS; dx++) {
-      if (dx == 0 && dy == 0) continue;
-      float s = patch_distance(at, ivec2(dx, dy));
-      if (s < best[NL_TAPS - 1]) {  // insert, behind any equal one
-        int j = NL_TAPS - 1;
-        for (; j > 0 && best[j - 1] > s; j--) {
-          best[j] = best[j - 1];
-          which[j] = which[j - 1];
-        }
-        best[j] = s;
-        which[j] = k;
+  float own[PATCH * PATCH];  // the pixel's own patch, read once
+  for (int j = 0; j < PATCH * PATCH; j++) {
+    ivec2 q = at + ivec2(j % PATCH, j / PATCH) - NL_PATCH;
+    own[j] = Y[q.y * SPAN + q.x];
+  }
+  for (uint k = 0u; k < (2 * NL_RADIUS + 1) * (2 * NL_RADIUS + 1) - 1; k++) {
+    float s = patch_distance(at, nl_offset(k), own);
+    if (s < best[NL_TAPS - 1]) {  // insert, behind any equal one
+      int j = NL_TAPS - 1;
+      for (; j > 0 && best[j - 1] > s; j--) {
+        best[j] = best[j - 1];
+        which[j] = which[j - 1];
       }
-      k++;
+      best[j] = s;
+      which[j] = int(k);
     }
+  }
   int i = p.x + p.y * size.x;
   float sigma = max(push.band * sqrt(max(fine[i].a, 0.0)), SIGMA_FLOOR);
   for (int w = 0; w < NL_TAPS / 4; w++)
