@@ -7,11 +7,12 @@ low). The gain that serves a user best depends on what the weights learned to ex
 script scores candidate gains the way bench/photo_jpeg.py scores `vkgraph denoise`: training
 photographs (graphs/photos/train.txt: the photographs, not the text or cell images; centred
 crops), made into JPEGs as a camera makes them (vkgraph/apps/camera.py, camera and white noise, the
-three levels of vkgraph/apps/heldout.py, qualities 75/85/95 cycled), denoised with the estimated
+three levels of vkgraph/apps/heldout.py with its seeds, qualities 75/85/95 cycled; photo_jpeg.py
+draws its noise with other seeds), denoised with the estimated
 profile scaled by gain / JPEG_GAIN, mean sRGB PSNR against the clean crop. One table: a row per
 gain, a column per noise kind and level, and the mean.
 
-    python bench/jpeg_gain.py --weights graphs/weights/kpn-jpeg.lut [--gains 1.5,2,3,4]
+    python bench/jpeg_gain.py --weights graphs/weights/kpn-jpeg-ctx.lut [--gains 2,3,4]
 """
 
 from __future__ import annotations

@@ -163,8 +163,9 @@ def optimizer(graph, module, spec: Weights):
                **({"WBEST16": 1} if spec.best[0] == "f16" else {})}
     conns += [ssbo("cur", "read"), ssbo("wg", "write", n), ssbo("mg", "write", n),
               ssbo("vg", "write", n), ("wbest", "write", "ssbo", spec.best[0], spec.best[1])]
+    table = muon_defines(spec) if spec.muon else {}
     if spec.muon:
-        defines.update(muon_defines(spec), ADAM_MUON=1, MUON_B=len(conns))
+        defines.update(table, ADAM_MUON=1, MUON_B=len(conns))
         conns.append(ssbo("o", "read"))
     node = graph.add_node(module, "adam", (n, 1), conns, shader=module.name, local=(256, 1, 1),
                           push=[1 if spec.start else 0], defines=defines)
@@ -174,7 +175,7 @@ def optimizer(graph, module, spec: Weights):
     if spec.roi is not None:
         node.connector("w").roi = spec.roi
     if spec.muon:
-        graph.node_connect(newton_schulz(graph, module, node, spec), "o", node, "o")
+        graph.node_connect(newton_schulz(graph, module, node, spec, table), "o", node, "o")
     return node
 
 
@@ -197,11 +198,12 @@ def muon_defines(spec: Weights) -> dict:
     return {"MUON_COUNT": len(mats), "MUON_STRIDE": strides.pop(), "MUON_MATS": table}
 
 
-def newton_schulz(graph, module, adam, spec: Weights):
+def newton_schulz(graph, module, adam, spec: Weights, table: dict):
     """Node `muon` (shaders/trainer/muon.comp): one workgroup per matrix of spec.matrices
-    forms Muon's update o from the gradient dw and its norm gn (fed back as adam's are:
-    feed_optimizer) and adam's last w and m (feedback); adam steps the matrices with it."""
-    defines = {**muon_defines(spec), "MUON_CLIP": "params.gradclip",
+    (table: their muon_defines, adam's too) forms Muon's update o from the gradient dw and its
+    norm gn (fed back as adam's are: feed_optimizer) and adam's last w and m (feedback); adam
+    steps the matrices with it."""
+    defines = {**table, "MUON_CLIP": "params.gradclip",
                "MUON_MU": "params.momentum"}
     if spec.coupled:
         defines["MUON_L2"] = f"({spec.coupled})"

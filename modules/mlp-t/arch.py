@@ -37,9 +37,7 @@ def _choice(module, name: str, table: dict) -> int:
     return table[value]
 
 
-PRIMES = (1, 2654435761, 805459861)  # instant-NGP's spatial hash, one prime per dimension
 SHIFT_ROOTS = (2, 3, 5)  # permuto: level l is shifted by frac((l + 1) sqrt(p_i)) cells
-TABLE_INIT = 1e-4  # table entries start uniform in +-TABLE_INIT (instant-NGP's init)
 
 
 class Table(NamedTuple):
