@@ -261,14 +261,32 @@ def ctx_weights(tmp_path_factory):
     return path
 
 
-def test_arch1_tiles_equal_the_whole_image(device, ctx_weights):
-    """arch 1's features read one level deeper: its tiles take the grid and margin of one
-    more level (levels 1 here tile as levels 2 of arch 0), and meet without seams."""
+@pytest.fixture(scope="module")
+def nl_weights(tmp_path_factory):
+    """arch 2 weights: W_6's rows 0..55 (two 27-tap kernels and gains) drawn."""
+    d = tmp_path_factory.mktemp("w2")
+    w = conditioned_weights().reshape(7, 64, 64)
+    w[6, :56] = np.random.default_rng(6).uniform(-1, 1, (56, 64)) * np.sqrt(6.0 / 128.0)
+    path = d / "w2.lut"
+    write_lut(path, w.astype(np.float16).ravel(), 1, "f16", 64, 448, ssbo=True,
+              text="lut contains weights for\nsoftmax kernel weight activation\nsigmoid alpha "
+              "blending activation\nnoise-normalised features\nchroma and context features\n"
+              "nonlocal taps")
+    return path
+
+
+@pytest.mark.parametrize("arch,most,tiling", [(1, 1600, (8, 8, 16)), (2, 2900, (4, 52, 24))])
+def test_ctx_tiles_equal_the_whole_image(device, ctx_weights, nl_weights, arch, most, tiling):
+    """arch 1's and 2's features read one level deeper: their tiles take the grid and margin
+    of one more level (levels 1 here tile as levels 2 of arch 0), arch 2's margin is larger
+    by its block matching's reach, and tiles meet without seams."""
+    weights = ctx_weights if arch == 1 else nl_weights
     img = np.concatenate([picture(6), picture(7)], axis=1)[:, :60]
     img = np.concatenate([img, img[:12, ::-1]], axis=0)  # 52 x 60
-    whole = Denoiser(device, ctx_weights, levels=1)(img, 1e6, 100)
-    tiled = Denoiser(device, ctx_weights, levels=1, max_pixels=1600)
-    assert (tiled.arch, tiled.depth) == (1, 2) and tiled.tiling(60, 52) == (8, 8, 16)
+    whole = Denoiser(device, weights, levels=1)(img, 1e6, 100)
+    tiled = Denoiser(device, weights, levels=1, max_pixels=most)
+    assert (tiled.arch, tiled.depth) == (arch, 2)
+    assert tiled.tiling(60, 52) == tiling
     out = tiled(img, 1e6, 100)
     assert np.abs(out - whole).max() <= 1e-6
 

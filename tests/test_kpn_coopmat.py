@@ -238,18 +238,21 @@ def test_coopmat_training_lowers_loss(cm_device, tmp_path, monkeypatch, variant)
     assert int(b.read(m.trainable.adam, "stats")[0]) == 0  # no skipped (non-finite) updates
 
 
-@pytest.mark.parametrize("emulate,arch", [(True, 0), (False, 0), (True, 1), (False, 1)])
+@pytest.mark.parametrize("emulate,arch", [(True, 0), (False, 0), (True, 1), (False, 1),
+                                          (True, 2), (False, 2)])
 def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emulate, arch):
     """feat 1 (noise map, signal-to-noise features, the constant bias feature) and apply 2
     in the fused kernels agree with the portable ones (the tolerances of
     test_coopmat_matches_portable): emulated on any device, the real kernels where the device
-    has cooperative matrices; arch 1: the context features and W_6's 32 rows."""
+    has cooperative matrices; arch 1: the context features and W_6's 32 rows; arch 2: and
+    the match features and 56 rows."""
     if not emulate and not has_coopmat(device):
         pytest.skip(f"{device.info.name} has no {CM_SHAPE} cooperative matrices")
-    from test_kpn_gpu import ctx_weights
+    from test_kpn_gpu import ctx_weights, nl_weights
     w, h = (48, 40) if emulate else (128, 96)
     _, R = pair(w, h, seed=4)
-    W16 = (ctx_weights() if arch else conditioned_weights()).astype(np.float16).astype(np.float64)
+    W = {0: conditioned_weights, 1: ctx_weights, 2: nl_weights}[arch]()
+    W16 = W.astype(np.float16).astype(np.float64)
     out = {}
     for variant in ("portable", "fused"):
         use_variant(monkeypatch, variant, emulate and variant == "fused")
@@ -264,6 +267,8 @@ def test_fused_noise_features_match_portable(device, tmp_path, monkeypatch, emul
     assert np.abs(out["portable"][1][6, 15]).max() > 0  # K_15 gets a gradient (apply 2)
     if arch:
         assert np.abs(out["fused"][1][6, 16:32]).max() > 0
+    if arch == 2:
+        assert np.abs(out["fused"][1][6, 32:56]).max() > 0
 
 
 def test_shared_blocks_only_where_the_device_has_them(device, monkeypatch):

@@ -61,14 +61,15 @@ def test_cpu_matches_portable(cpu_device, tmp_path, monkeypatch, w, h, levels, t
     check_identical(out["portable"], out["cpu"])
 
 
-@pytest.mark.parametrize("arch", [0, 1])
+@pytest.mark.parametrize("arch", [0, 1, 2])
 def test_cpu_noise_features_match_portable(cpu_device, tmp_path, monkeypatch, arch):
     """feat 1: feature 0 is the constant 1 (KPN_BIAS) in fwd_cpu as in fwd; arch 1 (context
-    features, 32 outputs) gives the portable kernels' bits as well."""
-    from test_kpn_gpu import ctx_weights
+    features, 32 outputs) and arch 2 (and match features, 64 outputs) give the portable
+    kernels' bits as well."""
+    from test_kpn_gpu import ctx_weights, nl_weights
 
     _, R = pair(40, 24, seed=4)
-    W = ctx_weights() if arch else conditioned_weights()
+    W = {0: conditioned_weights, 1: ctx_weights, 2: nl_weights}[arch]()
     out = {}
     for variant in ("portable", "cpu"):
         use_variant(monkeypatch, variant)

@@ -170,15 +170,16 @@ def test_kpn_refuses_a_mismatch_with_the_weights(device, trained, tmp_path):
     assert m.param("apply") == 1 and m.param("levels") == LEVELS
 
 
-@pytest.mark.parametrize("arch", [0, 1])
+@pytest.mark.parametrize("arch", [0, 1, 2])
 def test_kpn_noise_features_equal_kpn_t(device, trained, tmp_path, arch):
     """feat 1: kpn with the noise profile in its params gives exactly what kpn-t shows for
     the same (f16) weights and input, whose profile comes from cnngenin's noiseab; arch 1
-    (the .lut's text says so; kpn takes it from there) likewise."""
+    (the .lut's text says so; kpn takes it from there) and arch 2 likewise."""
     d, _, lut, _, _ = trained
     lut = relabel(lut, tmp_path / "feat.lut", "pyramid levels",
                   "pyramid levels\nnoise-normalised features"
-                  + ("\nchroma and context features" if arch else ""))
+                  + ("\nchroma and context features" if arch else "")
+                  + ("\nnonlocal taps" if arch == 2 else ""))
     if arch:  # arch 1 filters with softmax taps and a band gain (apply 2)
         lut = relabel(lut, tmp_path / "feat2.lut", "plain kernel weight", "softmax kernel weight")
         lut = relabel(lut, tmp_path / "feat3.lut", "const alpha", "sigmoid alpha")

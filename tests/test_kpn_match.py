@@ -12,6 +12,7 @@ from vkgraph.pipeline.testing import dispatch
 
 ref = load_script("modules/kpn-t/reference.py", "kpn_t_reference_match")
 BAND = 0.7
+STRIDE = 64  # K's values a pixel in the kernels (56 used)
 
 
 def level(h: int, w: int, seed: int) -> np.ndarray:
@@ -87,12 +88,12 @@ def test_apply_nl_equals_reference(shape):
     M = level(h, w, seed=h + w)
     idx, _ = ref.block_match(M.astype(np.float64), BAND)
     D = np.dstack([0.1 * rng.standard_normal((h, w, 3)), np.ones((h, w))]).astype(np.float32)
-    K = rng.normal(0.0, 2.0, (h * w, ref.N_OUT_NL)).astype(np.float32)
+    K = rng.normal(0.0, 2.0, (h * w, STRIDE)).astype(np.float32)  # 56..63 unused
     packed = idx.astype(np.uint8).reshape(-1).view(np.uint32)
     out = dispatch("kpn-t", "apply_nl", inputs={"detail": D, "K": K.reshape(-1),
                                                 "nltap": packed},
                    outputs={"filtered": (h, w, 4)})
-    want = ref.apply_ctx(D.astype(np.float64), K.astype(np.float64), idx)
+    want = ref.apply_ctx(D.astype(np.float64), K[:, :ref.N_OUT_NL].astype(np.float64), idx)
     np.testing.assert_allclose(out["filtered"][..., :3], want, atol=2e-6)
     assert np.abs(want).max() > 1e-2
 
@@ -107,13 +108,14 @@ def test_dapply_nl_equals_reference(shape):
     idx, _ = ref.block_match(M.astype(np.float64), BAND)
     D = np.dstack([0.1 * rng.standard_normal((h, w, 3)), np.ones((h, w))]).astype(np.float32)
     G = np.dstack([rng.standard_normal((h, w, 3)), np.zeros((h, w))]).astype(np.float32)
-    K = rng.normal(0.0, 2.0, (h * w, ref.N_OUT_NL)).astype(np.float32)
+    K = rng.normal(0.0, 2.0, (h * w, STRIDE)).astype(np.float32)
     packed = idx.astype(np.uint8).reshape(-1).view(np.uint32)
     out = dispatch("kpn-t", "dapply_nl", inputs={"detail": D, "K": K.reshape(-1),
-                                                 "nltap": packed, "dI_img": G},
-                   outputs={"dK": ((h * w * ref.N_OUT_NL,), np.float32)})
+                                                 "nltap": packed, "dI": G},
+                   outputs={"dK": ((h * w * STRIDE,), np.float32)})
     want = ref.apply_ctx_backward(G[..., :3].astype(np.float64), D.astype(np.float64),
-                                 K.astype(np.float64), idx)
-    got = out["dK"].reshape(h * w, ref.N_OUT_NL)
-    np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max())
+                                 K[:, :ref.N_OUT_NL].astype(np.float64), idx)
+    got = out["dK"].reshape(h * w, STRIDE)
+    np.testing.assert_allclose(got[:, :ref.N_OUT_NL], want, atol=2e-6 * np.abs(want).max())
+    assert np.all(got[:, ref.N_OUT_NL:] == 0.0)  # K's unused values get no gradient
     assert np.abs(want[:, 15:27]).max() > 1e-3  # the matched taps get gradient

@@ -606,32 +606,36 @@ def test_arch1_needs_noise_and_blend():
         ref.forward(X, R, W, 2, "blend", arch=1)  # no noise
     with pytest.raises(ValueError, match="arch 1"):
         ref.forward(X, R, W, 2, "softmax", noise=NOISE, arch=1)
+    with pytest.raises(ValueError, match="arch 2"):
+        ref.forward(X, R, W, 2, "blend", arch=2)  # no noise
     with pytest.raises(ValueError, match="arch"):
-        ref.forward(X, R, W, 2, "blend", noise=NOISE, arch=2)
+        ref.forward(X, R, W, 2, "blend", noise=NOISE, arch=3)
     # the default bands are those of L + 1 levels (band_noise_mc)
     E, _, _ = ref.forward(X, R, W, 2, "blend", noise=NOISE, arch=1)
     assert E == ref.forward(X, R, W, 2, "blend", noise=NOISE, bands=ref.band_noise_mc(3),
                             arch=1)[0]  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["l2", "l1"])
-def test_forward_backward_arch1_against_finite_differences(kind):
-    """dE/dW of backward(arch 1) against central differences of forward's E: 10 single weights
-    of every layer (of W_6: 5 of the luma rows 0..15 and 5 of the chroma rows 16..31), the
-    largest entry and random directions over all used weights."""
+@pytest.mark.parametrize("kind,arch", [("l2", 1), ("l1", 1), ("l2", 2), ("l1", 2)])
+def test_forward_backward_ctx_against_finite_differences(kind, arch):
+    """dE/dW of backward(arch 1 and 2) against central differences of forward's E: 10 single
+    weights of every layer (of W_6: 5 of the luma rows and 5 of the chroma rows), the largest
+    entry and random directions over all used weights."""
     rng = np.random.default_rng(19)
     w, h, levels = 13, 11, 3
     X, R = _noisy_pair(rng, w, h)
-    W = _ctx_weights(rng)
+    used = ref.USED_CTX if arch == 1 else ref.USED_NL
+    W = _ctx_weights(rng) * used
     bands = ref.band_noise_mc(levels + 1)
+    nout = used[6].any(axis=1).sum()  # K's values a pixel: 32, 56
 
     def run(Wx):
-        return ref.forward(X, R, Wx, levels, "blend", kind, NOISE, bands, arch=1)
+        return ref.forward(X, R, Wx, levels, "blend", kind, NOISE, bands, arch=arch)
 
     E, O, cache = run(W)
-    assert np.isfinite(E) and O.shape == (h, w, 3) and cache.K[0].shape == (w * h, 32)
+    assert np.isfinite(E) and O.shape == (h, w, 3) and cache.K[0].shape == (w * h, nout)
     ana = ref.backward(cache)
-    assert np.all(ana[6, 32:] == 0.0) and np.abs(ana[6, 16:32]).max() > 1e-6
+    assert np.all(ana[6, nout:] == 0.0) and np.abs(ana[6, nout // 2:nout]).max() > 1e-6
     base = _regime(cache, R)
     eps = 1e-6
 
@@ -646,9 +650,35 @@ def test_forward_backward_arch1_against_finite_differences(kind):
     picks = [np.unravel_index(np.argmax(np.abs(ana)), W.shape)]
     for layer in range(6):
         picks += [(layer, j // 64, j % 64) for j in rng.choice(64 * 64, 10, replace=False)]
-    for first in (0, 16):  # luma rows, chroma rows of W_6
-        picks += [(6, first + j // 64, j % 64) for j in rng.choice(16 * 64, 5, replace=False)]
-    _check_fd(fd, picks, ana, ref.USED_CTX, E, eps, rng)
+    for first in (0, nout // 2):  # luma rows, chroma rows of W_6
+        picks += [(6, first + j // 64, j % 64)
+                  for j in rng.choice(nout // 2 * 64, 5, replace=False)]
+    _check_fd(fd, picks, ana, used, E, eps, rng)
+
+
+def test_nl_features_and_taps():
+    """forward(arch=2)'s h_0: the bias, s on the 37-position disc, the parent's 3x3 and the
+    chroma star as arch 1 orders them, then the 12 match features of block_match on the
+    level's image and noise variance; the filter's matched taps are block_match's."""
+    rng = np.random.default_rng(20)
+    w, h, levels = 13, 11, 2
+    X, R = _noisy_pair(rng, w, h)
+    bands = ref.band_noise_mc(levels + 1)
+    W = _ctx_weights(rng) * ref.USED_NL
+    _, _, c1 = ref.forward(X, R, W, levels, "blend", "l2", NOISE, bands, arch=1)
+    _, _, c2 = ref.forward(X, R, W, levels, "blend", "l2", NOISE, bands, arch=2)
+    assert len(ref.CTX_DISC) == 37 and np.all(np.abs(ref.CTX_DISC).sum(1) <= 4)
+    M, _ = ref.pyramid(X, levels + 1)
+    var = ref.noise_variance(X, *NOISE)[..., None]
+    for i in range(levels):
+        f1, f2 = c1.acts[i].h[0], c2.acts[i].h[0]
+        keep = [1 + j for j, o in enumerate(ref.CTX_WINDOW) if np.abs(o).sum() < 5]
+        np.testing.assert_array_equal(f2[:, :38], f1[:, [0] + keep])
+        np.testing.assert_array_equal(f2[:, 38:52], f1[:, 50:64])
+        idx, dist = ref.block_match(np.concatenate([M[i], var], axis=-1), bands[i])
+        np.testing.assert_array_equal(f2[:, 52:], dist.reshape(-1, 12))
+        np.testing.assert_array_equal(c2.matches[i][0], idx)
+        var = ref.sub(var)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,20 @@ NW = MATRICES * WIDTH * WIDTH
 LAYOUT_GEN = "".join(f"#define {k} {v}u\n" for k, v in (
     ("KPN_NW", NW), ("KPN_MATRIX", WIDTH * WIDTH), ("KPN_LAST", (MATRICES - 1) * WIDTH * WIDTH),
     ("KPN_LAST_USED", OUT_ROWS * WIDTH)))
+# what each `arch` needs (README.md): its kernels' defines, K's values a pixel (the MLP's
+# outputs and K's stride) and the rows of the last matrix it uses; arch 1 and 2 also read
+# the context plane of one level deeper than the filtered ones
+ARCHS = {0: ({}, OUT_ROWS, OUT_ROWS), 1: ({"KPN_CTX": 1}, 2 * OUT_ROWS, 2 * OUT_ROWS),
+         2: ({"KPN_CTX": 1, "KPN_NL": 1}, WIDTH, 56)}
+NL_TAPS = 12  # arch 2's matched taps a pixel (kpn.glsl)
+
+
+def arch_shape(arch: int) -> tuple[dict, int, int]:
+    """(defines, K's values a pixel, rows of the last matrix used) of `arch`."""
+    defines, nout, rows = ARCHS[arch]
+    return dict(defines), nout, rows
+
+
 MLP_BATCH = 32  # pixels per fwd/bck workgroup (shaders/kpn-t/fwd.comp)
 CPU_PX = 8  # pixels per invocation of fwd_cpu (shaders/kpn-t/fwd_cpu.comp)
 # kpn (inference) runs fwd_cpu with 2 pixels an invocation: llvmpipe compiles that kernel in
@@ -196,13 +210,16 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     kernels where the f16 cooperative-matrix ones would run (kpn's `fp32`). `arch` 1: the
     chroma and context variant (README.md, `arch`; needs the noise profile): diff also
     writes each level's context plane `ctx`, one level deeper than the filtered ones, and
-    the MLP predicts 32 values a pixel. `scale`: the (node, connector) whose element 2 is the
-    fused kernels' activation scale (kpn-t: adam's stats; kpn-t/adam.comp). Returns the
-    per-level nodes as a dict of lists (and "variant": the MLP kernels chosen)."""
+    the MLP predicts 32 values a pixel. arch 2: arch 1's features and filter with nonlocal
+    taps: match_i finds each pixel's best-matching offsets at level i, whose distances are
+    features and whose pixels are taps (apply_nl). `scale`: the (node, connector) whose
+    element 2 is the fused kernels' activation scale (kpn-t: adam's stats;
+    kpn-t/adam.comp). Returns the per-level nodes as a dict of lists (and "variant": the MLP
+    kernels chosen)."""
     inp = module.connector("input").roi
-    sizes = level_sizes(inp.wd, inp.ht, levels + arch)
-    nout = OUT_ROWS * (2 if arch else 1)  # K's values a pixel
-    ctx = {"KPN_CTX": 1} if arch else {}
+    deeper = int(arch > 0)  # the context plane of one level past the filtered ones
+    sizes = level_sizes(inp.wd, inp.ht, levels + deeper)
+    ctx, nout, _ = arch_shape(arch)
     apply_mode = int(module.param("apply"))
     # double-float forward for the gradient check (training modules only)
     precise = train and "precise" in module.values and int(module.param("precise")) != 0
@@ -227,7 +244,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         else:
             graph.node_connect(weights[0], weights[1], node, conn)
 
-    n = {k: [] for k in ("sub", "diff", "fwd", "apply", "up")}
+    n = {k: [] for k in ("sub", "diff", "match", "fwd", "apply", "up")}
     n["wpack"] = n["w32"] = None
     n["variant"] = variant
     if variant == "cpu" and w16:  # fwd_cpu reads f32 weights: kpn's .lut ones converted
@@ -258,12 +275,12 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
             graph.bind(module, noise, nmap, "noiseab")
         else:
             nmap.connector("noiseab").flags |= OPTIONAL
-        bands = band_noise(levels + arch)  # only the noise-normalised features need them
+        bands = band_noise(levels + deeper)  # only the noise-normalised features need them
     elif arch:
-        raise GraphError(f"{module}: arch 1 needs the noise-normalised features (feat 1)")
+        raise GraphError(f"{module}: arch {arch} needs the noise-normalised features (feat 1)")
     # the cooperative-matrix kernels gather vkdt's features from an f16 plane
     plane = variant in ("fused", "coopmat") and not arch
-    for i in range(levels + arch):  # the pyramid: sub_i (-> M_{i+1}), diff_i (-> D_i)
+    for i in range(levels + deeper):  # the pyramid: sub_i (-> M_{i+1}), diff_i (-> D_i)
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
         sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
                              img("coarse", "write", Roi(cw, ch))], shader="kpn-t")
@@ -286,6 +303,14 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         graph.node_connect(sub, "coarse", diff, "coarse")
         n["sub"].append(sub)
         n["diff"].append(diff)
+    for i in range(levels if arch == 2 else 0):  # block matching on M_i (-> taps, features)
+        w, h = sizes[i]
+        match = graph.add_node(module, "match", (w, h), [
+            img("fine", "read"), ssbo("nltap", "write", NL_TAPS // 4 * w * h),
+            ssbo("nldist", "write", NL_TAPS * w * h)], shader="kpn-t", push=[bands[i]])
+        graph.node_connect(*((nmap, "output") if i == 0 else (n["sub"][i - 1], "coarse")),
+                           match, "fine")
+        n["match"].append(match)
     for i in range(levels):  # features + MLP (fwd_i -> K_i), the filter (apply_i -> I_i)
         w, h = sizes[i]
         npx = w * h
@@ -302,7 +327,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                 defines["TRAIN"] = 1
             groups = math.ceil(npx / (8 * px))
             if arch:
-                bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+                bind_ctx(conns, defines, arch)
             fwd = graph.add_node(module, "fwd_cpu", (groups * 8, 1), conns, shader="kpn-t",
                                  local=(8, 1, 1), defines=defines, push=[npx])
         elif variant == "portable":
@@ -320,7 +345,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                 defines["KPN_BIAS"] = 1
             batch = MLP_BATCH // 2 if precise else MLP_BATCH
             if arch:
-                bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+                bind_ctx(conns, defines, arch)
             fwd = graph.add_node(module, "fwd", (math.ceil(npx / batch) * 64, 1), conns,
                                  shader="kpn-t", local=(64, 1, 1), defines=defines)
         else:  # fwd_warps x fwd_rows 16-pixel row blocks a workgroup; whole 256-pixel tiles
@@ -336,19 +361,25 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                 conns += [ssbo(f"A{s}", "write", 64 * npad, "f16") for s in range(7)]
                 defines["TRAIN"] = 1
             if arch:
-                bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+                bind_ctx(conns, defines, arch)
             if scale is not None and variant == "fused":
                 bind_last(conns, defines, "ASCALE_B", ssbo("stats", "read"))
             if n["wscale"] is not None:
                 bind_last(conns, defines, "LSC_B", ssbo("lsc", "read"))
             fwd = graph.add_node(module, "fwd_cm", (npad * 2 // rows, 1), conns,
                                  shader="kpn-t", local=(32 * warps, 1, 1), defines=defines)
-        app_conns = [img("detail", "read"), ssbo("K", "read"), img("filtered", "write", Roi(w, h))]
+        app_conns = [img("detail", "read"), ssbo("K", "read")]
+        if arch == 2:
+            app_conns.append(ssbo("nltap", "read"))
+        app_conns.append(img("filtered", "write", Roi(w, h)))
         if precise:
             app_conns += [ssbo("Kd", "read"), ssbo("Id", "write", 8 * npx)]
-        app = graph.add_node(module, "apply", (w, h), app_conns, shader="kpn-t",
-                             push=[apply_mode], defines={**({"PRECISE": 1} if precise else {}),
-                                                         **ctx})
+        app = graph.add_node(module, "apply_nl" if arch == 2 else "apply", (w, h), app_conns,
+                             shader="kpn-t", push=[] if arch == 2 else [apply_mode],
+                             defines={**({"PRECISE": 1} if precise else {}), **ctx})
+        if arch == 2:
+            graph.node_connect(n["match"][i], "nltap", app, "nltap")
+            graph.node_connect(n["match"][i], "nldist", fwd, "nldist")
         if precise:
             graph.node_connect(fwd, "Kd", app, "Kd")
         if "ASCALE_B" in fwd.defines:
@@ -403,9 +434,17 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     return n
 
 
+def bind_ctx(conns: list, defines: dict, arch: int) -> None:
+    """The feature inputs arch 1 and 2 bind past a kernel's own: the next coarser level's
+    context plane (CTXC_B) and arch 2's match features (NLD_B; kpn.glsl's CTX_INPUTS)."""
+    bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+    if arch == 2:
+        bind_last(conns, defines, "NLD_B", ssbo("nldist", "read"))
+
+
 def bind_last(conns: list, defines: dict, define: str, conn) -> None:
     """conn as the kernel's last connector, its binding number in `define`: arch 1's second
-    context plane (CTXC_B), the fused kernels' activation scale (adam's stats, ASCALE_B) and
-    per-layer scales (wscale's lsc, LSC_B)."""
+    context plane (CTXC_B), arch 2's match features (NLD_B), the fused kernels' activation
+    scale (adam's stats, ASCALE_B) and per-layer scales (wscale's lsc, LSC_B)."""
     defines[define] = len(conns)
     conns.append(conn)

@@ -29,8 +29,9 @@ from vkgraph.modules.kpn_t.forward import (
     MATRICES,
     MLP_BATCH,
     NW,
-    OUT_ROWS,
     WIDTH,
+    arch_shape,
+    bind_ctx,
     bind_last,
     cm_tuning,
     cpu_texel,
@@ -57,10 +58,11 @@ LUT_TEXT = "\n".join([
     "leaky relu mlp activation",
     "{loss} loss",
 ])
-# the lines kpn-t adds for weights that need the noise profile, and for arch 1 (kpn reads
-# them back)
+# the lines kpn-t adds for weights that need the noise profile, and for arch 1 and 2 (kpn
+# reads them back)
 FEAT_TEXT = "noise-normalised features"
 CTX_TEXT = "chroma and context features"
+NL_TEXT = "nonlocal taps"
 LOSS_NAMES = {0: "SMAPE", 1: "L2", 2: "L1"}
 APPLY_NAMES = {0: "plain", 1: "softmax", 2: "softmax"}  # 2: softmax taps, sigmoid blend
 
@@ -70,19 +72,19 @@ LEVELS_TEXT = "{} pyramid levels"
 
 def lut_text(apply: int, loss: int, feat: int, levels: int, arch: int = 0) -> str:
     """The .lut's trailing text: vkdt's description, then what kpn must match (levels, and
-    the noise-normalised features and arch 1 when used)."""
+    the noise-normalised features and arch 1 or 2 when used)."""
     text = LUT_TEXT.format(apply=APPLY_NAMES.get(apply, "plain"),
                            blend="sigmoid" if apply == 2 else "const",
                            loss=LOSS_NAMES.get(loss, "SMAPE"))
     return "\n".join([text, LEVELS_TEXT.format(levels)] + ([FEAT_TEXT] if feat else [])
-                     + ([CTX_TEXT] if arch else []))
+                     + ([CTX_TEXT] if arch else []) + ([NL_TEXT] if arch == 2 else []))
 
 
 def trained_with(text: str) -> dict:
     """What a kpn-t .lut's trailing text says the weights need: `apply`, `levels` (None
-    where the text does not say), `feat` and `arch` (0 or 1)."""
+    where the text does not say), `feat` and `arch` (0, 1 or 2)."""
     out = {"apply": None, "levels": None, "feat": int(FEAT_TEXT in text),
-           "arch": int(CTX_TEXT in text)}
+           "arch": 2 if NL_TEXT in text else int(CTX_TEXT in text)}
     if "softmax kernel weight activation" in text:
         out["apply"] = 2 if "sigmoid alpha blending activation" in text else 1
     elif "plain kernel weight activation" in text:
@@ -113,11 +115,11 @@ def check_start_weights(graph, module) -> None:
 
 
 def check_arch(module) -> int:
-    """`arch`, checked: arch 1 filters with softmax taps and a band gain (apply 2) and reads
-    the noise-normalised features (feat 1)."""
+    """`arch`, checked: arch 1 and 2 filter with softmax taps and a band gain (apply 2) and
+    read the noise-normalised features (feat 1)."""
     arch = int(module.param("arch"))
     if arch and (int(module.param("feat")) != 1 or int(module.param("apply")) != 2):
-        raise GraphError(f"{module}: arch 1 needs feat 1 and apply 2 (it filters with softmax "
+        raise GraphError(f"{module}: arch {arch} needs feat 1 and apply 2 (it filters with softmax "
                          "taps and a band gain on noise-normalised features); set "
                          f"param:{module.name}:{module.inst}:feat:1 and "
                          f"param:{module.name}:{module.inst}:apply:2")
@@ -149,7 +151,7 @@ def mulw_chunks(n: int) -> tuple[int, int]:
 def weights(graph, module) -> Weights:
     """The optimiser's params: the NW weights, started from the .lut on wcp (f16) where one is
     connected; the f16 copy w16 is the module's weight output (the .lut layout) and feeds
-    the cooperative-matrix kernels; arch 1 uses more rows of the last matrix (KPN_CTX)."""
+    the cooperative-matrix kernels; arch 1 and 2 use more rows of the last matrix."""
     wcp = module.connector("wcp")
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != NW:  # adam would misread it
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd}x{wcp.roi.ht} = "
@@ -158,7 +160,7 @@ def weights(graph, module) -> Weights:
                          "w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout: w16 and the best weights
     arch = int(module.param("arch"))
-    ctx = {"KPN_CTX": 1} if arch else {}  # checked by modify_roi_out
+    ctx, _, _ = arch_shape(arch)  # checked by modify_roi_out
     return Weights(NW, "w16", best=("f16", lut), w16=lut, start=wcp.source is not None,
                    wcp="f16", defines=ctx, matrices=matrices(arch),
                    muon=int(module.param("opt")) == OPTIMIZERS["muon"],
@@ -167,9 +169,9 @@ def weights(graph, module) -> Weights:
 
 def matrices(arch: int) -> tuple[Matrix, ...]:
     """The 2-D weight matrices Muon orthogonalises: the seven WIDTH x WIDTH matrices, the last
-    one's used rows only (OUT_ROWS, twice that with arch 1): its unused rows stay 0."""
+    one's used rows only (arch_shape): its unused rows stay 0."""
     full = [Matrix(k * WIDTH * WIDTH, WIDTH, WIDTH, WIDTH) for k in range(MATRICES - 1)]
-    rows = OUT_ROWS * (2 if arch else 1)
+    _, _, rows = arch_shape(arch)
     return (*full, Matrix((MATRICES - 1) * WIDTH * WIDTH, rows, WIDTH, WIDTH))
 
 
@@ -179,7 +181,6 @@ def network(graph, module, scaffold) -> Network:
     levels = int(module.param("levels"))  # 1..12 (modules/kpn-t/ranges)
     module.data["levels"] = levels
     adam, arch = scaffold.adam, int(module.param("arch"))
-    ctx = {"KPN_CTX": 1} if arch else {}
     noise = None
     if int(module.param("feat")):
         if module.connector("noiseab").source is None:
@@ -205,7 +206,7 @@ def network(graph, module, scaffold) -> Network:
     graph.bind(module, "ref", loss, "ref")
     scaffold.loss_sum(loss, groups)
     used = np.ones(NW, bool)
-    used[(MATRICES - 1) * WIDTH * WIDTH + n["nout"] * WIDTH:] = False  # its rows past K's
+    used[(MATRICES - 1) * WIDTH * WIDTH + arch_shape(arch)[2] * WIDTH:] = False  # unused rows
 
     grad = (loss, "dO")  # dE/dO_i, which is also dE/dI_i
     acc = None
@@ -218,13 +219,20 @@ def network(graph, module, scaffold) -> Network:
                 img("gfine", "read"), img("gcoarse", "write", Roi(cw, ch))], shader="kpn-t")
             graph.node_connect(grad[0], grad[1], dup, "gfine")
             grad = (dup, "gcoarse")
-        dap = graph.add_node(module, "dapply", (w, h), [
-            img("detail", "read"), ssbo("K", "read"), img("filtered", "read"),
-            img("dI", "read"), ssbo("dK", "write", n["nout"] * npx)], shader="kpn-t",
-            push=[int(module.param("apply"))], defines=ctx)
+        if arch == 2:  # the filter's adjoint over the star and the matched taps
+            dap = graph.add_node(module, "dapply_nl", (w, h), [
+                img("detail", "read"), ssbo("K", "read"), ssbo("nltap", "read"),
+                img("dI", "read"), ssbo("dK", "write", n["nout"] * npx)], shader="kpn-t",
+                defines=n["ctx"])
+            graph.node_connect(n["match"][i], "nltap", dap, "nltap")
+        else:
+            dap = graph.add_node(module, "dapply", (w, h), [
+                img("detail", "read"), ssbo("K", "read"), img("filtered", "read"),
+                img("dI", "read"), ssbo("dK", "write", n["nout"] * npx)], shader="kpn-t",
+                push=[int(module.param("apply"))], defines=n["ctx"])
+            graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
         graph.node_connect(n["diff"][i], "detail", dap, "detail")
         graph.node_connect(n["fwd"][i], "K", dap, "K")
-        graph.node_connect(n["apply"][i], "filtered", dap, "filtered")
         graph.node_connect(grad[0], grad[1], dap, "dI")
         if n["variant"] in ("portable", "cpu"):
             mulw, chunks = _backward_portable(graph, module, n, i, adam, dap)
@@ -306,7 +314,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
         defines = cm_defines(graph, WARPS=f"{warps}u", **({"KPN_BIAS": 1} if n["bias"] else {}),
                              **n["ctx"])
         if arch:
-            bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
+            bind_ctx(conns, defines, arch)
         bind_last(conns, defines, "ASCALE_B", ssbo("stats", "read"))
         bind_last(conns, defines, "LSC_B", ssbo("lsc", "read"))
         node = graph.add_node(module, "bck_fused", (groups * 32 * warps, 1), conns,
@@ -319,6 +327,8 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
             graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")
         else:
             graph.node_connect(n["diff"][i], "feat", node, "feat")
+        if arch == 2:
+            graph.node_connect(n["match"][i], "nldist", node, "nldist")
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups

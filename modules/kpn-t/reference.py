@@ -67,6 +67,15 @@ Filter in the orthonormal opponent basis P (``OPPONENT``), Do(q) = P D(q):
     Io_12 = bC sum_k sC_k Do_12(p + T_k),   sC = softmax(K_16..30), bC = sigmoid(K_31)
     I = P^T Io;  adjoint: dIo = P dI, then each half as "blend" (dK_k = b s_k <dIo, Do_k - F>,
     dK_15 = b (1 - b) <dIo, F>, F = sum_k s_k Do_k).
+
+Arch 2 ("nl", arch 1 with nonlocal taps): per level i < L, ``block_match`` of M_i (its rgb
+and the noise variance var_i) gives each pixel its NL_TAPS best-matching offsets m_j and
+their features d_j. The 64 features (``ctx_features`` with the distances): c = 0 the
+constant 1; c = 1..37: s_i on the 37 positions of the 7x7 window with |dx| + |dy| < 5
+(``CTX_DISC``, dy-major); c = 38..46: s_{i+1} around the parent; c = 47..51: c_i on the star;
+c = 52..63: d_0..d_11. K = W_6[0:56] h_6 (N_OUT_NL): per group 27 logits (the star's 15
+taps, then the matched offsets) and a gain; the filter is arch 1's over those 27 taps
+(``apply_ctx`` with the matches). No gradient reaches the matches.
 """
 
 from dataclasses import dataclass, field
@@ -124,6 +133,8 @@ OPPONENT_AXES = (slice(0, 1), slice(1, 3))  # luma, chroma: the axes K's halves 
 CTX_WINDOW = np.array([(j % 7 - 3, j // 7 - 3) for j in range(49)], dtype=np.int64)
 CTX_PARENT = np.array([(j % 3 - 1, j // 3 - 1) for j in range(9)], dtype=np.int64)
 CTX_CHROMA = np.array([(0, -1), (-1, 0), (0, 0), (1, 0), (0, 1)], dtype=np.int64)
+# arch 2: the 7x7 window without the 12 positions nearest its corners
+CTX_DISC = CTX_WINDOW[np.abs(CTX_WINDOW).sum(1) < 5]
 
 
 # --------------------------------------------------------------------------------- sampling
@@ -305,18 +316,22 @@ def shifted_parent(a: np.ndarray, W: int, H: int, offsets: np.ndarray) -> np.nda
     return a[ys[:, :, None], xs[:, None, :]]
 
 
-def ctx_features(s: np.ndarray, s_next: np.ndarray, c: np.ndarray) -> np.ndarray:
+def ctx_features(s: np.ndarray, s_next: np.ndarray, c: np.ndarray,
+                 dist: np.ndarray | None = None) -> np.ndarray:
     """(H*W, 64): arch 1's features of a level from its planes s, c (H, W) and the next coarser
     level's s_next: 1 (bias), s on the 7x7 window (CTX_WINDOW), s_next on the 3x3 around the
-    parent (CTX_PARENT), c on the 5-point star (CTX_CHROMA); mirrored borders."""
+    parent (CTX_PARENT), c on the 5-point star (CTX_CHROMA); mirrored borders. With dist
+    (arch 2: block_match's features, (H, W, NL_TAPS)) s on CTX_DISC and dist last."""
     H, W = s.shape
+    window = CTX_WINDOW if dist is None else CTX_DISC
     f = np.concatenate(
         [
             np.ones((1, H, W)),
-            shifted(np.asarray(s, dtype=np.float64), CTX_WINDOW),
+            shifted(np.asarray(s, dtype=np.float64), window),
             shifted_parent(np.asarray(s_next, dtype=np.float64), W, H, CTX_PARENT),
             shifted(np.asarray(c, dtype=np.float64), CTX_CHROMA),
         ]
+        + ([] if dist is None else [np.asarray(dist, dtype=np.float64).transpose(2, 0, 1)])
     )
     return f.reshape(WIDTH, -1).T.copy()
 
@@ -579,7 +594,8 @@ class Cache:
     O: list
     dEdO: np.ndarray
     arch: int = 0
-    planes: list | None = None  # arch 1: (s_i, c_i) of levels 0..L
+    planes: list | None = None  # arch 1 and 2: (s_i, c_i) of levels 0..L
+    matches: list | None = None  # arch 2: block_match's (indices, features) of levels 0..L-1
 
 
 def forward(
@@ -592,6 +608,7 @@ def forward(
     noise: tuple[float, float] | None = None,
     bands: list[float] | None = None,
     arch: int = 0,
+    match_idx: list | None = None,
 ) -> tuple[float, np.ndarray, Cache]:
     """(E, O_0, cache) of one training frame: pyramid, features, MLP, apply, reconstruct, loss.
     With `noise` = (a, b) the features are noise-normalised: the noise variance of each pixel
@@ -599,22 +616,34 @@ def forward(
     bands[i] (default: band_noise_mc), and feature 0 is the constant 1.
     arch 1 (needs `noise` and apply_mode "blend"): the pyramid runs to M_{L+1}, level i's
     features are ctx_features of ctx_planes of levels i and i+1 (bands of L + 1 levels, default
-    band_noise_mc(L + 1)), K has 32 values a pixel and apply_ctx filters."""
-    if arch not in (0, 1):
-        raise ValueError(f"unknown arch {arch!r} (0, 1)")
-    if arch == 1 and (noise is None or apply_mode != "blend"):
-        raise ValueError("arch 1 needs noise (a, b) and apply mode 'blend'")
+    band_noise_mc(L + 1)), K has 32 values a pixel and apply_ctx filters. arch 2: arch 1 with
+    block_match's taps and features at each level (K has 56 values a pixel); `match_idx`
+    (per level (H, W, NL_TAPS)) replaces block_match's taps (the features stay its), for
+    comparing with a float32 device whose ties may fall the other way."""
+    if arch not in (0, 1, 2):
+        raise ValueError(f"unknown arch {arch!r} (0, 1, 2)")
+    if arch and (noise is None or apply_mode != "blend"):
+        raise ValueError(f"arch {arch} needs noise (a, b) and apply mode 'blend'")
     X = np.asarray(X, dtype=np.float64)[..., :3]
     W = np.asarray(W, dtype=np.float64)
-    M, D = pyramid(X, levels + arch)
+    deeper = int(arch > 0)
+    M, D = pyramid(X, levels + deeper)
     if noise is not None:
-        bands = band_noise_mc(levels + arch) if bands is None else bands
+        bands = band_noise_mc(levels + deeper) if bands is None else bands
         var = [noise_variance(X, *noise)[..., None]]
         for _ in range(levels):
             var.append(sub(var[-1]))
-    planes = None
-    if arch == 1:
+    planes = matches = None
+    if arch:
         planes = [ctx_planes(D[i], var[i][..., 0], bands[i]) for i in range(levels + 1)]
+    if arch == 2:
+        matches = [block_match(np.concatenate([M[i], var[i]], axis=-1), bands[i])
+                   for i in range(levels)]
+        if match_idx is not None:
+            matches = [(np.asarray(j), m[1]) for j, m in zip(match_idx, matches, strict=True)]
+        F = [ctx_features(planes[i][0], planes[i + 1][0], planes[i][1], matches[i][1])
+             for i in range(levels)]
+    elif arch == 1:
         F = [ctx_features(planes[i][0], planes[i + 1][0], planes[i][1]) for i in range(levels)]
     elif noise is not None:
         source = [noise_features(D[i], var[i][..., 0], bands[i]) for i in range(levels)]
@@ -624,13 +653,16 @@ def forward(
     D = D[:levels]
     K, acts, I = [], [], []
     for i in range(levels):
-        k, a = mlp_forward(F[i], W, N_OUT_CTX if arch == 1 else N_OUT)
+        k, a = mlp_forward(F[i], W, {0: N_OUT, 1: N_OUT_CTX, 2: N_OUT_NL}[arch])
         K.append(k)
         acts.append(a)
-        I.append(apply_ctx(D[i], k) if arch == 1 else apply(D[i], k, apply_mode))
+        if arch:
+            I.append(apply_ctx(D[i], k, matches[i][0] if matches else None))
+        else:
+            I.append(apply(D[i], k, apply_mode))
     O = reconstruct(M[levels], I)
     E, dEdO = _loss(O[0], R, loss)
-    return E, O[0], Cache(W, apply_mode, M, D, K, acts, I, O, dEdO, arch, planes)
+    return E, O[0], Cache(W, apply_mode, M, D, K, acts, I, O, dEdO, arch, planes, matches)
 
 
 def backward(cache: Cache) -> np.ndarray:
@@ -638,8 +670,9 @@ def backward(cache: Cache) -> np.ndarray:
     dI, _ = reconstruct_adjoint(cache.dEdO, len(cache.D))
     dW = np.zeros((N_LAYERS, WIDTH, WIDTH))
     for i, D in enumerate(cache.D):
-        if cache.arch == 1:
-            dK = apply_ctx_backward(dI[i], D, cache.K[i])
+        if cache.arch:
+            idx = cache.matches[i][0] if cache.matches else None
+            dK = apply_ctx_backward(dI[i], D, cache.K[i], idx)
         else:
             dK = apply_backward(dI[i], D, cache.K[i], cache.apply_mode)
         dW += mlp_backward(dK, cache.acts[i], cache.W)
@@ -747,6 +780,8 @@ def block_match(M: np.ndarray, band: float) -> tuple[np.ndarray, np.ndarray]:
 
 N_TAPS_NL = N_TAPS + NL_TAPS  # arch 2's taps: the star, then the matched ones
 N_OUT_NL = 2 * (N_TAPS_NL + 1)  # per group (luma, chroma) 27 logits and a gain: 56
+USED_NL = np.ones((N_LAYERS, WIDTH, WIDTH), dtype=bool)
+USED_NL[N_LAYERS - 1, N_OUT_NL:, :] = False
 
 
 def nl_taps(D: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -31,7 +31,9 @@
 #define SCALE_GROW 1000.0
 #include "adam.glsl"
 
-#ifdef KPN_CTX  // arch 1: the last matrix's first 32 rows (two 15-tap kernels and gains)
+#if defined(KPN_NL)  // arch 2: the last matrix's first 56 rows (two 27-tap kernels and gains)
+#define USED_LAST (56u * 64u)
+#elif defined(KPN_CTX)  // arch 1: the last matrix's first 32 rows (two 15-tap kernels and gains)
 #define USED_LAST (2u * KPN_LAST_USED)
 #else
 #define USED_LAST KPN_LAST_USED

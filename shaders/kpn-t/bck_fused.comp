@@ -57,9 +57,8 @@
 #define G7 (uint(N_OUT) / 4u)  // g_7 values a lane
 
 layout(push_constant) uniform Push { uint N; uint tiles; float scale; float inv_scale; } push;
-#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
-IMG_IN(0, ctxf)
-IMG_IN(CTXC_B, ctxc)
+#ifdef KPN_CTX  // arch 1 and 2: the context planes (and match features) of kpn.glsl
+CTX_INPUTS
 #else
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
 #endif

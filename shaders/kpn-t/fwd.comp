@@ -20,9 +20,8 @@
 #else
 #define MLP_BATCH 32
 #endif
-#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
-IMG_IN(0, ctxf)
-IMG_IN(CTXC_B, ctxc)
+#ifdef KPN_CTX  // arch 1 and 2: the context planes (and match features) of kpn.glsl
+CTX_INPUTS
 DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
 #else
 IMG_IN(0, detail)

@@ -28,9 +28,8 @@
 #define FWD_TILE (16u * FWD_ROWS * FWD_WARPS)
 #define HS 72u  // shared row stride in halves: 64 + 8 against bank conflicts
 
-#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
-IMG_IN(0, ctxf)
-IMG_IN(CTXC_B, ctxc)
+#ifdef KPN_CTX  // arch 1 and 2: the context planes (and match features) of kpn.glsl
+CTX_INPUTS
 #else
 SSBO_IN(0, float16_t, feat)  // diff's feature plane
 #endif

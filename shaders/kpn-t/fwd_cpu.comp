@@ -17,9 +17,8 @@
 // TRAIN stores h_0..h_6 in A as fwd does (slot s at s*N*64 + 64p + c), for bck and mulw.
 // Needs a subgroup of SG = 8 invocations and workgroups of whole subgroups.
 layout(push_constant) uniform Push { int N; } push;
-#ifdef KPN_CTX  // arch 1: the level's context plane and the next coarser one's (kpn.glsl)
-IMG_IN(0, ctxf)
-IMG_IN(CTXC_B, ctxc)
+#ifdef KPN_CTX  // arch 1 and 2: the context planes (and match features) of kpn.glsl
+CTX_INPUTS
 DEFINE_CTX_FEATURE(ctx_feature, ctxf, 0, ctxc, CTXC_B)
 #else
 IMG_IN(0, detail)

@@ -5,8 +5,11 @@
 
 #define N_TAPS 15
 // K's values a pixel: 15 taps and the band gain; with KPN_CTX (arch 1) a second 15 taps and
-// gain for the chroma axes
-#ifdef KPN_CTX
+// gain for the chroma axes; with KPN_NL (arch 2, which also defines KPN_CTX) 27 taps and a
+// gain per group, 56 values used of 64 (nl.glsl)
+#if defined(KPN_NL)
+#define N_OUT 64
+#elif defined(KPN_CTX)
 #define N_OUT 32
 #else
 #define N_OUT 16
@@ -93,16 +96,40 @@ const vec3 luma2020 = vec3(0.2627, 0.6780, 0.0593);
 //   c = 0: 1;  1..49: s_i on the 7x7 window around p (j = c - 1: dx = j mod 7 - 3,
 //   dy = j div 7 - 3);  50..58: s_{i+1} on the 3x3 window around the parent p div 2
 //   (j = c - 50: dx = j mod 3 - 1, dy = j div 3 - 1);  59..63: c_i on the 5-point star.
-// Mirrored borders, each level at its own size.
+// KPN_NL (arch 2): the window is the disc of the 37 positions with |dx| + |dy| < 5 (1..37,
+// dy-major), then the parent's 3x3 (38..46), the chroma star (47..51) and the NL_TAPS match
+// features of the pixel (52..63: match.comp's nldist, which the kernel binds at NLD_B).
+// Mirrored borders, each level at its own size. CTX_INPUTS declares the planes' (and the
+// match features') bindings.
 const ivec2 chroma_star[5] = ivec2[](ivec2(0, -1), ivec2(-1, 0), ivec2(0, 0), ivec2(1, 0),
                                      ivec2(0, 1));
-#define DEFINE_CTX_FEATURE(fname, fine, fc, coarse, cc)                              \
-  float fname(ivec2 p, int c) {                                                      \
-    if (c == 0) return 1.0;                                                          \
-    if (c < 50) return fine[texel(fc, p + ivec2((c - 1) % 7 - 3, (c - 1) / 7 - 3))].x; \
-    if (c < 59)                                                                      \
-      return coarse[texel(cc, (p >> 1) + ivec2((c - 50) % 3 - 1, (c - 50) / 3 - 1))].x; \
-    return fine[texel(fc, p + chroma_star[c - 59])].y;                               \
+#ifdef KPN_NL
+const ivec2 disc37[37] = ivec2[](
+  ivec2(-1, -3), ivec2(0, -3), ivec2(1, -3),
+  ivec2(-2, -2), ivec2(-1, -2), ivec2(0, -2), ivec2(1, -2), ivec2(2, -2),
+  ivec2(-3, -1), ivec2(-2, -1), ivec2(-1, -1), ivec2(0, -1), ivec2(1, -1), ivec2(2, -1), ivec2(3, -1),
+  ivec2(-3, 0), ivec2(-2, 0), ivec2(-1, 0), ivec2(0, 0), ivec2(1, 0), ivec2(2, 0), ivec2(3, 0),
+  ivec2(-3, 1), ivec2(-2, 1), ivec2(-1, 1), ivec2(0, 1), ivec2(1, 1), ivec2(2, 1), ivec2(3, 1),
+  ivec2(-2, 2), ivec2(-1, 2), ivec2(0, 2), ivec2(1, 2), ivec2(2, 2),
+  ivec2(-1, 3), ivec2(0, 3), ivec2(1, 3));
+#define CTX_WIN 37
+#define CTX_WINDOW(j) disc37[j]
+#define CTX_INPUTS IMG_IN(0, ctxf) IMG_IN(CTXC_B, ctxc) SSBO_IN(NLD_B, float, nldist)
+#define NL_FEATURE(fc, p, j) nldist[NL_TAPS * ((p).x + (p).y * node.roi[fc].x) + (j)]
+#else
+#define CTX_WIN 49
+#define CTX_WINDOW(j) ivec2((j) % 7 - 3, (j) / 7 - 3)
+#define CTX_INPUTS IMG_IN(0, ctxf) IMG_IN(CTXC_B, ctxc)
+#define NL_FEATURE(fc, p, j) 0.0
+#endif
+#define DEFINE_CTX_FEATURE(fname, fine, fc, coarse, cc)                               \
+  float fname(ivec2 p, int c) {                                                       \
+    if (c == 0) return 1.0;                                                           \
+    if (c <= CTX_WIN) return fine[texel(fc, p + CTX_WINDOW(c - 1))].x;                \
+    c -= CTX_WIN + 1;                                                                 \
+    if (c < 9) return coarse[texel(cc, (p >> 1) + ivec2(c % 3 - 1, c / 3 - 1))].x;    \
+    if (c < 14) return fine[texel(fc, p + chroma_star[c - 9])].y;                     \
+    return NL_FEATURE(fc, p, c - 14);                                                 \
   }
 // fname(p, h, f): features NF h .. NF (h + 1) - 1 of pixel p (row-major at the size of
 // connector fc) through the feature function ffeat, as DEFINE_KPN_FEATURES's functions

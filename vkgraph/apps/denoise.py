@@ -11,11 +11,12 @@ kernels stay on the device and only the image and the noise params are uploaded 
 An image whose buffers a storage buffer of the device cannot span (kpn's largest holds 16 tap
 weights per pixel: 64 bytes, so about 2 megapixels on the CPU driver's 128 MiB; arch 1's 32:
 128 bytes) is denoised in overlapping tiles, all of one size (so one build, whose buffers are
-the run's device memory): each tile reaches at least MARGIN_PER_LEVEL * 2^depth pixels beyond
+the run's device memory): each tile reaches at least MARGIN_PER_LEVEL[arch] * 2^depth pixels beyond
 the part of it that is kept (or to the image's edge, where it then sees the image's own
 border), and tiles start on multiples of 2^depth so that every tile's pyramid has the whole
-image's sampling grid; depth is the pyramid's: the levels, one more for arch 1 (whose
-features read the next coarser level's detail). The
+image's sampling grid; depth is the pyramid's: the levels, one more for arch 1 and 2 (whose
+features read the next coarser level's detail); arch 2's block matching reaches 7 pixels
+further at every level, which 2 more pixels of margin at the coarsest level cover. The
 margin covers what a pixel's result depends on, so tiles meet without seams (measured: see
 tests/test_denoise.py). The tile counts per axis are those that denoise the fewest pixels.
 `on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
@@ -45,14 +46,16 @@ from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
 
 log = logging.getLogger("vkgraph")
-BYTES_PER_PIXEL = 64  # kpn's largest buffer: 16 f32 tap weights per pixel (fwd's K); arch 1 32
+# kpn's largest buffer a pixel: fwd's K, 16 f32 tap weights (arch 1: 32, arch 2: 64)
+BYTES_PER_PIXEL = {0: 64, 1: 128, 2: 256}
 # ensemble n -> its (quarter turns, mirrored) of the image: 2 the image and its mirror, 4 the
 # four rotations, 8 those and their mirrors
 ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
              4: tuple((k, False) for k in range(4)),
              8: tuple((k, m) for m in (False, True) for k in range(4))}
 KEEP_BUILDS = 2  # builds kept per Denoiser (a size and its rotation); older ones are closed
-MARGIN_PER_LEVEL = 4  # tile margin: 4 pixels of the coarsest filtered level (exact, see above)
+# tile margin in pixels of the coarsest level (see above), by arch
+MARGIN_PER_LEVEL = {0: 4, 1: 4, 2: 6}
 
 
 class Denoiser:
@@ -71,10 +74,10 @@ class Denoiser:
         self.weights = Path(weights)
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         self.levels, self.arch = weights_info(self.weights, levels, self.registry)
-        self.depth = self.levels + self.arch  # the pyramid's levels (tiles' grid and margin)
+        self.depth = self.levels + int(self.arch > 0)  # the pyramid's (tiles' grid, margin)
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
-        self.max_pixels = max_pixels or max_pixels_of(device, BYTES_PER_PIXEL << self.arch)
+        self.max_pixels = max_pixels or max_pixels_of(device, BYTES_PER_PIXEL[self.arch])
         self.profile = profile
         self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
@@ -176,7 +179,7 @@ class Denoiser:
         keep runs of core pixels (the last one shorter) and are tile_length() long, at most
         max_pixels in all; the counts per axis are those with the fewest pixels denoised."""
         step = 1 << self.depth
-        margin = MARGIN_PER_LEVEL * step
+        margin = MARGIN_PER_LEVEL[self.arch] * step
         best = None
         for nx in range(1, -(-wd // step) + 1):
             cx = _ceil(_ceil(wd, nx), step) * step  # wd / nx up to a whole step
