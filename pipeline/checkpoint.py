@@ -21,7 +21,8 @@ driver. The cfg saved is the graph as the run started (keyframes change params d
 A checkpoint read back is checked before its state is used (`load`): each entry's `.npy`
 header (shape, dtype) is read first and its data only when it fits the buffer it goes to
 (a small file cannot make us decompress gigabytes); a key under a module's prefix that the
-module does not save is refused, as is a trainer's state holding NaN/Inf (`load_trainer_state`).
+module does not save is refused, as is a trainer's state holding NaN/Inf
+(pipeline/trainer.py: `load_trainer_state`).
 The same `load` carries a Session's trained state over to a rebuilt graph (vkgraph/api.py).
 """
 
@@ -40,8 +41,7 @@ import numpy as np
 
 from .cfg import write_cfg
 from .errors import GraphError
-from .formats import READ_MAX, atomic_write, non_finite
-from .trainer import trainable
+from .formats import READ_MAX, atomic_write
 
 log = logging.getLogger("vkgraph")
 
@@ -331,57 +331,3 @@ def upload(build, node, conn: str, arrays: dict, key: str, module) -> None:
         raise GraphError(f"checkpoint '{key}' of {module} is {arr.dtype} {arr.shape}, this "
                          f"graph needs {want.dtype} {want.shape}")
     build.upload(node, conn, np.ascontiguousarray(arr))
-
-
-def trainer_state(build, module, entries) -> dict:
-    """For `state` hooks of trainers: the (node of the module's Trainable, connector) buffers
-    the engine cannot know about, e.g. weights, optimiser moments and the loss history."""
-    t = trainable(module)
-    return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
-
-
-F16_MAX = 65504.0
-
-
-def check_trainer_values(module, arrays: dict, history: str = "lsum.hist") -> None:
-    """A trainer's saved state as training leaves it: every value finite (the optimiser skips
-    an update that would not be; only the loss history records a non-finite loss), the fp32
-    weights `adam.w` within what the module's published weights `w` hold (f16: 65504), and
-    Adam's second moment `adam.v` not negative. GraphError naming the first bad value."""
-    for key in sorted(arrays):
-        arr = np.asarray(arrays[key])
-        found = None if key == history else non_finite(arr, "element")
-        if found is not None:
-            raise GraphError(f"state '{key}' of {module} holds {found[1]}: training never "
-                             "leaves a non-finite value there")
-    w = np.asarray(arrays.get("adam.w", np.zeros(0)))
-    published = next((c.format for c in module.connectors if c.name == "w"), "f32")
-    if published == "f16" and w.size and np.abs(w).max() > F16_MAX:
-        i = int(np.argmax(np.abs(w).reshape(-1)))
-        raise GraphError(f"state 'adam.w' of {module} holds {w.reshape(-1)[i]:g} at element "
-                         f"{i}, beyond the f16 weights it outputs (at most {F16_MAX:g})")
-    v = np.asarray(arrays.get("adam.v", np.zeros(0)))
-    if v.size and v.min() < 0:
-        i = int(np.argmin(v.reshape(-1)))
-        raise GraphError(f"state 'adam.v' of {module} holds {v.reshape(-1)[i]:g} at element "
-                         f"{i}: Adam's second moment is never negative")
-
-
-def load_trainer_state(build, module, arrays: dict, entries,
-                       history: str = "lsum.hist") -> None:
-    """For `load_state` hooks: the inverse of trainer_state, after check_trainer_values. A
-    loss history saved with another length (another frame count) is moved to its new
-    ring-buffer slots."""
-    t = trainable(module)
-    arrays = dict(arrays)
-    check_trainer_values(module, arrays, history)
-    old = arrays.get(history)
-    n_new = t.hist_len
-    if old is not None and n_new and old.ndim == 1 and old.size and old.size != n_new:
-        new = np.zeros(n_new, old.dtype)
-        done = build.frame + 1
-        f = np.arange(max(0, done - min(old.size, new.size)), done)
-        new[f % new.size] = old[f % old.size]
-        arrays[history] = new
-    for n, c in entries:
-        upload(build, getattr(t, n), c, arrays, f"{n}.{c}", module)
