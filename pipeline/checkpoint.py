@@ -57,7 +57,7 @@ def _feedback_buffers(build, module):
     """(key, buffers) for every double-buffered output of the module's scheduled nodes."""
     for i, node in enumerate(module.nodes):
         for c in node.connectors:
-            bufs = build.buffers.get((id(node), c.name)) if c.is_output else None
+            bufs = build.memory.buffers.get((id(node), c.name)) if c.is_output else None
             if bufs is not None and len(bufs) == 2:
                 yield f"@{i}.{node.kernel}.{c.name}", node, c, bufs
 
@@ -79,7 +79,7 @@ def check_supported(build) -> None:
 
 def collect(build) -> dict[str, np.ndarray]:
     """The state of every active module after frame `build.frame`, keyed NAME:INST/KEY."""
-    build.finish()  # the feedback buffers are read directly: no frame may still run
+    build.program.finish()  # the feedback buffers are read directly: no frame may still run
     out: dict[str, np.ndarray] = {}
     for m in build.active:
         hook = m.cls.hook("state")
@@ -191,7 +191,7 @@ def _header(arrays: Mapping, key: str) -> tuple[tuple, np.dtype, int]:
 
 def _module_bytes(build, module) -> int:
     """All device memory of a module's outputs: no state of it can be larger."""
-    return sum(c.nbytes() * len(build.buffers.get((id(node), c.name), ()))
+    return sum(c.nbytes() * len(build.memory.buffers.get((id(node), c.name), ()))
                for node in module.nodes for c in node.connectors if c.is_output)
 
 
@@ -203,7 +203,8 @@ def load(build, arrays: Mapping, where: str) -> None:
     buffers (its `load_state` hook checks the exact shape); an entry is read only after
     that. GraphError naming `where` otherwise."""
     used = set()
-    build.finish()  # (a fresh build runs nothing yet; restored buffers are written directly)
+    # a fresh build runs nothing yet; restored buffers are written directly
+    build.program.finish()
     for m in build.active:
         prefix = f"{m}/"
         mine = {k[len(prefix):] for k in arrays if k.startswith(prefix)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .context import HookContext, connector_meta
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -106,22 +105,17 @@ def wavefronts(order: list[Node]) -> list[Node]:
 
 
 class NodeGraph:
-    """The nodes of one build. Hooks receive its `context` (a HookContext) as `graph`."""
+    """The plan of one build (Build's first stage, pipeline/runner.py): from the module graph
+    `graph`, the active modules, their sizes and metadata (ROI passes), their nodes, the
+    wiring and the `schedule`. Module hooks get `context` (a HookContext) as `graph`; its node
+    API (add_node, node_connect, node_feedback, bind) is this object's."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, context):
         self.graph = graph
-        self.context = HookContext(self)  # what hooks get as `graph` (pipeline/context.py)
+        self.context = context  # what hooks get as `graph` (pipeline/context.py)
         self.nodes: list[Node] = []
         self.active: list[ModuleInstance] = []
         self.schedule: list[Node] = []
-
-    @property
-    def modules(self):
-        return self.graph.modules
-
-    def meta(self, module: ModuleInstance, connector: str):
-        """A connector's metadata (HookContext.meta)."""
-        return connector_meta(module, connector)
 
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,
