@@ -216,7 +216,7 @@ class NodeGraph:
     def _convert_for_readers(self, m: ModuleInstance) -> None:
         """A source's storage buffer whose file holds another float format than an active
         reader declares (a `.lut` of f32 weights for kpn's f16 `w`): the upload converts
-        the data to the reader's format (Build._check_source refuses values that the
+        the data to the reader's format (Transfers._check_source refuses values that the
         format cannot hold), instead of the reader taking f32 bytes for f16."""
         active = {id(x) for x in self.active}
         for c in m.connectors:
