@@ -129,7 +129,7 @@ def main() -> None:
         b = Session(g, dev, profile=True).prepare()
         m = g.modules[MLP]
         src = next(k for k in g.modules if k[0] in ("i-img", "i-pfm"))
-        target = read_image(b.resolve(g.modules[src].param("filename")))
+        target = read_image(b.context.resolve(g.modules[src].param("filename")))
         current = m.cls.hook("current_loss")
         t_train, t0 = 0.0, time.perf_counter()
         for f in range(frames):

@@ -154,7 +154,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         n = steps - warm - 1 - n_gpu
         ms, blocks = blocks_ms(run, n)
         gpu, span, nodes = [], [], {}  # after the timed blocks (reading the stamps costs)
-        b.set_profile(True)
+        b.program.set_profile(True)
         for _ in range(n_gpu):
             run(1)  # the dispatches of one frame, eval's early exit included
             stamps = b.timings()
@@ -167,7 +167,7 @@ def run_vkgraph(device_name, batch: int, steps: int, folder: Path, cfg: Path = C
         b.run_frame(steps, download=False)  # the last frame also evaluates the image
         out = b.read(m.data["eval"], "output")
         loss = m.cls.hook("current_loss")(b, m)
-        target = read_image(b.resolve(g.modules[("i-img", "main")].param("filename")))
+        target = read_image(b.context.resolve(g.modules[("i-img", "main")].param("filename")))
         params = {k: m.param(k) for k in ("alpha", "talpha", "levels", "features",
                                           "log2size", "baseres", "perlevel", "batch")}
     finally:

@@ -32,14 +32,14 @@ LOCAL_OFFSET = 1 << 36  # NVIDIA 580 reports local memory as 2^36 + bytes
 def rows(build) -> list[tuple[str, str, dict]]:
     """(kernel name, defines, statistics) per distinct compiled kernel, in schedule order."""
     seen, out = set(), []
-    for node in build.schedule:
-        if node.kernel is None or id(node) not in build.kernels:
+    for node in build.plan.schedule:
+        if node.kernel is None or id(node) not in build.program.kernels:
             continue
         key = (node.shader, node.kernel, tuple(sorted((node.defines or {}).items())))
         if key in seen:
             continue
         seen.add(key)
-        kernel, _ = build.kernels[id(node)]
+        kernel, _ = build.program.kernels[id(node)]
         defines = " ".join(f"{k}={v}" for k, v in key[2])
         out.append((f"{node.shader}/{node.kernel}", defines, kernel.statistics()))
     return out

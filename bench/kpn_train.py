@@ -230,7 +230,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
         else:
             blocks = [run_block() for _ in range(repeats)]
         gpu = []
-        b.set_profile(True)
+        b.program.set_profile(True)
         for _ in range(gpu_frames):  # apart from the timed blocks: reading the stamps costs
             b.run_frame(f, download=False)
             f += 1
@@ -244,7 +244,7 @@ def _run_vkgraph(variant: str, folder: Path, frames: int, repeats: int,
                "loss_warm": loss_warm, "loss": m.cls.hook("current_loss")(b.context, m),
                "kernels": sorted(used), "frames": f}
         if profile:
-            nodes = [n for n in b.schedule if n.kernel is not None]
+            nodes = [n for n in b.plan.schedule if n.kernel is not None]
             times = b.timings()
             out["nodes"] = [(n.kernel, n.dispatch[0], n.dispatch[1], t)
                             for n, (_, t) in zip(nodes, times, strict=True)]

@@ -51,13 +51,13 @@ def measure(index: int, frames: int, folder: Path, in_flight: bool
         b = Session(g, dev).prepare()
         for f in range(20):  # warm up
             b.run_frame(f, download=False)
-        b.wait_seconds = 0.0
+        b.program.wait_seconds = 0.0
         t0 = time.perf_counter()
         for f in range(frames):
             b.run_frame(f, download=False, wait=not in_flight)
-        b.finish()
+        b.program.finish()
         wall = (time.perf_counter() - t0) / frames
-        wait = b.wait_seconds / frames
+        wait = b.program.wait_seconds / frames
         return dev.info.name, wall * 1e6, wait * 1e6, (wall - wait) * 1e6
     finally:
         dev.close()

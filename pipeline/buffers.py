@@ -1,11 +1,10 @@
-"""A build's buffers: the memory check before allocation, one buffer per node output (two
+"""A build's memory: the memory check before allocation, one buffer per node output (two
 for one read through a feedback edge), the global uniform, node info and params buffers, the
-host staging buffers of sources and sinks, and which buffer a node connector means in a frame.
+host staging buffers of sources and sinks, and which buffer a node connector means for a
+buffer parity.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -17,57 +16,60 @@ FRAME_LISTS = 2  # command lists of the frames, used in turn: frames in flight a
 
 
 class Buffers:
-    """Allocation stage of Build (pipeline/runner.py). Fills `buffers`, `staging`, `params`,
-    `global_bufs`, `zeros` and `node_info` from the scheduled nodes (`schedule`) on `device`;
-    `buffer()` picks a connector's buffer for the frame's parity (`frame`)."""
+    """Memory stage of Build (pipeline/runner.py), made from the plan's `schedule` on
+    `device`: checks that the buffers fit, then allocates `buffers`, `staging`, `params`,
+    `global_slots` / `global_bufs`, `zeros` and `node_info`. Everything it allocates goes
+    into `owned` (the build frees that list when it closes; the caller's list). It knows no
+    frame: `buffer()` takes the parity (frame % 2), and nothing here waits for the device
+    (the program's `finish` comes first where a frame may still run)."""
 
-    def buffer(self, node: Node, conn: str, parity: int | None = None):
-        """The buffer a node connector reads or writes (parity = frame % 2)."""
+    def __init__(self, schedule: list[Node], device, owned: list):
+        self.schedule = schedule
+        self.device = device
+        self.owned = owned
+        self.buffers: dict[tuple[int, str], list] = {}  # (id(node), conn) -> [buf] or [b0, b1]
+        self.staging: dict[int, object] = {}  # id(node) -> host buffer of a source or sink
+        self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
+        self.node_info: dict[int, object] = {}  # id(node) -> (wd, ht, nchan, 0) per connector
+        self._check_memory()
+        self._allocate()
+
+    def buffer(self, node: Node, conn: str, parity: int):
+        """The buffer a node connector reads or writes in a frame of this parity."""
         c = node.connector(conn)
         if c.is_input:
             if c.source is None:  # an optional input left open
                 return self.zeros
             src, sconn = c.source
             bufs = self.buffers[(id(src), sconn)]
-            p = self.frame % 2 if parity is None else parity
-            if c.feedback:
-                p = (p + 1) % 2
+            p = (parity + 1) % 2 if c.feedback else parity
             return bufs[p % len(bufs)]
         bufs = self.buffers[(id(node), conn)]
-        p = self.frame % 2 if parity is None else parity
-        return bufs[p % len(bufs)]
+        return bufs[parity % len(bufs)]
 
-    def finish(self) -> None:
-        """Wait for the frames in flight (before the host reads or writes device data)."""
-        for cl in self.commands + getattr(self, "lean", []):
-            self.wait_for(cl)
-        for cl, _ in getattr(self, "_batches", ()):
-            self.wait_for(cl)
+    def read(self, node: Node, conn: str, parity: int) -> np.ndarray:
+        """A node connector's data (no frame may be running)."""
+        return shape(node.connector(conn), self.buffer(node, conn, parity).download(np.uint8))
 
-    def wait_for(self, cl) -> None:
-        """Wait for a frame's command list if it is in flight, counted in wait_seconds."""
-        if cl.pending:
-            t = time.perf_counter()
-            cl.wait()
-            self.wait_seconds += time.perf_counter() - t
+    def upload(self, node: Node, conn: str, array: np.ndarray, parity: int) -> None:
+        """Put `array` into the buffer a node connector writes (no frame may be running)."""
+        self.buffer(node, conn, parity).upload(array)
 
-    def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
-        """Put `array` into the buffer a node connector writes (this frame's parity)."""
-        self.finish()
-        self.buffer(node, conn).upload(array)
+    def set_params(self, module, blob: bytes) -> None:
+        """A module's params block changed: write it (no frame may be reading it)."""
+        buf, _ = self.params[id(module)]
+        buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
+        self.params[id(module)] = (buf, blob)
 
-    def read(self, node: Node, conn: str) -> np.ndarray:
-        """Download a node connector's current data (after the frame ran)."""
-        self.finish()
-        return self._shape(node.connector(conn), self.buffer(node, conn).download(np.uint8))
+    def host_mapped(self) -> bool:
+        """Does the host map a buffer the kernels write (CPU drivers)?"""
+        return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
 
-    def _shape(self, c: Connector, raw: np.ndarray) -> np.ndarray:
-        if c.is_ssbo:
-            dtype = FORMAT_DTYPE.get(c.format, np.float32)
-            n = c.roi.wd * c.roi.ht
-            return raw.view(dtype)[:n].copy()
-        n = c.roi.wd * c.roi.ht * c.nchan
-        return raw.view(np.float32)[:n].reshape(c.roi.ht, c.roi.wd, c.nchan).copy()
+    def new(self, nbytes: int, host: bool = False, near: bool = False):
+        """A buffer of this build (freed with it)."""
+        buf = self.device.buffer(nbytes, host, near)
+        self.owned.append(buf)
+        return buf
 
     # -- allocation
     def _outputs(self):
@@ -105,45 +107,44 @@ class Buffers:
         return any(c.feedback and c.source is not None and c.source[0] is node
                    and c.source[1] == conn for n in self.schedule for c in n.connectors)
 
-    # -- what this build owns on the device (close() frees it; shared kernels stay)
-    def _buffer(self, nbytes: int, host: bool = False, near: bool = False):
-        return self._keep(self.device.buffer(nbytes, host, near))
-
-    def _commands(self, timestamps: int = 0):
-        return self._keep(self.device.commands(timestamps))
-
-    def _keep(self, child):
-        self._owned.append(child)
-        return child
-
     def _allocate(self) -> None:
         # the global uniform (frame, frames), one per command list, so a frame can be
         # submitted while the one before still runs: the host writes the list's slot; where
         # the slot is device-local (a GPU's host-visible video memory, or a CPU driver) the
         # list's kernels read it there, else the list first copies it to a device buffer
-        self.global_slots = [self._buffer(16, host=True, near=True) for _ in range(FRAME_LISTS)]
+        self.global_slots = [self.new(16, host=True, near=True) for _ in range(FRAME_LISTS)]
         self.global_direct = all(s.device_local for s in self.global_slots)
         self.global_bufs = (self.global_slots if self.global_direct
-                            else [self._buffer(16) for _ in range(FRAME_LISTS)])
-        self.zeros = self._buffer(16)
+                            else [self.new(16) for _ in range(FRAME_LISTS)])
+        self.zeros = self.new(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
-            self.buffers[(id(node), c.name)] = [self._buffer(c.nbytes()) for _ in range(n)]
+            self.buffers[(id(node), c.name)] = [self.new(c.nbytes()) for _ in range(n)]
         for node in self.schedule:
             if node.kernel is None:
                 c0 = node.connectors[0]
-                self.staging[id(node)] = self._buffer(c0.nbytes(), host=True)
-        self.node_info = {}
+                self.staging[id(node)] = self.new(c0.nbytes(), host=True)
         for node in self.schedule:
             if node.kernel is None:
                 continue
-            info = self._buffer(16 * max(1, len(node.connectors)), host=True)
+            info = self.new(16 * max(1, len(node.connectors)), host=True)
             info.view(np.int32)[: 4 * len(node.connectors)] = np.array(
                 [[c.roi.wd, c.roi.ht, c.nchan, 0] for c in node.connectors], np.int32).ravel()
             self.node_info[id(node)] = info
             m = node.module
             if id(m) not in self.params:
                 blob = m.param_blob()
-                buf = self._buffer(len(blob), host=True)
+                buf = self.new(len(blob), host=True)
                 buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
                 self.params[id(m)] = (buf, blob)
+
+
+def shape(c: Connector, raw: np.ndarray) -> np.ndarray:
+    """A connector's bytes as numpy: a storage buffer's elements (in its format), or an image
+    as (ht, wd, nchan) float32."""
+    if c.is_ssbo:
+        dtype = FORMAT_DTYPE.get(c.format, np.float32)
+        n = c.roi.wd * c.roi.ht
+        return raw.view(dtype)[:n].copy()
+    n = c.roi.wd * c.roi.ht * c.nchan
+    return raw.view(np.float32)[:n].reshape(c.roi.ht, c.roi.wd, c.nchan).copy()

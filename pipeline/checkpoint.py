@@ -21,7 +21,8 @@ driver. The cfg saved is the graph as the run started (keyframes change params d
 A checkpoint read back is checked before its state is used (`load`): each entry's `.npy`
 header (shape, dtype) is read first and its data only when it fits the buffer it goes to
 (a small file cannot make us decompress gigabytes); a key under a module's prefix that the
-module does not save is refused, as is a trainer's state holding NaN/Inf (`load_trainer_state`).
+module does not save is refused, as is a trainer's state holding NaN/Inf
+(pipeline/trainer.py: `load_trainer_state`).
 The same `load` carries a Session's trained state over to a rebuilt graph (vkgraph/api.py).
 """
 
@@ -40,8 +41,7 @@ import numpy as np
 
 from .cfg import write_cfg
 from .errors import GraphError
-from .formats import READ_MAX, atomic_write, non_finite
-from .trainer import trainable
+from .formats import READ_MAX, atomic_write
 
 log = logging.getLogger("vkgraph")
 
@@ -57,7 +57,7 @@ def _feedback_buffers(build, module):
     """(key, buffers) for every double-buffered output of the module's scheduled nodes."""
     for i, node in enumerate(module.nodes):
         for c in node.connectors:
-            bufs = build.buffers.get((id(node), c.name)) if c.is_output else None
+            bufs = build.memory.buffers.get((id(node), c.name)) if c.is_output else None
             if bufs is not None and len(bufs) == 2:
                 yield f"@{i}.{node.kernel}.{c.name}", node, c, bufs
 
@@ -79,7 +79,7 @@ def check_supported(build) -> None:
 
 def collect(build) -> dict[str, np.ndarray]:
     """The state of every active module after frame `build.frame`, keyed NAME:INST/KEY."""
-    build.finish()  # the feedback buffers are read directly: no frame may still run
+    build.program.finish()  # the feedback buffers are read directly: no frame may still run
     out: dict[str, np.ndarray] = {}
     for m in build.active:
         hook = m.cls.hook("state")
@@ -191,7 +191,7 @@ def _header(arrays: Mapping, key: str) -> tuple[tuple, np.dtype, int]:
 
 def _module_bytes(build, module) -> int:
     """All device memory of a module's outputs: no state of it can be larger."""
-    return sum(c.nbytes() * len(build.buffers.get((id(node), c.name), ()))
+    return sum(c.nbytes() * len(build.memory.buffers.get((id(node), c.name), ()))
                for node in module.nodes for c in node.connectors if c.is_output)
 
 
@@ -203,7 +203,8 @@ def load(build, arrays: Mapping, where: str) -> None:
     buffers (its `load_state` hook checks the exact shape); an entry is read only after
     that. GraphError naming `where` otherwise."""
     used = set()
-    build.finish()  # (a fresh build runs nothing yet; restored buffers are written directly)
+    # a fresh build runs nothing yet; restored buffers are written directly
+    build.program.finish()
     for m in build.active:
         prefix = f"{m}/"
         mine = {k[len(prefix):] for k in arrays if k.startswith(prefix)}
@@ -331,57 +332,3 @@ def upload(build, node, conn: str, arrays: dict, key: str, module) -> None:
         raise GraphError(f"checkpoint '{key}' of {module} is {arr.dtype} {arr.shape}, this "
                          f"graph needs {want.dtype} {want.shape}")
     build.upload(node, conn, np.ascontiguousarray(arr))
-
-
-def trainer_state(build, module, entries) -> dict:
-    """For `state` hooks of trainers: the (node of the module's Trainable, connector) buffers
-    the engine cannot know about, e.g. weights, optimiser moments and the loss history."""
-    t = trainable(module)
-    return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
-
-
-F16_MAX = 65504.0
-
-
-def check_trainer_values(module, arrays: dict, history: str = "lsum.hist") -> None:
-    """A trainer's saved state as training leaves it: every value finite (the optimiser skips
-    an update that would not be; only the loss history records a non-finite loss), the fp32
-    weights `adam.w` within what the module's published weights `w` hold (f16: 65504), and
-    Adam's second moment `adam.v` not negative. GraphError naming the first bad value."""
-    for key in sorted(arrays):
-        arr = np.asarray(arrays[key])
-        found = None if key == history else non_finite(arr, "element")
-        if found is not None:
-            raise GraphError(f"state '{key}' of {module} holds {found[1]}: training never "
-                             "leaves a non-finite value there")
-    w = np.asarray(arrays.get("adam.w", np.zeros(0)))
-    published = next((c.format for c in module.connectors if c.name == "w"), "f32")
-    if published == "f16" and w.size and np.abs(w).max() > F16_MAX:
-        i = int(np.argmax(np.abs(w).reshape(-1)))
-        raise GraphError(f"state 'adam.w' of {module} holds {w.reshape(-1)[i]:g} at element "
-                         f"{i}, beyond the f16 weights it outputs (at most {F16_MAX:g})")
-    v = np.asarray(arrays.get("adam.v", np.zeros(0)))
-    if v.size and v.min() < 0:
-        i = int(np.argmin(v.reshape(-1)))
-        raise GraphError(f"state 'adam.v' of {module} holds {v.reshape(-1)[i]:g} at element "
-                         f"{i}: Adam's second moment is never negative")
-
-
-def load_trainer_state(build, module, arrays: dict, entries,
-                       history: str = "lsum.hist") -> None:
-    """For `load_state` hooks: the inverse of trainer_state, after check_trainer_values. A
-    loss history saved with another length (another frame count) is moved to its new
-    ring-buffer slots."""
-    t = trainable(module)
-    arrays = dict(arrays)
-    check_trainer_values(module, arrays, history)
-    old = arrays.get(history)
-    n_new = t.hist_len
-    if old is not None and n_new and old.ndim == 1 and old.size and old.size != n_new:
-        new = np.zeros(n_new, old.dtype)
-        done = build.frame + 1
-        f = np.arange(max(0, done - min(old.size, new.size)), done)
-        new[f % new.size] = old[f % old.size]
-        arrays[history] = new
-    for n, c in entries:
-        upload(build, getattr(t, n), c, arrays, f"{n}.{c}", module)

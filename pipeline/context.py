@@ -13,14 +13,17 @@ pipeline/module.py) is a HookContext, not the whole Build.
     nodes          add_node, node_connect, node_feedback, bind (create_nodes; signatures in
                    pipeline/README.md, "Node API")
 
-The names are the Build's own, so code that still hands a hook the Build itself (an older
-bench script) keeps working; new hook code should use only these.
+It is a view of the run (`Build`, pipeline/runner.py: the graph, the frame counters, the
+device, the buffers of the current frame) and of its plan (`Build.plan`, pipeline/nodes.py:
+the node API), made before the plan so that the plan's hooks get it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
+
+from .datasets import resolve_name
 
 _NONE = MappingProxyType({})
 
@@ -60,21 +63,33 @@ class HookContext:
     @property
     def first_frame(self) -> int:
         """The first frame this run executes (> 0 when resumed from a checkpoint)."""
-        return getattr(self._build, "first_frame", 0)
+        return self._build.first_frame
 
     @property
     def seconds(self) -> float:
         """Wall time of the run's frames, once it has ended (0 before)."""
-        return getattr(self._build, "seconds", 0.0)
+        return self._build.seconds
 
     def resolve(self, filename: str) -> Path:
-        """A file named in a cfg: `pkg:`, absolute, next to the cfg, the working folder."""
-        return self._build.resolve(filename)
+        """A file named in a cfg: `pkg:<package>/<path>` (inside an installed Python package),
+        absolute, next to the cfg, or in the working directory."""
+        return resolve_name(filename, self._near_cfg)
+
+    def _near_cfg(self, filename: str) -> Path:
+        path = Path(filename).expanduser()
+        if path.is_absolute():
+            return path
+        cfg = getattr(self._build.graph, "cfg_path", None)
+        if cfg is not None:
+            near = Path(cfg).resolve().parent / path
+            if near.exists():
+                return near
+        return Path.cwd() / path
 
     # -- the graph
     @property
     def modules(self) -> dict:
-        return self._build.modules
+        return self._build.graph.modules
 
     def readers(self, module, connector: str) -> list:
         """(reader module, its connector) for every wire from `module`'s `connector`."""
@@ -83,7 +98,7 @@ class HookContext:
 
     def meta(self, module, connector: str):
         """Metadata of the data on a connector: see connector_meta."""
-        return self._build.meta(module, connector)
+        return connector_meta(module, connector)
 
     # -- the device
     @property
@@ -100,13 +115,13 @@ class HookContext:
 
     # -- nodes (create_nodes)
     def add_node(self, module, kernel, dispatch, connectors, **kw):
-        return self._build.add_node(module, kernel, dispatch, connectors, **kw)
+        return self._build.plan.add_node(module, kernel, dispatch, connectors, **kw)
 
     def node_connect(self, src, src_conn: str, dst, dst_conn: str) -> None:
-        self._build.node_connect(src, src_conn, dst, dst_conn)
+        self._build.plan.node_connect(src, src_conn, dst, dst_conn)
 
     def node_feedback(self, src, src_conn: str, dst, dst_conn: str) -> None:
-        self._build.node_feedback(src, src_conn, dst, dst_conn)
+        self._build.plan.node_feedback(src, src_conn, dst, dst_conn)
 
     def bind(self, module, mconn: str, node, nconn: str) -> None:
-        self._build.bind(module, mconn, node, nconn)
+        self._build.plan.bind(module, mconn, node, nconn)

@@ -13,7 +13,7 @@ Each file runs once per process, with a `sys.modules` entry (so `@dataclass`, pi
 user's module folders (`--modules DIR`, `$VKGRAPH_MODULES`) in a checkout and in the
 installed wheel: the name maps to the folder the registry chose for that module (a user
 folder that shadows a shipped module also shadows its code). A name no registry has chosen
-yet is looked up in the default folders (`registry.default_dirs`).
+yet is looked up in the default folders (`folders.default_dirs`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from .folders import default_dirs
 
 PREFIX = "vkgraph.modules."
 
@@ -75,8 +77,6 @@ def _folder(py: str) -> Path | None:
     known = _FOLDERS.get(py)
     if known is not None:
         return known[1]
-    from .registry import default_dirs
-
     for d in default_dirs():
         if d.is_dir():
             for sub in sorted(d.iterdir()):

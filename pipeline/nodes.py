@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .context import HookContext, connector_meta
 from .errors import GraphError
 from .module import OPTIONAL, Connector, ModuleInstance, Roi, check_name
 
@@ -106,22 +105,17 @@ def wavefronts(order: list[Node]) -> list[Node]:
 
 
 class NodeGraph:
-    """The nodes of one build. Hooks receive its `context` (a HookContext) as `graph`."""
+    """The plan of one build (Build's first stage, pipeline/runner.py): from the module graph
+    `graph`, the active modules, their sizes and metadata (ROI passes), their nodes, the
+    wiring and the `schedule`. Module hooks get `context` (a HookContext) as `graph`; its node
+    API (add_node, node_connect, node_feedback, bind) is this object's."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, context):
         self.graph = graph
-        self.context = HookContext(self)  # what hooks get as `graph` (pipeline/context.py)
+        self.context = context  # what hooks get as `graph` (pipeline/context.py)
         self.nodes: list[Node] = []
         self.active: list[ModuleInstance] = []
         self.schedule: list[Node] = []
-
-    @property
-    def modules(self):
-        return self.graph.modules
-
-    def meta(self, module: ModuleInstance, connector: str):
-        """A connector's metadata (HookContext.meta)."""
-        return connector_meta(module, connector)
 
     # -- API for create_nodes
     def add_node(self, module: ModuleInstance, kernel: str | None, dispatch, connectors,
@@ -222,7 +216,7 @@ class NodeGraph:
     def _convert_for_readers(self, m: ModuleInstance) -> None:
         """A source's storage buffer whose file holds another float format than an active
         reader declares (a `.lut` of f32 weights for kpn's f16 `w`): the upload converts
-        the data to the reader's format (Build._check_source refuses values that the
+        the data to the reader's format (Transfers._check_source refuses values that the
         format cannot hold), instead of the reader taking f32 bytes for f16."""
         active = {id(x) for x in self.active}
         for c in m.connectors:

@@ -10,29 +10,16 @@ kernels lie beside them (`<name>/main.comp`) or in `shaders/<name>/` of the same
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .errors import GraphError, closest
+from .folders import DEFAULT_DIR, ENV, HOST_MODULES, USER_DIRS, default_dirs, user_dirs
 from .module import ModuleClass, described, last_frame_in
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "modules"
-# i-array, o-array, capture: modules for programs that run a graph on numpy arrays (hostmods/)
-HOST_MODULES = Path(__file__).resolve().parent / "hostmods"
-ENV = "VKGRAPH_MODULES"
-
-# folders given on the command line (`vkgraph --modules DIR`, repeatable); before $VKGRAPH_MODULES
-USER_DIRS: list[Path] = []
-
-
-def user_dirs() -> list[Path]:
-    """The user's module folders: --modules ones, then $VKGRAPH_MODULES' (os.pathsep list)."""
-    env = [Path(p).expanduser() for p in os.environ.get(ENV, "").split(os.pathsep) if p]
-    return [*USER_DIRS, *env]
-
-
-def default_dirs() -> list[Path]:
-    return [*user_dirs(), DEFAULT_DIR]
+# where module folders are (folders.py); named here too, the registry being where programs
+# look for them
+__all__ = ["DEFAULT_DIR", "ENV", "HOST_MODULES", "USER_DIRS", "Registry", "default_dirs",
+           "user_dirs"]
 
 
 class Registry:

@@ -1,59 +1,69 @@
-"""One run of a graph on a device: `Build`, its stages, and the frame loop.
+"""One run of a graph on a device: `Build`, the frame loop over four stages.
 
-`Build(graph, device)` goes through the stages in order, each in its own file:
-the passes from modules to scheduled nodes (nodes.py: NodeGraph), the buffers (buffers.py:
-memory check, allocation), the kernels compiled, checked and recorded once per buffer parity
-(recording.py, kernels.py), and host I/O of sources and sinks (transfers.py). This file holds
-what ties them: the construction, the hooks' file helper and the frame loop. Programs make a Build
-through `vkgraph.Session` (vkgraph/api.py), its one owner. `run_frame(f)`
-costs a few small host writes, one submit and one fence wait.
+`Build(graph, device)` makes its stages in order, each from what the ones before it made:
+
+    plan     NodeGraph (nodes.py): the module graph -> active modules, ROI passes, nodes,
+             wiring, `schedule`; the module hooks run here (with `context`)
+    memory   Buffers (buffers.py): the schedule on the device -> the memory check, `buffers`,
+             staging, params, global uniforms
+    program  Program (recording.py): the schedule and the memory -> kernels compiled and
+             checked, command lists recorded once per buffer parity, profiling
+    io       Transfers (transfers.py): the schedule, memory and program -> sources uploaded,
+             sinks downloaded to their write_sink hooks
+
+This file holds what ties them: the frame counters, the hooks' view of the run (`context`,
+pipeline/context.py) and the frame loop. No stage knows the frame
+counter; the loop passes the frame (and `frames`) to them. Programs make a Build through
+`vkgraph.Session` (vkgraph/api.py), its one owner. `run_frame(f)` costs a few small host
+writes, one submit and one fence wait.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 
 from .buffers import Buffers
-from .datasets import resolve_name
+from .context import HookContext
 from .errors import GraphError
 from .nodes import Node, NodeGraph
-from .recording import BATCH, Recording
+from .recording import BATCH, Program
 from .transfers import Transfers
 from .vk import Device
 
 log = logging.getLogger("vkgraph")
 
 
-class Build(Buffers, Recording, Transfers, NodeGraph):
-    """Everything one run of a graph needs on the device."""
+class Build:
+    """Everything one run of a graph needs on the device: its stages `plan`, `memory`,
+    `program` and `io`, and the frame loop."""
 
     def __init__(self, graph, device: Device, profile: bool = False):
-        super().__init__(graph)
+        self.graph = graph
         self.device = device
-        self.profile = profile
         self.frame = 0
         self.frames = max(1, int(graph.frames))
-        self.buffers: dict[tuple[int, str], list] = {}  # (id(node), conn) -> [buf] or [b0, b1]
-        self.staging: dict[int, object] = {}  # id(node) -> host buffer of a source or sink
-        self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
-        self.commands: list = []
-        self._partial: dict = {}  # run_upto's command lists
-        self.streaming: list[Node] = []
-        self.wait_seconds = 0.0  # time spent waiting for the device (bench/overhead.py)
         self.first_frame = 0  # where this run started (> 0 when resumed from a checkpoint)
         self.interrupted = False  # run_frames stopped early (stop() said so)
         self.seconds = 0.0  # wall time of the frames run so far (summaries: frames/s)
         self._sources_uploaded = False
-        self._owned: list = []  # buffers and command lists made for this build (close())
+        self._owned: list = []  # buffers and command lists the stages made (close())
         self.closed = False
-        self.build_nodes()
-        self._check_memory()
-        self._allocate()
-        self._record()
+        self.context = HookContext(self)  # what hooks get as `graph`, from the plan on
+        self.plan = NodeGraph(graph, self.context)
+        self.plan.build_nodes()
+        schedule = self.plan.schedule
+        self.memory = Buffers(schedule, device, self._owned)
+        self.program = Program(schedule, self.memory, device, getattr(graph, "registry", None),
+                               self.context, profile, self._owned)
+        self.io = Transfers(schedule, self.memory, self.program, device, self.context)
+
+    @property
+    def active(self) -> list:
+        """The plan's active modules, writers before readers."""
+        return self.plan.active
 
     def close(self) -> None:
         """Free this build's buffers and command lists now, not when the device closes (a
@@ -61,36 +71,50 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
         kernels, which other builds share, stay. The build cannot run afterwards."""
         if self.closed:
             return
-        self.finish()
-        self.device.release(self._owned)
-        self._owned = []
+        self.program.finish()
+        self.device.release(list(self._owned))
+        self._owned.clear()
         self.closed = True
 
     def sources_changed(self) -> None:
         """A source's host data changed (same sizes): upload the sources at the next frame."""
         self._sources_uploaded = False
 
-    # -- hooks' helpers
-    def resolve(self, filename: str) -> Path:
-        """A file named in a cfg: `pkg:<package>/<path>` (inside an installed Python package),
-        absolute, next to the cfg, or in the working directory."""
-        return resolve_name(filename, self._near_cfg)
+    # -- a node's data in the current frame (tools, tests, state hooks)
+    def buffer(self, node: Node, conn: str, parity: int | None = None):
+        """The buffer a node connector reads or writes (parity: frame % 2 by default)."""
+        return self.memory.buffer(node, conn, self.frame % 2 if parity is None else parity)
 
-    def _near_cfg(self, filename: str) -> Path:
-        path = Path(filename).expanduser()
-        if path.is_absolute():
-            return path
-        cfg = getattr(self.graph, "cfg_path", None)
-        if cfg is not None:
-            near = Path(cfg).resolve().parent / path
-            if near.exists():
-                return near
-        return Path.cwd() / path
+    def read(self, node: Node, conn: str) -> np.ndarray:
+        """Download a node connector's current data (after the frame ran)."""
+        self.program.finish()
+        return self.memory.read(node, conn, self.frame % 2)
+
+    def upload(self, node: Node, conn: str, array: np.ndarray) -> None:
+        """Put `array` into the buffer a node connector writes (this frame's parity)."""
+        self.program.finish()
+        self.memory.upload(node, conn, array, self.frame % 2)
+
+    def download_sinks(self) -> None:
+        """The current frame's sinks handed to their write_sink hooks."""
+        self.io.download_sinks(self.frame)
+
+    def run_upto(self, target: Node, stop: Node | None = None) -> None:
+        """Run `target` and what it reads from again for the current frame (Program.run_upto)."""
+        self.program.run_upto(self.frame, target, stop)
+
+    def timings(self) -> list[tuple[str, float]]:
+        """(node label, GPU milliseconds) of the current frame's dispatches (profile=True)."""
+        return self.program.timings(self.frame)
+
+    def gpu_span(self) -> float:
+        """GPU milliseconds of the current frame, first dispatch start to last end."""
+        return self.program.gpu_span(self.frame)
 
     # -- frames
     def _frame_lists(self) -> None:
         """Per-frame work lists, looked up once (host time per frame matters: bench/overhead.py)."""
-        self._param_mods = [m for m in self.active if id(m) in self.params]
+        self._param_mods = [m for m in self.plan.active if id(m) in self.memory.params]
         self._keyframes = bool(getattr(self.graph, "has_keyframes", None)
                                and self.graph.has_keyframes())
 
@@ -105,30 +129,22 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self._frame_lists()
         if self._keyframes:
             self.graph.apply_keyframes(frame)
+        program = self.program
         for m in self._param_mods:  # params may change between frames (keyframes, gui, tools)
-            buf, last = self.params[id(m)]
             blob = m.param_blob()  # the same object until a value changes (store)
-            if blob is not last:
-                self.finish()  # the frames in flight read the params as they were
-                buf.view()[: len(blob)] = np.frombuffer(blob, np.uint8)
-                self.params[id(m)] = (buf, blob)
+            if blob is not self.memory.params[id(m)][1]:
+                program.finish()  # the frames in flight read the params as they were
+                self.memory.set_params(m, blob)
         if frame == 0 or not self._sources_uploaded:  # a resumed run starts at frame k > 0
-            self.finish()
-            self.upload_sources(only_streaming=False)
+            program.finish()
+            self.io.upload_sources(only_streaming=False)
             self._sources_uploaded = True
-        elif self.streaming:
-            self.finish()
-            self.upload_sources(only_streaming=True)
-        k = frame % len(self.commands)
-        cl = self.frame_list(frame)
-        self.wait_for(self._last[k])  # the frame FRAME_LISTS back (it used slot k) is done
-        self._last[k] = cl
-        slot = self.global_slots[k].view(np.int32)
-        slot[0] = frame
-        slot[1] = self.frames
-        cl.submit()
+        elif program.streaming:
+            program.finish()
+            self.io.upload_sources(only_streaming=True)
+        program.submit(frame, self.frames)
         if wait:
-            self.finish()
+            program.finish()
         if download:
             self.download_sinks()  # (it waits for the frame itself)
 
@@ -170,7 +186,7 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
                 if last_frame_only and write_sinks:
                     self.download_sinks()
                 break
-        self.finish()
+        self.program.finish()
         self.seconds += time.perf_counter() - t0
 
     def _batch_fits(self, f: int, end: int, last_frame_only: bool, sync) -> bool:
@@ -180,20 +196,14 @@ class Build(Buffers, Recording, Transfers, NodeGraph):
             self._frame_lists()
         if self._keyframes or any(sync(g) for g in range(f, f + BATCH - 1)):
             return False
-        if any(n.due(g, self.frames) for n in self._due for g in range(f, f + BATCH)):
+        if self.program.any_due(range(f, f + BATCH), self.frames):
             return False
-        if any(m.param_blob() is not self.params[id(m)][1] for m in self._param_mods):
+        if any(m.param_blob() is not self.memory.params[id(m)][1] for m in self._param_mods):
             return False  # run_frame uploads the changed params first
-        return self.batch_list(0) is not None
+        return self.program.batch_list(0) is not None
 
     def _run_batch(self, f: int, k: int) -> None:
         """Frames f .. f + BATCH - 1 in batch list k (f even)."""
-        cl, slots = self.batch_list(k)
-        self.wait_for(cl)
-        for j, slot in enumerate(slots):
-            view = slot.view(np.int32)
-            view[0] = f + j
-            view[1] = self.frames
-        cl.submit()
+        self.program.submit_batch(f, k, self.frames)
         self.frame = f + BATCH - 1
 

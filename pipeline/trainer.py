@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checkpoint import upload
 from .errors import GraphError
+from .formats import non_finite
 from .module import OPTIONAL, Roi, ssbo
 
 
@@ -430,15 +432,68 @@ STATE = (("adam", "w"), ("adam", "m"), ("adam", "v"), ("adam", "stats"), ("lsum"
 
 def state(graph, module) -> dict:
     """Checkpoint: fp32 weights, optimiser moments, stats and the loss history."""
-    from .checkpoint import trainer_state
-
     return trainer_state(graph, module, STATE)
 
 
 def load_state(graph, module, arrays) -> None:
-    from .checkpoint import load_trainer_state
-
     load_trainer_state(graph, module, arrays, STATE)
+
+
+# -- the trainer's state in checkpoints (pipeline/checkpoint.py saves and loads it)
+
+
+def trainer_state(build, module, entries) -> dict:
+    """For `state` hooks of trainers: the (node of the module's Trainable, connector) buffers
+    the engine cannot know about, e.g. weights, optimiser moments and the loss history."""
+    t = trainable(module)
+    return {f"{n}.{c}": build.read(getattr(t, n), c) for n, c in entries}
+
+
+F16_MAX = 65504.0
+
+
+def check_trainer_values(module, arrays: dict, history: str = "lsum.hist") -> None:
+    """A trainer's saved state as training leaves it: every value finite (the optimiser skips
+    an update that would not be; only the loss history records a non-finite loss), the fp32
+    weights `adam.w` within what the module's published weights `w` hold (f16: 65504), and
+    Adam's second moment `adam.v` not negative. GraphError naming the first bad value."""
+    for key in sorted(arrays):
+        arr = np.asarray(arrays[key])
+        found = None if key == history else non_finite(arr, "element")
+        if found is not None:
+            raise GraphError(f"state '{key}' of {module} holds {found[1]}: training never "
+                             "leaves a non-finite value there")
+    w = np.asarray(arrays.get("adam.w", np.zeros(0)))
+    published = next((c.format for c in module.connectors if c.name == "w"), "f32")
+    if published == "f16" and w.size and np.abs(w).max() > F16_MAX:
+        i = int(np.argmax(np.abs(w).reshape(-1)))
+        raise GraphError(f"state 'adam.w' of {module} holds {w.reshape(-1)[i]:g} at element "
+                         f"{i}, beyond the f16 weights it outputs (at most {F16_MAX:g})")
+    v = np.asarray(arrays.get("adam.v", np.zeros(0)))
+    if v.size and v.min() < 0:
+        i = int(np.argmin(v.reshape(-1)))
+        raise GraphError(f"state 'adam.v' of {module} holds {v.reshape(-1)[i]:g} at element "
+                         f"{i}: Adam's second moment is never negative")
+
+
+def load_trainer_state(build, module, arrays: dict, entries,
+                       history: str = "lsum.hist") -> None:
+    """For `load_state` hooks: the inverse of trainer_state, after check_trainer_values. A
+    loss history saved with another length (another frame count) is moved to its new
+    ring-buffer slots."""
+    t = trainable(module)
+    arrays = dict(arrays)
+    check_trainer_values(module, arrays, history)
+    old = arrays.get(history)
+    n_new = t.hist_len
+    if old is not None and n_new and old.ndim == 1 and old.size and old.size != n_new:
+        new = np.zeros(n_new, old.dtype)
+        done = build.frame + 1
+        f = np.arange(max(0, done - min(old.size, new.size)), done)
+        new[f % new.size] = old[f % old.size]
+        arrays[history] = new
+    for n, c in entries:
+        upload(build, getattr(t, n), c, arrays, f"{n}.{c}", module)
 
 
 # what a trainable module gets unless its module.py defines the hook itself

@@ -1,25 +1,41 @@
-"""A build's host I/O: sources' data checked and uploaded (once, or every frame for the
-streaming ones), sinks' data downloaded and handed to their write_sink hooks.
+"""A build's host I/O: sources' data checked and uploaded (once, or to their staging every
+frame for the streaming ones), sinks' data downloaded and handed to their write_sink hooks.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .buffers import Buffers, shape
 from .errors import GraphError, RuntimeFailure
 from .module import FORMAT_DTYPE, Connector
 from .nodes import Node
+from .recording import Program
 
 
 class Transfers:
-    """Sources and sinks stage of Build (pipeline/runner.py): between frames, through the
-    host `staging` buffers, calling the modules' read_source and write_sink hooks."""
+    """Host I/O stage of Build (pipeline/runner.py): between frames, the sources of the plan's
+    `schedule` uploaded and its sinks downloaded through the host staging buffers of `memory`,
+    calling the modules' read_source and write_sink hooks with `context`. `program` says
+    which sources stream (copied by the frame lists themselves), records the sinks' copies
+    and waits for the frames in flight."""
+
+    def __init__(self, schedule: list[Node], memory: Buffers, program: Program, device,
+                 context):
+        self.schedule = schedule
+        self.memory = memory
+        self.program = program
+        self.device = device
+        self.context = context
 
     def upload_sources(self, only_streaming: bool) -> None:
+        """Every source's data (only_streaming: those the frames copy themselves) from its
+        read_source hook into its staging buffer, and where the frames do not copy it, into
+        its buffers (no frame may be running)."""
         for node in self.schedule:
             if node.kernel is not None or not node.is_source:
                 continue
-            streaming = node in self.streaming
+            streaming = node in self.program.streaming
             if only_streaming and not streaming:
                 continue
             c0 = node.connectors[0]
@@ -28,10 +44,10 @@ class Transfers:
                 raise RuntimeFailure(f"source module {node.module.name} has no read_source")
             data = hook(self.context, node.module, c0)
             data = self._check_source(node, c0, data)
-            staging = self.staging[id(node)]
+            staging = self.memory.staging[id(node)]
             staging.view()[: data.nbytes] = data.view(np.uint8).reshape(-1)
             if not streaming:
-                for buf in self.buffers[(id(node), c0.name)]:
+                for buf in self.memory.buffers[(id(node), c0.name)]:
                     self.device.oneshot().copy_now(staging, buf, data.nbytes)
 
     @staticmethod
@@ -78,11 +94,11 @@ class Transfers:
             data = out
         return np.ascontiguousarray(data)
 
-    def download_sinks(self) -> None:
-        """The current frame's sink data copied to the host and handed to the write_sink
-        hooks."""
-        self.finish()
-        copies = self.sink_list(self.frame)
+    def download_sinks(self, frame: int) -> None:
+        """The sink data of `frame` (the last one run) copied to the host and handed to the
+        write_sink hooks."""
+        self.program.finish()
+        copies = self.program.sink_list(frame)
         if copies is not None:
             copies.run()
         for node in self.schedule:
@@ -92,5 +108,5 @@ class Transfers:
             if hook is None:
                 continue  # display in the cli: replaced by writers beforehand
             c0 = node.connectors[0]
-            raw = self.staging[id(node)].view(np.uint8)
-            hook(self.context, node.module, c0, self._shape(c0, raw))
+            raw = self.memory.staging[id(node)].view(np.uint8)
+            hook(self.context, node.module, c0, shape(c0, raw))

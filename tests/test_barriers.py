@@ -51,7 +51,7 @@ def test_hazards_barrier_only_where_needed(monkeypatch):
 def _frame_ops(build) -> list[str]:
     """The frame's command list as node labels and '|' for barriers."""
     out = []
-    for op in build.commands[0].ops:
+    for op in build.program.commands[0].ops:
         if op[0] == "barrier":
             out.append("|")
         elif op[0] == "dispatch":
@@ -78,7 +78,7 @@ def test_mlp_t_frame_runs_independent_nodes_side_by_side(device, tmp_path, monke
     # the frame's list: (where the global slot is not device-local: its copy) the barrier
     # against the frame before, tacc's clear, then the nodes: eval and train both read adam's
     # w, lsum and wgrad train's outputs; no sink copies (download_sinks)
-    head = "| " if b1.global_direct else "copy | "
+    head = "| " if b1.memory.global_direct else "copy | "
     assert " ".join(ops) == head + "fill | adam | eval train | lsum wgrad | reduce"
 
 
@@ -90,7 +90,7 @@ def test_mlp_t_coopmat_frame(device, tmp_path, monkeypatch):
     monkeypatch.setenv("VKGRAPH_MLP", "coopmat")
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
     b, _ = _build(tmp_path, device, "cm")
-    head = "| " if b.global_direct else "copy | "
+    head = "| " if b.memory.global_direct else "copy | "
     assert " ".join(_frame_ops(b)) == head + "adam | eval train_cm | reduce"
 
 
@@ -128,13 +128,13 @@ def test_profile_switched_on_mid_run_keeps_the_state(device, tmp_path, monkeypat
     state (same bits as a run without the switch) and the frame's nodes report times."""
     monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
     b1, m1 = _build(tmp_path, device, "plain")
-    b1.set_profile(False)
+    b1.program.set_profile(False)
     b2, m2 = _build(tmp_path, device, "switched")
-    b2.set_profile(False)
+    b2.program.set_profile(False)
     assert b2.timings() == [] and b2.gpu_span() == 0.0
     b1.run_frames(0, 7, last_frame_only=True)
     b2.run_frames(0, 4, last_frame_only=True)
-    b2.set_profile(True)
+    b2.program.set_profile(True)
     b2.run_frames(4, 7, last_frame_only=True)
     assert np.array_equal(b1.read(m1.trainable.adam, "w"), b2.read(m2.trainable.adam, "w"))
     times = b2.timings()
@@ -157,7 +157,7 @@ def test_global_slots_copied_where_not_device_local(device, tmp_path, monkeypatc
 
     monkeypatch.setattr(type(device), "buffer", far)
     b2, m2 = _build(tmp_path, device, "copied")
-    assert not b2.global_direct and b2.global_bufs[0] is not b2.global_slots[0]
+    assert not b2.memory.global_direct and b2.memory.global_bufs[0] is not b2.memory.global_slots[0]
     assert _frame_ops(b2)[:2] == ["copy", "|"]
     for b in (b1, b2):
         b.run_frames(0, 7, last_frame_only=True)
@@ -170,9 +170,10 @@ def test_frames_leave_out_the_preview_when_it_is_not_due(device, tmp_path, monke
     the lean list without it, and the output keeps the last preview."""
     monkeypatch.delenv("VKGRAPH_BARRIERS", raising=False)
     b, m = _build(tmp_path, device, "lean")  # preview 3, 7 frames
-    lean = [f for f in range(7) if b.frame_list(f) in b.lean]
+    lean = [f for f in range(7) if b.program.frame_list(f, b.frames) in b.program.lean]
     assert lean == [1, 2, 4, 5]
-    assert "eval" not in " ".join(op[6] or "" for op in b.lean[0].ops if op[0] == "dispatch")
+    lean_ops = b.program.lean[0].ops
+    assert "eval" not in " ".join(op[6] or "" for op in lean_ops if op[0] == "dispatch")
     ev = m.data["eval"]
     outs = []
     for f in range(7):
@@ -247,7 +248,7 @@ def test_kpn_t_levels_run_side_by_side(device, tmp_path, monkeypatch):
     monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
     b, _ = small_trainer(device, tmp_path / "fused", "kpn-t", 1, kpn_levels=3, profile=True)
     seen = set()
-    for node in b.schedule:
+    for node in b.plan.schedule:
         for c in node.connectors:
             if c.is_input and c.source is not None and not c.feedback:
                 assert id(c.source[0]) in seen, (node.label, c.name)
@@ -255,7 +256,7 @@ def test_kpn_t_levels_run_side_by_side(device, tmp_path, monkeypatch):
     ops = " ".join(_frame_ops(b))
     assert "| apply fwd_cm diff |" in ops, ops
     assert "| dup dapply bck_fused |" in ops, ops
-    nodes = sum(1 for n in b.schedule if n.kernel is not None)
+    nodes = sum(1 for n in b.plan.schedule if n.kernel is not None)
     assert ops.count("|") < 0.6 * nodes, ops  # 16 for 31 nodes here
 
 

@@ -104,3 +104,78 @@ def test_one_build_is_constructed_outside_tests():
                     and node.func.id == "Build"):
                 calls.append(str(path.relative_to(ROOT)))
     assert calls == ["vkgraph/api.py"]
+
+
+def engine_imports() -> dict[str, set[str]]:
+    """Within the engine (every file under pipeline/): which of its files each one imports,
+    at the top or inside a function. `from . import loader` names the file loader.py, not the
+    package; a package's own __init__ (run before any of its files) is not an edge."""
+    files = {import_name(p): p for p in (ROOT / "pipeline").rglob("*.py")}
+    edges: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                           for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in files and t != name
+                            and not files[t].name == "__init__.py"}
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The files of each import circle (a strongly connected group, Tarjan's walk), sorted:
+    files each of which imports, through the others, the ones that import it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_import_circles_are_found():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(edges) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_engine_files_import_no_circle():
+    """No file of the engine imports, through others, a file that imports it (function-level
+    imports count: they only put the circle off to a call). checkpoint.py and trainer.py
+    were one (the trainer's state hooks), module.py -> loader.py -> registry.py -> module.py
+    another (the default module folders)."""
+    edges = engine_imports()
+    assert "vkgraph.pipeline.loader" in edges["vkgraph.pipeline.module"]
+    circles = import_circles(edges)
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)

@@ -26,9 +26,9 @@ def tiny(device, tmp_path, frames: int, *lines: str):
 def run(build, m, bad_frames=()):
     """Frames 0 .. frames-1, a NaN input pixel in `bad_frames`; per frame the weights after
     it and the guard's state."""
-    src = next(n for n in build.schedule if n.kernel is None and n.is_source
+    src = next(n for n in build.plan.schedule if n.kernel is None and n.is_source
                and n.module.inst == "main")
-    buf = build.buffers[(id(src), "output")][0]
+    buf = build.memory.buffers[(id(src), "output")][0]
     clean = None
     rows = []
     for f in range(build.frames):

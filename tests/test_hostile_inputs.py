@@ -26,7 +26,7 @@ def test_kpn_converts_f32_weights_to_its_f16(device, trained, tmp_path):  # noqa
     want, _, _ = run_output(device, "kpn", lut, d / "x.pfm")
     got, build, m = run_output(device, "kpn", f32, d / "x.pfm")
     np.testing.assert_array_equal(got, want)
-    src = next(n for n in build.schedule if n.kernel is None and n.module.name == "i-lut")
+    src = next(n for n in build.plan.schedule if n.kernel is None and n.module.name == "i-lut")
     assert src.connectors[0].format == "f16"
 
 

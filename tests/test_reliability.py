@@ -291,9 +291,9 @@ def kpn_build(device, tmp_path, loss=0, frames=6):
 def train_with_bad_pixel(build, m, inst: str, value: float, at: int = 2):
     """Run the frames; at frame `at` one pixel of source `inst` is `value`. Returns per frame
     (loss, weights, gradient finite?, skipped count)."""
-    src = next(n for n in build.schedule if n.kernel is None and n.is_source
+    src = next(n for n in build.plan.schedule if n.kernel is None and n.is_source
                and n.module.inst == inst)
-    buf = build.buffers[(id(src), "output")][0]
+    buf = build.memory.buffers[(id(src), "output")][0]
     clean = None
     rows = []
     for f in range(build.frames):

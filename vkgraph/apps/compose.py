@@ -211,7 +211,7 @@ def training_panels(build, module) -> list[Panel]:
 def image_panel(build, name: str, node: Node, conn: str) -> Panel | None:
     """A panel of node output `conn`, or None where the build holds no buffer for it (its
     node does not run)."""
-    if (id(node), conn) not in build.buffers:
+    if (id(node), conn) not in build.memory.buffers:
         return None
     c = node.connector(conn)
     return Panel(name, node, c.roi.wd, c.roi.ht, c.nchan, conn)
@@ -291,7 +291,7 @@ class Composer:
         self.texels = self.device.buffer(4 * wd * ht)
         self.size = (wd, ht)
         self.rects, self.loss_rect, strip = self.view.place(wd, ht)
-        nparity = len(self.build.commands) or 1
+        nparity = len(self.build.program.commands) or 1
         old, self.commands = self.commands, []
         for cl in old:
             cl.destroy()
@@ -299,8 +299,8 @@ class Composer:
             cl = self.device.commands().begin()
             cl.barrier(first=True)  # after the frame's writes
             cl.fill(self.texels)  # the gaps between panels stay black
-            set0 = [self.build.global_bufs[parity % len(self.build.global_bufs)], self.text,
-                    self.info]
+            glob = self.build.memory.global_bufs
+            set0 = [glob[parity % len(glob)], self.text, self.info]
             if self.loss_rect is not None:
                 self._record_range(cl, set0, parity)
             cl.barrier()
