@@ -35,6 +35,11 @@ range). The candidates change one thing each:
   nl2       nl, two stages
   nl64      nl in kpn-t's 64 features: 12 nonlocal taps and their 12 distances, the 7x7
             luma window without the 12 positions nearest its corners (37)
+  nlvst     nl64 in the variance-stabilised domain: the generalized Anscombe transform of the
+            image's (a, b), f(x) = (2 / k) sqrt(k x + 3/8 k^2 + s^2) (var x = s^2 + k x), makes
+            the noise's std 1 everywhere; the network filters f(X) with a noise variance of 1
+            and its output goes back through the algebraic inverse (the loss is in linear
+            light, so the network learns the inverse's bias away)
 
 Held-out evaluation: bench/quality.py's photographs and noise (true a, b), PSNR in linear
 [0, 1]. Prints one table (mean PSNR per level, training seconds) and writes --json.
@@ -83,6 +88,8 @@ VARIANTS = {
     "nl": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8),
     "nl2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8, stages=2),
     "nl64": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True),
+    "nlvst": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
+                  vst=True),
 }
 WINDOW7 = [(dx, dy) for dy in range(-3, 4) for dx in range(-3, 4)]
 DISC37 = [(dx, dy) for dx, dy in WINDOW7 if abs(dx) + abs(dy) < 5]
@@ -180,9 +187,23 @@ class Kpn:
     def forward(self, X, a, b, guide=None):
         """The denoised X; with `guide` (a pilot estimate of the clean X) the features are
         computed from the guide's detail instead of X's."""
-        t, L = self.t, self.levels
+        if self.cfg.get("vst"):  # filter f(X) with noise std 1, return f^-1 of the result
+            k = (b / 65535.0).view(-1, 1, 1, 1)
+            s2 = (a / 65535.0**2).view(-1, 1, 1, 1)
+
+            def f(x):
+                return (2 / k) * (k * x + 0.375 * k * k + s2).clamp_min(0).sqrt()
+
+            y = self.filter(f(X), self.t.ones_like(X[:, :1]),
+                            None if guide is None else f(guide))
+            return ((k * y / 2) ** 2 - 0.375 * k * k - s2) / k
         var = (a.view(-1, 1, 1, 1) + 65535.0 * (X * self.luma).sum(1, keepdim=True)
                .clamp_min(0) * b.view(-1, 1, 1, 1)) / 65535.0**2
+        return self.filter(X, var, guide)
+
+    def filter(self, X, var, guide=None):
+        """forward's network on X whose noise variance is var (n, 1, h, w)."""
+        t, L = self.t, self.levels
         V = [var]
         for _ in range(L + 1):
             V.append(self.sub(V[-1]))

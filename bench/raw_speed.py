@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         device = session_device()
         print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
         noise = (800.0, 15.0) if args.noise else None
-        den = Denoiser(device, default_weights(src))  # what the command uses for raw files
+        gpu = device.info.type != "CPU"  # what the command uses for raw files on this device
+        den = Denoiser(device, default_weights(src, gpu))
         if not args.stages_only:
             denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
             for i in range(args.repeat):

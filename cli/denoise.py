@@ -43,6 +43,12 @@ WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
 # through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
 WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
+# on a GPU, arch 2 (arch 1 with nonlocal taps: block matching at every level) in their place:
+# +0.17 to +0.26 dB on linear photographs, +0.0 to +0.13 dB on raw files, +0.02 to +0.14 dB
+# on camera JPEGs (bench/README.md). On a CPU its block matching makes kpn several times
+# slower (bench/README.md, arch 2), so CPU devices keep arch 1.
+GPU_WEIGHTS = {WEIGHTS_LINEAR: ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
+               WEIGHTS_JPEG: ROOT / "graphs" / "weights" / "kpn-jpeg-nl.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -209,7 +215,8 @@ def cmd_denoise(args) -> int:
             check_raw(p)
     check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else None
-    for w in {weights} if weights else {default_weights(p) for p in inputs}:
+    shipped = {default_weights(p, gpu) for p in inputs for gpu in (False, True)}
+    for w in {weights} if weights else shipped:
         check_up_front(args, w)
     if args.outdir is not None:
         try:
@@ -239,15 +246,18 @@ def shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def default_weights(src: Path) -> Path:
+def default_weights(src: Path, gpu: bool = False) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
-    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest."""
+    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) their
+    arch 2 versions (GPU_WEIGHTS) where there are some."""
     from vkgraph.pipeline.raw import is_raw
 
     suffix = src.suffix.lower()
     if is_raw(src) or suffix in LINEAR_FORMATS:
-        return WEIGHTS_LINEAR
-    return WEIGHTS_JPEG if suffix in JPEG_FORMATS else WEIGHTS
+        w = WEIGHTS_LINEAR
+    else:
+        w = WEIGHTS_JPEG if suffix in JPEG_FORMATS else WEIGHTS
+    return GPU_WEIGHTS.get(w, w) if gpu else w
 
 
 class Denoisers:
@@ -263,7 +273,8 @@ class Denoisers:
     def for_file(self, src: Path):
         from vkgraph.apps.denoise import Denoiser
 
-        w = self.weights or default_weights(src)
+        gpu = getattr(self.device.info, "type", "") != "CPU"
+        w = self.weights or default_weights(src, gpu)
         if w not in self.made:
             self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
             self.made[w].on_tile = self.on_tile

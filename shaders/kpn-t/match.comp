@@ -1,5 +1,6 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_control_flow_attributes : enable
 #include "vkgraph.glsl"
 #include "kpn.glsl"
 // Block matching at one level, the nonlocal taps of arch 2 (modules/kpn-t/reference.py:
@@ -22,14 +23,16 @@ shared float Y[SPAN * SPAN];
 
 #define PATCH (2 * NL_PATCH + 1)
 
-// the mean squared difference of the patch at `at` + o to the pixel's own, `own`
+// the mean squared difference of the patch at `at` + o to the pixel's own, `own` (loops
+// unrolled: the CPU driver then keeps `own` in registers instead of indexing memory)
 float patch_distance(ivec2 at, ivec2 o, float own[PATCH * PATCH]) {
   float s = 0.0;
-  for (int j = 0; j < PATCH * PATCH; j++) {
-    ivec2 q = at + o + ivec2(j % PATCH, j / PATCH) - NL_PATCH;
-    float e = Y[q.y * SPAN + q.x] - own[j];
-    s += e * e;
-  }
+  int row = (at.y + o.y - NL_PATCH) * SPAN + at.x + o.x - NL_PATCH;
+  [[unroll]] for (int v = 0; v < PATCH; v++)
+    [[unroll]] for (int u = 0; u < PATCH; u++) {
+      float e = Y[row + v * SPAN + u] - own[v * PATCH + u];
+      s += e * e;
+    }
   return s / float(PATCH * PATCH);
 }
 
@@ -49,20 +52,24 @@ void main() {
     which[j] = 0;
   }
   float own[PATCH * PATCH];  // the pixel's own patch, read once
-  for (int j = 0; j < PATCH * PATCH; j++) {
-    ivec2 q = at + ivec2(j % PATCH, j / PATCH) - NL_PATCH;
-    own[j] = Y[q.y * SPAN + q.x];
-  }
+  [[unroll]] for (int v = 0; v < PATCH; v++)
+    [[unroll]] for (int u = 0; u < PATCH; u++)
+      own[v * PATCH + u] = Y[(at.y + v - NL_PATCH) * SPAN + at.x + u - NL_PATCH];
   for (uint k = 0u; k < (2 * NL_RADIUS + 1) * (2 * NL_RADIUS + 1) - 1; k++) {
     float s = patch_distance(at, nl_offset(k), own);
-    if (s < best[NL_TAPS - 1]) {  // insert, behind any equal one
-      int j = NL_TAPS - 1;
-      for (; j > 0 && best[j - 1] > s; j--) {
-        best[j] = best[j - 1];
-        which[j] = which[j - 1];
+    if (s < best[NL_TAPS - 1]) {  // insert, behind any equal one: a chain of selects with
+      int w = int(k);             // fixed indices (no branch per step); from the insertion
+      bool moved = false;         // on, each entry moves one place down
+      [[unroll]] for (int j = 0; j < NL_TAPS; j++) {
+        bool c = moved || s < best[j];
+        moved = c;
+        float bs = best[j];
+        int bw = which[j];
+        best[j] = c ? s : bs;
+        which[j] = c ? w : bw;
+        s = c ? bs : s;
+        w = c ? bw : w;
       }
-      best[j] = s;
-      which[j] = int(k);
     }
   }
   int i = p.x + p.y * size.x;
