@@ -1313,6 +1313,21 @@ def image_size(path: PathLike) -> tuple[int, int]:
         return wd, ht
 
 
+def upright_size(path: PathLike) -> tuple[int, int] | None:
+    """(wd, ht) that decode_image will give a file Pillow reads (EXIF Orientation applied),
+    from its header alone (a few ms); None where the header does not say (the decode will)."""
+    try:
+        from PIL import Image
+
+        with _pillow_quiet(), Image.open(path) as im:
+            wd, ht = im.size
+            orientation = im.getexif().get(_ORIENTATION, 1)
+    except Exception:  # the decode says what is wrong
+        return None
+    swap = isinstance(orientation, int) and _TURNS.get(orientation, _TURNS[1])[0]
+    return (ht, wd) if swap else (wd, ht)
+
+
 def read_image(path: PathLike, finite: bool = False) -> np.ndarray:
     """float32 (ht, wd, 4) linear rgba of an image file (see `decode_image`)."""
     return decode_image(path, finite)[0]

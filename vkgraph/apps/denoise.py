@@ -112,6 +112,17 @@ class Denoiser:
         session.feed("i-array:main", image)
         return session
 
+    def prepare(self, wd: int, ht: int) -> None:
+        """Build now what the first call with a wd x ht image needs (its session: the whole
+        image's, or its tiles'), fed zeros until the image comes: `vkgraph denoise` builds
+        while the photo is still being decoded (the build is pipeline creation in the
+        driver, which lets go of the GIL)."""
+        if wd * ht > self.max_pixels:
+            cx, cy, margin = self.tiling(wd, ht)
+            step = 1 << self.depth
+            wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
+        self._session(np.zeros((ht, wd, 4), np.float32)).prepare()
+
     def close(self) -> None:
         """Free the sessions' device memory (the device stays open)."""
         for session in self.sessions.values():
