@@ -6,8 +6,9 @@ timers wrapped around the functions it calls. Each stage's time excludes the sta
 calls (so the stages add up to the run); a stage run on another thread (decoding while the
 device starts) counts on that thread, so the stages may add up to more than the wall:
 
-* import: what `vkgraph denoise` imports before it runs (cli/main.py, cli/denoise.py, tqdm),
-  in this fresh process; modules imported later count in the stage that imports them;
+* import: what `vkgraph denoise` imports before it runs (cli/main.py, cli/denoise.py; tqdm
+  only where the bar is shown, not here), in this fresh process; modules imported later
+  count in the stage that imports them;
 * open device, weights check (`Denoiser(...)`), close device;
 * decode (file read, JPEG decode, orientation, sRGB -> linear) and its EXIF/ICC read;
 * noise estimate (vkgraph/apps/noise.py);
@@ -110,8 +111,6 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    import tqdm  # noqa: F401  (cmd_denoise's)
-
     import vkgraph.cli.denoise as cli_denoise
     from vkgraph.cli.main import build_parser
     t_import = time.perf_counter() - t0
@@ -125,7 +124,7 @@ def main() -> None:
         if args.device:
             argv += ["--device", args.device]
         cmd = build_parser().parse_args(argv)
-        bar = tqdm.tqdm(disable=True)
+        bar = cli_denoise.files_bar(1, False)  # as without a terminal
         for _ in range(args.repeat):
             stages.run = {}
             t = time.perf_counter()
