@@ -32,6 +32,8 @@ long device run.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import sys
 import tempfile
 import threading
@@ -135,9 +137,10 @@ def main() -> None:
                 sys.exit(f"{args.input}: the denoise failed (see above)")
             runs.append(stages.run)
         size = out.stat().st_size
+        digest = hashlib.sha256(out.read_bytes()).hexdigest()[:16]
     names = [s for _, _, s in STAGES if any(s in r for r in runs)]
-    print(f"{args.input}: {size} bytes written; {args.repeat} runs; "
-          f"{threading.active_count()} threads at the end")
+    print(f"{args.input}: {size} bytes written, sha256 {digest}; {args.repeat} runs; "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print("| stage | first ms | min ms |")
     print("|---|---|---|")
     print(f"| import | {t_import * 1e3:.0f} | {t_import * 1e3:.0f} |")
