@@ -346,9 +346,10 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
             dens = Denoisers(device, weights, args.levels, tile_progress(bar), args.ensemble)
             for k, (src, dst) in enumerate(jobs):
                 bar.set_postfix_str(src.name[:40], refresh=False)
+                read = reads.take(k)  # (and the next photo's read starts)
                 try:
                     ok, text = True, denoise_file(dens.for_file(src), src, dst, args.noise,
-                                                  args.quality, args.strength, reads.take(k))
+                                                  args.quality, args.strength, read)
                 except FILE_ERRORS as e:
                     ok, text = False, error_text(src, e)
                 failed += not ok
