@@ -678,11 +678,18 @@ def in_parts(fn, n: int, step: int = PART) -> None:
         pass
 
 
-@functools.cache
-def _pool():
-    from concurrent.futures import ThreadPoolExecutor
+_POOLS: dict = {}  # process id -> its in_parts threads
 
-    return ThreadPoolExecutor(WORKERS, thread_name_prefix="vkgraph-parts")
+
+def _pool():
+    """This process's threads (a process forked from one that made them has none of them:
+    a pool inherited through fork would take work and never run it)."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOLS[pid] = ThreadPoolExecutor(WORKERS, thread_name_prefix="vkgraph-parts")
+    return _POOLS[pid]
 
 
 def decode_unorm(image: np.ndarray) -> np.ndarray:
