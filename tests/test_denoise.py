@@ -453,3 +453,30 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     assert f"weights {weights.name}" in lines[str(tmp_path / "a.png")]
     assert f"weights {ctx_weights.name}" in lines[str(tmp_path / "b.pfm")]
     assert f"weights {jpeg_weights.name}" in lines[str(tmp_path / "c.jpg")]
+
+
+def test_prepare_builds_what_the_call_runs(device, weights, tmp_path):
+    """Denoiser.prepare(wd, ht) (the command builds while the photo decodes) makes the
+    session of that size, or of its tiles; the call then builds nothing more and gives the
+    same result. upright_size tells the size from the header, EXIF orientation applied."""
+    from PIL import Image
+
+    from vkgraph.pipeline.formats import decode_image, upright_size
+
+    img = picture()
+    want = Denoiser(device, weights)(img, 1e6, 100)
+    den = Denoiser(device, weights)
+    den.prepare(W, H)
+    session = den.sessions[(W, H, False)]
+    np.testing.assert_array_equal(den(img, 1e6, 100), want)
+    assert list(den.sessions.values()) == [session]
+    tiled = Denoiser(device, weights, levels=2, max_pixels=1600)
+    tiled.prepare(60, 52)
+    assert list(tiled.sessions) == [(40, 40, False)]  # its tiles' size (the test above)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turned a quarter: the upright image is 30 wide, 50 high
+    Image.new("RGB", (50, 30)).save(tmp_path / "o.jpg", exif=exif.tobytes())
+    assert upright_size(tmp_path / "o.jpg") == (30, 50)
+    assert decode_image(tmp_path / "o.jpg")[0].shape[:2] == (50, 30)
+    (tmp_path / "bad.jpg").write_bytes(b"not an image")
+    assert upright_size(tmp_path / "bad.jpg") is None

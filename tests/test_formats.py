@@ -716,3 +716,21 @@ def test_8bit_srgb_of_float32_is_the_formulas():
         assert got.dtype == np.uint8 and got.shape == x.shape
         assert np.array_equal(got, formula(x))
     assert np.array_equal(F.srgb_samples(rand.astype(np.float64)), formula(rand))
+
+
+def test_rgb_of_rgba_is_written_and_checked_like_rgb(tmp_path):
+    """The rgb view of an rgba image (what the Denoiser returns) takes the fast paths (the
+    rgba's memory for the finite check and the sRGB encode, rgbx into Pillow's JPEG encoder):
+    the same files as from the rgb itself, and its alpha is never checked nor written."""
+    rgba = np.random.default_rng(5).uniform(-0.1, 1.2, (37, 53, 4)).astype(np.float32)
+    rgba[:, :, 3] = np.nan
+    view, rgb = rgba[:, :, :3], np.ascontiguousarray(rgba[:, :, :3])
+    assert F.rgba_of(view) is rgba and F.rgba_of(rgb) is None
+    assert F.non_finite(view) is None
+    for ext in ("jpg", "png", "webp", "tif"):
+        F.write_like(tmp_path / f"v.{ext}", view)
+        F.write_like(tmp_path / f"c.{ext}", rgb)
+        assert (tmp_path / f"v.{ext}").read_bytes() == (tmp_path / f"c.{ext}").read_bytes()
+    rgba[2, 3, 1] = np.inf
+    assert F.non_finite(view) == F.non_finite(np.ascontiguousarray(view))
+    assert F.non_finite(view)[1] == "inf at x=3 y=2 channel 1"

@@ -154,3 +154,17 @@ def test_fast_block_means_match_the_plain_ones():
     assert clipped.any() and np.array_equal(np.isnan(mean), clipped.ravel())
     assert np.allclose(mean, pm.ravel(), rtol=1e-6, atol=0, equal_nan=True)
     assert np.allclose(var, pv.ravel(), rtol=1e-5, atol=0)
+
+
+def test_median_and_quantile_are_numpys():
+    """The bins' median and quantile (np.partition, no numpy.ma import) give numpy's numbers."""
+    from vkgraph.apps.noise import _median, _quantile
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 4, 7, 10, 101, 1000, 4097):
+        for _ in range(20):
+            x = rng.standard_normal(n) * rng.uniform(0, 10) ** 3
+            x = np.round(x, 1) if rng.uniform() < 0.3 else x  # ties
+            assert _median(x) == float(np.median(x))
+            for q in (0.0, 0.1, 0.5, 0.9, 1.0, rng.uniform()):
+                assert _quantile(x, q) == float(np.quantile(x, q))

@@ -113,6 +113,26 @@ def _measure_white_quantile(q: float) -> float:
     return float(np.quantile(_blocks(noise)[1], q))
 
 
+def _median(x: np.ndarray) -> float:
+    """np.median of a 1-d float64 array without NaN: the same number (the middle value, or
+    the mean of the two middle ones). np.median and np.quantile import numpy.ma for their
+    NaN checks: 25 ms of a fresh `vkgraph denoise` process."""
+    n = x.size
+    part = np.partition(x, [(n - 1) // 2, n // 2])
+    return float((part[(n - 1) // 2] + part[n // 2]) / 2.0)
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    """np.quantile(x, q) of a 1-d float64 array without NaN (its default, linear method):
+    the same number, numpy's interpolation between the two values around q (n - 1)."""
+    pos = q * (x.size - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, x.size - 1)
+    part = np.partition(x, [lo, hi])
+    a, b, t = part[lo], part[hi], pos - lo
+    return float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+
+
 def _bands(h: int, max_rows: int) -> list[slice]:
     """Row bands (BLOCK * 8 rows each, whole blocks) spread evenly over h rows, together at
     most about max_rows; one slice of everything when h fits."""
@@ -168,8 +188,8 @@ def _fit(img: np.ndarray) -> tuple[float, float]:
     white = _white_quantile(QUANTILE)
     xs, vs = [], []
     for idx in np.array_split(order, bins):
-        xs.append(float(np.median(mean[idx])))
-        vs.append(float(np.quantile(var[idx], QUANTILE)) / white)
+        xs.append(_median(mean[idx]))
+        vs.append(_quantile(var[idx], QUANTILE) / white)
     x, v = np.maximum(np.array(xs), 0.0), np.array(vs)
     if not np.any(v > 0):
         return 0.0, 0.0
