@@ -270,30 +270,6 @@ def ctx_weights(seed=3):
     return W
 
 
-@pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (29, 31, 2)])
-def test_arch1_matches_reference(device, tmp_path, w, h, levels):
-    """arch 1 (context planes one level deeper, 64 features with reach, 32 outputs, luma and
-    chroma filtered apart): the device's E, output and dE/dW are the reference's (the
-    tolerances of vkdt's features), and W_6's rows 16..31 get a gradient, 32..63 none."""
-    X, R = pair(w, h)
-    g = noise_feature_graph(tmp_path, R, f"param:kpn-t:01:levels:{levels}\n"
-                            "param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:1")
-    g.frames = 2
-    W = ctx_weights()
-    b, E, dW, O = run_with_weights(device, g, W)
-    Xd, Rd, nab = generated(b, g)
-    Wf = W.astype(np.float32).astype(np.float64)
-    Eref, Oref, cache = ref.forward(Xd, Rd, Wf, levels=levels, apply_mode="blend",
-                                    noise=(float(nab[0]), float(nab[1])),
-                                    bands=kpn_kernels().band_noise(levels + 1), arch=1)
-    assert align_kinks(b, g.modules[("kpn-t", "01")], cache) <= 1e-5
-    dWref = ref.backward(cache)
-    assert abs(E - Eref) <= 1e-5 * abs(Eref)
-    assert np.abs(O - Oref).max() <= 1e-4
-    assert np.abs(dW - dWref).max() <= 1e-4 * np.abs(dWref).max()
-    assert np.abs(dW[6, 16:32]).max() > 0 and np.all(dW[6, 32:] == 0)
-
-
 def nl_weights(seed=3):
     """ctx_weights with W_6's rows 32..55 (arch 2's chroma kernel and gain, past arch 1's
     rows) drawn like the rest."""
@@ -302,35 +278,41 @@ def nl_weights(seed=3):
     return W
 
 
+@pytest.mark.parametrize("arch", [1, 2])
 @pytest.mark.parametrize("w,h,levels", [(37, 23, 3), (29, 31, 2)])
-def test_arch2_matches_reference(device, tmp_path, w, h, levels):
-    """arch 2 (arch 1 with the 12 block-matched taps per level and their distances as
-    features, 56 outputs): the device's matches are the reference's but for float32 ties,
-    and with the device's matches its E, output and dE/dW are the reference's; W_6's rows
-    28..55 get a gradient, 56..63 none."""
+def test_ctx_archs_match_reference(device, tmp_path, w, h, levels, arch):
+    """arch 1 (context planes one level deeper, 64 features with reach, 32 outputs, luma and
+    chroma filtered apart) and arch 2 (and the 12 block-matched taps per level with their
+    distances as features, 56 outputs): the device's E, output and dE/dW are the reference's
+    (the tolerances of vkdt's features), arch 2's with the device's matches, which are the
+    reference's but for float32 ties; the last matrix's chroma rows get a gradient, the
+    unused ones none."""
     X, R = pair(w, h)
     g = noise_feature_graph(tmp_path, R, f"param:kpn-t:01:levels:{levels}\n"
-                            "param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:2")
+                            f"param:kpn-t:01:apply:2\nparam:kpn-t:01:arch:{arch}")
     g.frames = 2
-    W = nl_weights()
+    W = nl_weights() if arch == 2 else ctx_weights()
     b, E, dW, O = run_with_weights(device, g, W)
     Xd, Rd, nab = generated(b, g)
     m = g.modules[("kpn-t", "01")]
-    idx = [b.read(node, "nltap").view(np.uint8).reshape(hh, ww, 12).astype(np.int64)
-           for node, (ww, hh) in zip(m.data["forward"]["match"], m.data["forward"]["sizes"])]
     Wf = W.astype(np.float32).astype(np.float64)
     kw = dict(levels=levels, apply_mode="blend", noise=(float(nab[0]), float(nab[1])),
-              bands=kpn_kernels().band_noise(levels + 1), arch=2)
-    _, _, own = ref.forward(Xd, Rd, Wf, **kw)
-    same = sum(int((i == c[0]).sum()) for i, c in zip(idx, own.matches, strict=True))
-    assert same >= 0.99 * sum(i.size for i in idx)
+              bands=kpn_kernels().band_noise(levels + 1), arch=arch)
+    idx = None
+    if arch == 2:
+        idx = [b.read(node, "nltap").view(np.uint8).reshape(hh, ww, 12).astype(np.int64)
+               for node, (ww, hh) in zip(m.data["forward"]["match"], m.data["forward"]["sizes"])]
+        _, _, own = ref.forward(Xd, Rd, Wf, **kw)
+        same = sum(int((i == c[0]).sum()) for i, c in zip(idx, own.matches, strict=True))
+        assert same >= 0.99 * sum(i.size for i in idx)
     Eref, Oref, cache = ref.forward(Xd, Rd, Wf, **kw, match_idx=idx)
     assert align_kinks(b, m, cache) <= 1e-5
     dWref = ref.backward(cache)
     assert abs(E - Eref) <= 1e-5 * abs(Eref)
     assert np.abs(O - Oref).max() <= 1e-4
     assert np.abs(dW - dWref).max() <= 1e-4 * np.abs(dWref).max()
-    assert np.abs(dW[6, 28:56]).max() > 0 and np.all(dW[6, 56:] == 0)
+    rows = 32 if arch == 1 else 56
+    assert np.abs(dW[6, rows // 2:rows]).max() > 0 and np.all(dW[6, rows:] == 0)
 
 
 @pytest.mark.parametrize("extra,match", [
