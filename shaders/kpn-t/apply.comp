@@ -29,18 +29,7 @@ SSBO_IN(3, double, Kd)
 SSBO_OUT(4, dvec4, Id)
 
 #ifdef KPN_CTX
-// the softmax weights of group g (0 luma, 1 chroma) of pixel i times its gain, float64
-void group_weights64(int i, int g, out double wk[N_TAPS]) {
-  int o = i * N_OUT + 16 * g;
-  double mx = -1e300lf, S = 0.0lf;
-  for (int k = 0; k < N_TAPS; k++) mx = max(mx, Kd[o + k]);
-  for (int k = 0; k < N_TAPS; k++) {
-    wk[k] = mlp_exp64(Kd[o + k] - mx);
-    S += wk[k];
-  }
-  double gain = 1.0lf / (1.0lf + mlp_exp64(-Kd[o + N_TAPS]));
-  for (int k = 0; k < N_TAPS; k++) wk[k] *= gain / S;
-}
+DEFINE_GROUP_WEIGHTS64(group_weights64, N_TAPS, 16)  // group g (0 luma, 1 chroma) of pixel i
 
 dvec3 apply_precise(int i, ivec2 p, int mode) {
   double wy[N_TAPS], wc[N_TAPS];

@@ -24,19 +24,7 @@ IMG_OUT(3, filtered)
 #include "f64.glsl"
 SSBO_IN(4, double, Kd)
 SSBO_OUT(5, dvec4, Id)
-
-// group g's softmax weights times its gain, float64
-void group_weights64(int i, int g, out double wk[NT]) {
-  int o = i * N_OUT + g * NK;
-  double mx = -1e300lf, S = 0.0lf;
-  for (int k = 0; k < NT; k++) mx = max(mx, Kd[o + k]);
-  for (int k = 0; k < NT; k++) {
-    wk[k] = mlp_exp64(Kd[o + k] - mx);
-    S += wk[k];
-  }
-  double gain = 1.0lf / (1.0lf + mlp_exp64(-Kd[o + NT]));
-  for (int k = 0; k < NT; k++) wk[k] *= gain / S;
-}
+DEFINE_GROUP_WEIGHTS64(group_weights64, NT, NK)  // group g's softmax weights times its gain
 #endif
 
 void main() {

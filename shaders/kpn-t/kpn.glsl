@@ -154,6 +154,22 @@ void group_softmax(float kv[N_OUT], int g, out float s[N_TAPS]) {
 }
 #endif
 
+// fname(i, g, wk): the float64 softmax weights of group g's n taps of pixel i times the group's
+// gain (the PRECISE filters of arch 1 and 2: K's group g starts at i N_OUT + gstride g, its
+// gain follows its n logits; reads fwd's float64 copy Kd, through f64.glsl's mlp_exp64)
+#define DEFINE_GROUP_WEIGHTS64(fname, n, gstride)                      \
+  void fname(int i, int g, out double wk[n]) {                         \
+    int o = i * N_OUT + (gstride) * g;                                 \
+    double mx = -1e300lf, S = 0.0lf;                                   \
+    for (int k = 0; k < (n); k++) mx = max(mx, Kd[o + k]);             \
+    for (int k = 0; k < (n); k++) {                                    \
+      wk[k] = mlp_exp64(Kd[o + k] - mx);                               \
+      S += wk[k];                                                      \
+    }                                                                  \
+    double gain = 1.0lf / (1.0lf + mlp_exp64(-Kd[o + (n)]));           \
+    for (int k = 0; k < (n); k++) wk[k] *= gain / S;                   \
+  }
+
 // P, the orthonormal opponent basis of KPN_CTX's filter: rows (1, 1, 1) / sqrt 3 (luma),
 // (1, 0, -1) / sqrt 2, (1, -2, 1) / sqrt 6 (chroma); white noise stays white with the same
 // std in it. GLSL takes the columns: opp * d = P d, d * opp = P^T d (= P^-1 d).
