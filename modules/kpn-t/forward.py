@@ -38,9 +38,10 @@ LAYOUT_GEN = "".join(f"#define {k} {v}u\n" for k, v in (
 # what each `arch` needs (README.md): its kernels' defines, K's values a pixel (the MLP's
 # outputs and K's stride) and the rows of the last matrix it uses; arch 1 and 2 also read
 # the context plane of one level deeper than the filtered ones
-ARCHS = {0: ({}, OUT_ROWS, OUT_ROWS), 1: ({"KPN_CTX": 1}, 2 * OUT_ROWS, 2 * OUT_ROWS),
-         2: ({"KPN_CTX": 1, "KPN_NL": 1}, WIDTH, 56)}
+# (arch 2: per group the star's taps, NL_TAPS matched ones and the gain, in a K 64 wide)
 NL_TAPS = 12  # arch 2's matched taps a pixel (kpn.glsl)
+ARCHS = {0: ({}, OUT_ROWS, OUT_ROWS), 1: ({"KPN_CTX": 1}, 2 * OUT_ROWS, 2 * OUT_ROWS),
+         2: ({"KPN_CTX": 1, "KPN_NL": 1}, WIDTH, 2 * (OUT_ROWS + NL_TAPS))}
 
 
 def arch_shape(arch: int) -> tuple[dict, int, int]:
@@ -280,6 +281,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
         raise GraphError(f"{module}: arch {arch} needs the noise-normalised features (feat 1)")
     # the cooperative-matrix kernels gather vkdt's features from an f16 plane
     plane = variant in ("fused", "coopmat") and not arch
+    n["arch"], n["nout"], n["ctx"], n["plane"] = arch, nout, ctx, plane
     for i in range(levels + deeper):  # the pyramid: sub_i (-> M_{i+1}), diff_i (-> D_i)
         (w, h), (cw, ch) = sizes[i], sizes[i + 1]
         sub = graph.add_node(module, "sub", (cw, ch), [img("fine", "read"),
@@ -379,19 +381,13 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
                              defines={**({"PRECISE": 1} if precise else {}), **ctx})
         if arch == 2:
             graph.node_connect(n["match"][i], "nltap", app, "nltap")
-            graph.node_connect(n["match"][i], "nldist", fwd, "nldist")
         if precise:
             graph.node_connect(fwd, "Kd", app, "Kd")
         if "ASCALE_B" in fwd.defines:
             graph.node_connect(scale[0], scale[1], fwd, "stats")
         if "LSC_B" in fwd.defines:
             graph.node_connect(n["wscale"], "lsc", fwd, "lsc")
-        if arch:  # the level's context plane and the next coarser one's
-            graph.node_connect(diff, "ctx", fwd, "ctxf")
-            graph.node_connect(n["diff"][i + 1], "ctx", fwd, "ctxc")
-        else:
-            src = "feat" if plane else "detail"  # the features' source
-            graph.node_connect(diff, src, fwd, src)
+        connect_features(graph, n, i, fwd)
         if n["wpack"] is not None:
             graph.node_connect(n["wpack"], "wp", fwd, "wp")
         else:
@@ -427,9 +423,7 @@ def forward_nodes(graph, module, levels: int, train: bool, weights, weights16=No
     n["up"] = ups
     n["sizes"] = sizes
     n["precise"] = precise
-    n["variant"] = variant
     n["bias"] = nmap is not None
-    n["arch"], n["nout"], n["ctx"] = arch, nout, ctx
     graph.bind(module, "output", ups[0], "output")
     return n
 
@@ -440,6 +434,22 @@ def bind_ctx(conns: list, defines: dict, arch: int) -> None:
     bind_last(conns, defines, "CTXC_B", img("ctxc", "read"))
     if arch == 2:
         bind_last(conns, defines, "NLD_B", ssbo("nldist", "read"))
+
+
+def connect_features(graph, n, i: int, node) -> None:
+    """Level i's feature sources into `node` (fwd_i, bck_fused_i; `n`: forward_nodes'):
+    arch 1 and 2's context planes of the level and the next coarser one and arch 2's match
+    features (what bind_ctx declared), else diff's f16 feature plane (the cooperative-matrix
+    kernels) or its detail."""
+    arch, diff = n["arch"], n["diff"][i]
+    if arch:
+        graph.node_connect(diff, "ctx", node, "ctxf")
+        graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")
+    else:
+        src = "feat" if n["plane"] else "detail"
+        graph.node_connect(diff, src, node, src)
+    if arch == 2:
+        graph.node_connect(n["match"][i], "nldist", node, "nldist")
 
 
 def bind_last(conns: list, defines: dict, define: str, conn) -> None:

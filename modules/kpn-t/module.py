@@ -34,6 +34,7 @@ from vkgraph.modules.kpn_t.forward import (
     bind_ctx,
     bind_last,
     cm_tuning,
+    connect_features,
     cpu_texel,
     forward_nodes,
     fused_groups,
@@ -160,9 +161,9 @@ def weights(graph, module) -> Weights:
                          "w output)")
     lut = Roi(WIDTH, NW // WIDTH)  # the .lut layout: w16 and the best weights
     arch = int(module.param("arch"))
-    ctx, _, _ = arch_shape(arch)  # checked by modify_roi_out
+    _, _, rows = arch_shape(arch)  # checked by modify_roi_out
     return Weights(NW, "w16", best=("f16", lut), w16=lut, start=wcp.source is not None,
-                   wcp="f16", defines=ctx, matrices=matrices(arch),
+                   wcp="f16", defines={"KPN_ROWS": f"{rows}u"}, matrices=matrices(arch),
                    muon=int(module.param("opt")) == OPTIMIZERS["muon"],
                    coupled="2.0 * params.L2")
 
@@ -322,13 +323,7 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
                               push=[npx, per, scale, 1.0 / scale], defines=defines)
         graph.node_connect(adam, "stats", node, "stats")
         graph.node_connect(n["wscale"], "lsc", node, "lsc")
-        if arch:
-            graph.node_connect(n["diff"][i], "ctx", node, "ctxf")
-            graph.node_connect(n["diff"][i + 1], "ctx", node, "ctxc")
-        else:
-            graph.node_connect(n["diff"][i], "feat", node, "feat")
-        if arch == 2:
-            graph.node_connect(n["match"][i], "nldist", node, "nldist")
+        connect_features(graph, n, i, node)
         graph.node_connect(adam, "w16", node, "w")
         graph.node_connect(dap, "dK", node, "dK")
         return node, groups

@@ -31,10 +31,10 @@
 #define SCALE_GROW 1000.0
 #include "adam.glsl"
 
-#if defined(KPN_NL)  // arch 2: the last matrix's first 56 rows (two 27-tap kernels and gains)
-#define USED_LAST (56u * 64u)
-#elif defined(KPN_CTX)  // arch 1: the last matrix's first 32 rows (two 15-tap kernels and gains)
-#define USED_LAST (2u * KPN_LAST_USED)
+// the last matrix's rows in use: KPN_ROWS, which module.py passes (forward.py's arch_shape:
+// 16 for vkdt's architecture, 32 for arch 1, 56 for arch 2); vkdt's 16 where it is not given
+#ifdef KPN_ROWS
+#define USED_LAST (KPN_ROWS * 64u)
 #else
 #define USED_LAST KPN_LAST_USED
 #endif
