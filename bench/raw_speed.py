@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.heldout import add_noise
-    from vkgraph.cli.denoise import default_weights, denoise_raw_file
+    from vkgraph.cli.denoise import default_weights, denoise_raw_file, on_gpu
     from vkgraph.pipeline import raw as rawmod
     from vkgraph.pipeline.testing import session_device
 
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         device = session_device()
         print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
         noise = (800.0, 15.0) if args.noise else None
-        gpu = device.info.type != "CPU"  # what the command uses for raw files on this device
-        den = Denoiser(device, default_weights(src, gpu))
+        # what the command uses for raw files on this device
+        den = Denoiser(device, default_weights(src, on_gpu(device)))
         if not args.stages_only:
             denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
             for i in range(args.repeat):

@@ -286,6 +286,11 @@ def default_weights(src: Path, gpu: bool = False) -> Path:
     return GPU_WEIGHTS.get(w, w) if gpu else w
 
 
+def on_gpu(device) -> bool:
+    """Whether default_weights may pick the GPU weights for this device: any but a CPU."""
+    return device.info.type != "CPU"
+
+
 class Denoisers:
     """A Denoiser per weights file, made when a file first needs it: `weights` (--weights)
     for every file, else each file's default_weights."""
@@ -299,8 +304,7 @@ class Denoisers:
     def for_file(self, src: Path):
         from vkgraph.apps.denoise import Denoiser
 
-        gpu = getattr(self.device.info, "type", "") != "CPU"
-        w = self.weights or default_weights(src, gpu)
+        w = self.weights or default_weights(src, on_gpu(self.device))
         if w not in self.made:
             self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
             self.made[w].on_tile = self.on_tile

@@ -46,8 +46,7 @@ from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
 
 log = logging.getLogger("vkgraph")
-# kpn's largest buffer a pixel: fwd's K, 16 f32 tap weights (arch 1: 32, arch 2: 64)
-BYTES_PER_PIXEL = {0: 64, 1: 128, 2: 256}
+
 # ensemble n -> its (quarter turns, mirrored) of the image: 2 the image and its mirror, 4 the
 # four rotations, 8 those and their mirrors
 ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
@@ -77,7 +76,10 @@ class Denoiser:
         self.depth = self.levels + int(self.arch > 0)  # the pyramid's (tiles' grid, margin)
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
-        self.max_pixels = max_pixels or max_pixels_of(device, BYTES_PER_PIXEL[self.arch])
+        from vkgraph.modules.kpn_t.forward import arch_shape
+
+        # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
+        self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
         self.profile = profile
         self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
