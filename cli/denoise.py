@@ -384,7 +384,9 @@ class ReadAhead:
     photo k's read (a Future) over and starts photo k + 1's, so at most two decoded photos
     are held. Photo 0 starts at once, so that its decoding and noise estimate (12 MP: 0.3-0.6
     s) overlap the device's start and the build (decoders and numpy let go of the GIL).
-    Camera raw files are read where they are denoised (None)."""
+    Camera raw files, and files whose decoding takes the process's stdout and stderr (EXR:
+    formats.captures_stdio; the main thread's lines would land in it), are read where they
+    are denoised (None)."""
 
     def __init__(self, jobs, noise, strength: float):
         from concurrent.futures import ThreadPoolExecutor
@@ -396,11 +398,20 @@ class ReadAhead:
         self._start(0)
 
     def _start(self, k: int) -> None:
+        from vkgraph.pipeline.formats import captures_stdio
         from vkgraph.pipeline.raw import is_raw
 
-        if k < len(self.srcs) and k not in self.reads and not is_raw(self.srcs[k]):
-            self.reads[k] = self.pool.submit(read_photo, self.srcs[k], self.noise,
-                                             self.strength)
+        if (k < len(self.srcs) and k not in self.reads and not is_raw(self.srcs[k])
+                and not captures_stdio(self.srcs[k])):
+            self.reads[k] = self.pool.submit(self._read, self.srcs[k])
+
+    def _read(self, src: Path):
+        """read_photo on the reader thread, holding formats.STDIO: the main thread's capture
+        of the process's stdout (an EXR written) must not take in what this read prints."""
+        from vkgraph.pipeline.formats import STDIO
+
+        with STDIO:
+            return read_photo(src, self.noise, self.strength)
 
     def take(self, k: int):
         self._start(k)

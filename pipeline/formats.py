@@ -44,6 +44,7 @@ import secrets
 import stat
 import struct
 import sys
+import threading
 import warnings
 import zlib
 from collections.abc import Iterable
@@ -757,16 +758,35 @@ def _openexr():
     return OpenEXR
 
 
+# _quietly takes the process's stdout and stderr (its file descriptors 1 and 2 and Python's
+# sys.stdout and sys.stderr) for one call, so what another thread prints meanwhile lands in
+# the capture and would turn a good file into an error. _quietly holds STDIO; a thread that
+# works beside others (`vkgraph denoise`'s reader) holds it while it works, and leaves the
+# files whose decoding captures (captures_stdio) to the thread that prints.
+STDIO = threading.RLock()
+
+
+def captures_stdio(path: PathLike) -> bool:
+    """Whether decode_image of `path` takes the process's stdout and stderr (OpenEXR's
+    decoder runs in _quietly), so that it must not run beside a thread that prints. An
+    unreadable file: False (its decode reports it)."""
+    try:
+        head, _ = _read_bytes(path, 4)
+    except GraphError:
+        return False
+    return head[:4] == _EXR_MAGIC
+
+
 def _quietly(call):
     """(call's result or None, its exception or None, what native code printed meanwhile).
     OpenEXR's binding prints some decoding failures (to Python's stdout) and then raises a
     less telling error; captured, that text joins the one error line instead of standing
     as a stray line of its own. The process's own stdout and stderr are captured too, for
-    what the C++ library may print."""
+    what the C++ library may print. Holds STDIO (above)."""
     import tempfile
 
     result = error = None
-    with tempfile.TemporaryFile() as tmp:
+    with STDIO, tempfile.TemporaryFile() as tmp:
         saved = []
         for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
             try:

@@ -480,3 +480,48 @@ def test_prepare_builds_what_the_call_runs(device, weights, tmp_path):
     assert decode_image(tmp_path / "o.jpg")[0].shape[:2] == (50, 30)
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
     assert upright_size(tmp_path / "bad.jpg") is None
+
+
+def test_reader_thread_leaves_exr_and_holds_stdio(tmp_path, monkeypatch):
+    """`vkgraph denoise` reads photos on a thread while the main thread works. OpenEXR's
+    decoder takes the process's stdout and stderr (formats._quietly), so a line the main
+    thread logged meanwhile turned a good EXR into an error ("cannot decode OpenEXR file:
+    vkgraph: kpn:01: cpu MLP kernels", one suite run in four with Ray's test before it):
+    EXR files are read on the main thread, and the reader holds formats.STDIO, which the
+    capture waits for."""
+    from vkgraph.cli import denoise as cli_denoise
+    from vkgraph.pipeline import formats
+
+    write_exr(tmp_path / "a.exr", picture())
+    write_png(tmp_path / "b.png", picture())
+    assert formats.captures_stdio(tmp_path / "a.exr")
+    assert not formats.captures_stdio(tmp_path / "b.png")
+    held = []
+
+    def read_photo(src, noise, strength):
+        held.append(formats.STDIO._is_owned())
+        return src
+
+    monkeypatch.setattr(cli_denoise, "read_photo", read_photo)
+    reads = cli_denoise.ReadAhead([(tmp_path / "a.exr", None), (tmp_path / "b.png", None)],
+                                  None, 1.0)
+    try:
+        assert reads.take(0) is None  # the EXR: read where it is denoised
+        assert reads.take(1).result() == tmp_path / "b.png" and held == [True]
+    finally:
+        reads.close()
+
+
+def test_capture_waits_for_stdio():
+    """While a thread holds formats.STDIO, another thread's _quietly waits for it."""
+    import threading
+
+    from vkgraph.pipeline import formats
+
+    done = threading.Event()
+    with formats.STDIO:
+        t = threading.Thread(target=lambda: (formats._quietly(lambda: None), done.set()))
+        t.start()
+        assert not done.wait(0.3)
+    t.join(10)
+    assert done.is_set()
