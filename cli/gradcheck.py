@@ -268,11 +268,14 @@ def agree(a: float, b: float, floor: float, slack: float) -> bool:
 
 
 def where(j: int, width: int, groups) -> tuple[str, int, str]:
-    """(layer, row, column) of param j: a matrix's, or a table level's ("t<level>", float
-    index inside the level, "-")."""
+    """(layer, row, column) of param j: a matrix's, a table level's ("t<level>", float
+    index inside the level, "-") or a named layer's (group "layer <name>": the name, index
+    inside the layer, "-")."""
     for label, first, end in groups:
         if label.startswith("table level") and first <= j < end:
             return f"t{label.split()[-1]}", j - first, "-"
+        if label.startswith("layer ") and first <= j < end:
+            return label[6:], j - first, "-"
     layer, rem = divmod(int(j), width * width)
     row, col = divmod(rem, width)
     return str(layer), row, str(col)

@@ -31,10 +31,11 @@ GRAPHS = {
     "train-photo": KPN,
     "train-photo-ctx": KPN,
     "train-photo-nl": KPN,
+    "train-unet": KPN,
 }
 # about 90 s of the loop's 140 on the CPU driver (2 cores); the rest takes about 45 s
 SLOW = {"fit-image", "fit-image-flip", "fit-image-zoom", "gradcheck-kpn", "train-kpn",
-        "train-photo", "train-photo-ctx", "train-photo-nl"}
+        "train-photo", "train-photo-ctx", "train-photo-nl", "train-unet"}
 SUMMARY = re.compile(r"checked (\d+) weights .*: (\d+) compared, (\d+) excluded")
 
 

@@ -1,0 +1,218 @@
+"""unet-t: trains a U-Net denoiser frame by frame (README.md here has the maths).
+
+unet-t supplies its optimiser's params (`weights`) and its network (`network`: forward, loss,
+backward); the engine's trainer scaffold (pipeline/trainer.py) adds adam, lsum, norm, the
+feedback edges and the trainer hooks. Nodes, for the layers of net.py in order:
+  forward   prep (input, noiseab -> F), conv per layer (its inputs -> Y), loss (N, input,
+            ref -> output, dE/dN, partials), lsum (scaffold)
+  backward  per layer, the last first: convb (dE/dY -> dE/d its inputs; none for the first
+            layer, whose input is F), convw (dE/dY, its inputs -> partial sums of dE/dW of
+            the layer over runs of pixels), wsum (-> the layer's dE/dW after the layers
+            before it's: the last layer's is dw)
+  update    (scaffold) norm, adam
+Every kernel is fp32 (float64 with `precise`, the gradient check's forward and backward).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vkgraph.modules.unet_t.net import Layer, layers
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
+from vkgraph.pipeline.trainer import Network, Trains, Weights
+
+SHADER = "unet-t"
+
+
+def shape(module) -> tuple[int, int]:
+    return int(module.param("width")), int(module.param("scales"))
+
+
+def lut_text(width: int, scales: int) -> str:
+    """What o-lut writes after the weights: enough to rebuild the network."""
+    return f"lut contains weights for\nunet denoiser with:\nwidth {width}\nscales {scales}\n"
+
+
+def upstream_tile(module) -> int | None:
+    """cnngenin's tile size where it feeds noiseab with tiles (the kernels read it from
+    noiseab at run time), else None."""
+    src = module.connector("noiseab").source
+    up = src[0] if src else None
+    if getattr(up, "name", None) == "cnngenin" and int(up.param("tiles")):
+        return int(up.param("tile"))
+    return None
+
+
+def modify_roi_out(graph, module):
+    width, scales = shape(module)
+    inp = module.connector("input").roi
+    m = 1 << (scales - 1)
+    if inp.wd % m or inp.ht % m:
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; with scales {scales} its "
+                         f"width and height must be multiples of {m}")
+    tile = upstream_tile(module)
+    if tile is not None and tile % m:
+        raise GraphError(f"{module}: cnngenin's tiles are {tile} pixels; with scales {scales} "
+                         f"they must be a multiple of {m}")
+    ref = module.connector("ref").roi
+    if (ref.wd, ref.ht) != (inp.wd, inp.ht):
+        raise GraphError(f"{module}: ref is {ref.wd}x{ref.ht}, input {inp.wd}x{inp.ht}")
+    n = layers(width, scales)[-1].end
+    module.connector("output").roi = Roi(inp.wd, inp.ht)
+    module.connector("w").roi = Roi(n, 1)
+    graph.meta(module, "w")["text"] = lut_text(width, scales)
+
+
+def weights(graph, module) -> Weights:
+    """The optimiser's params: every layer's weights and bias (net.py's order), from the
+    checkpoint on wcp (f32) where one is connected, else adam.comp's init (the layer table
+    as defines)."""
+    ls = layers(*shape(module))
+    n = ls[-1].end
+    wcp = module.connector("wcp")
+    if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != n:
+        raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd * wcp.roi.ht} values; this "
+                         f"network (width {module.param('width')}, scales "
+                         f"{module.param('scales')}) has {n}", hint="train it with the same "
+                         "width and scales")
+    defines = {"UNET_NP": n, "UNET_LAYERS": len(ls),
+               "UNET_WEND": ",".join(f"{L.offset + L.weights}u" for L in ls),
+               "UNET_END": ",".join(f"{L.end}u" for L in ls),
+               "UNET_FAN": ",".join(f"{L.cin * L.k * L.k}.0" for L in ls)}
+    return Weights(n, "w", best=("f32", Roi(n, 1)), start=wcp.source is not None, wcp="f32",
+                   roi=Roi(n, 1), defines=defines)
+
+
+def block(n: int, most: int = 8) -> int:
+    """The largest divisor of n up to `most`: the channels one invocation computes."""
+    return max(d for d in range(1, most + 1) if n % d == 0)
+
+
+def wgrad_chunks(pixels: int) -> int:
+    """Runs of pixels convw sums apart (wsum adds them): enough workgroups to fill a GPU
+    on the full-resolution layers, whose channels are few."""
+    return max(1, min(64, pixels // 4096))
+
+
+def layer_defines(L: Layer, precise: bool) -> dict:
+    return {"KIND": ("conv3", "down", "up", "conv1").index(L.kind), "CIN": L.cin,
+            "CINA": L.cina, "COUT": L.cout, "WOFF": L.offset, "RELU": int(L.relu),
+            **({"PRECISE": 1} if precise else {})}
+
+
+def network(graph, module, scaffold) -> Network:
+    """prep, the layers' forward, the loss against ref, and the backward down to dE/dW."""
+    width, scales = shape(module)
+    ls = layers(width, scales)
+    precise = int(module.param("precise")) != 0
+    words = 2 if precise else 1  # f32 words a value
+    defs = {"PRECISE": 1} if precise else {}
+    W, H = module.connector("input").roi.wd, module.connector("input").roi.ht
+    size = [(W >> k, H >> k) for k in range(scales)]
+    adam = scaffold.adam
+
+    prep = graph.add_node(module, "prep", (W, H), [
+        img("input", "read"), ssbo("noiseab", "read"), ssbo("F", "write", words * 4 * W * H)],
+        shader=SHADER, push=[W, H, W, H, 0], defines=defs)
+    graph.bind(module, "input", prep, "input")
+    graph.bind(module, "noiseab", prep, "noiseab")
+    made = {"F": (prep, "F")}
+    conv = {}
+    for L in ls:
+        (wi, hi), (wo, ho) = size[L.scale_in], size[L.scale_out]
+        cb = block(L.cout)
+        node = graph.add_node(module, "conv", (wo, ho, L.cout // cb), [
+            ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
+            ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
+            shader=SHADER, push=[wi, hi, wo, ho, L.scale_in],
+            defines={**layer_defines(L, precise), "CB": cb})
+        graph.node_connect(adam, "w", node, "w")
+        _inputs(graph, module, node, L, made)
+        made[L.name] = (node, "outp")
+        conv[L.name] = node
+
+    groups = math.ceil(W / 8) * math.ceil(H / 8)
+    loss = graph.add_node(module, "loss", (W, H), [
+        ssbo("N", "read"), img("input", "read"), ssbo("noiseab", "read"),
+        img("output", "write", Roi(W, H)), img("ref", "read"),
+        ssbo("dN", "write", words * 3 * W * H), ssbo("Epart", "write", 2 * groups)],
+        shader=SHADER, push=[W, H, W, H, 0], defines={"REF": 1, **defs})
+    graph.node_connect(conv["out"], "outp", loss, "N")
+    for name in ("input", "noiseab", "ref"):
+        graph.bind(module, name, loss, name)
+    graph.bind(module, "output", loss, "output")
+    scaffold.loss_sum(loss, groups)
+
+    # dE/dY of every layer's output: what its readers give back (a skip has two readers)
+    grads: dict[str, list] = {"out": [(loss, "dN")]}
+    wgrad = {}
+    for L in reversed(ls):
+        (wi, hi), (wo, ho) = size[L.scale_in], size[L.scale_out]
+        g = grads[L.name]
+        ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
+        push = [wi, hi, wo, ho, L.scale_in]
+        if L.a != "F":
+            cbi = block(math.gcd(L.cina, L.cin - L.cina) if L.b else L.cin)
+            node = graph.add_node(module, "convb", (wi, hi, L.cin // cbi), [
+                ssbo("w", "read"), ssbo("gA", "read"), ssbo("gB", "read"), ssbo("outp", "read"),
+                ssbo("dA", "write", words * L.cina * wi * hi),
+                ssbo("dB", "write", words * max(L.cin - L.cina, 1) * wi * hi),
+                ssbo("noiseab", "read")], shader=SHADER, push=push,
+                defines={**ldefs, "CBI": cbi})
+            graph.node_connect(adam, "w", node, "w")
+            _grads(graph, module, node, g, conv[L.name])
+            grads.setdefault(L.a, []).append((node, "dA"))
+            if L.b:
+                grads.setdefault(L.b, []).append((node, "dB"))
+        cbw = block(L.cout, 4)
+        chunks = wgrad_chunks(wo * ho)
+        lw = L.end - L.offset
+        node = graph.add_node(module, "convw", (64 * (L.cout // cbw), L.cin + 1, chunks), [
+            ssbo("inA", "read"), ssbo("inB", "read"), ssbo("gA", "read"), ssbo("gB", "read"),
+            ssbo("outp", "read"), ssbo("part", "write", words * chunks * lw),
+            ssbo("noiseab", "read")], shader=SHADER, local=(64, 1, 1), push=push,
+            defines={**ldefs, "CBW": cbw, "CHUNKS": chunks})
+        _inputs(graph, module, node, L, made)
+        _grads(graph, module, node, g, conv[L.name])
+        wsum = graph.add_node(module, "wsum", (L.end, 1), [
+            ssbo("part", "read"), ssbo("prev", "read"), ssbo("dw", "write", L.end)],
+            shader=SHADER, local=(256, 1, 1),
+            defines={"WOFF": L.offset, "LW": lw, "CHUNKS": chunks, **defs})
+        graph.node_connect(node, "part", wsum, "part")
+        wgrad[L.name] = wsum
+    for before, L in zip([None] + ls[:-1], ls, strict=True):
+        node = wgrad[L.name]
+        if before is None:
+            node.connector("prev").flags |= OPTIONAL
+        else:
+            graph.node_connect(wgrad[before.name], "dw", node, "prev")
+    return Network(dw=wgrad[ls[-1].name], used=np.ones(ls[-1].end, bool),
+                   layout=(len(ls), 1), groups=[(f"layer {L.name}", L.offset, L.end) for L in ls],
+                   kernels="portable kernels")
+
+
+def _inputs(graph, module, node, L: Layer, made: dict) -> None:
+    """node's inA (and inB, or nothing there) from the layers' outputs, noiseab bound."""
+    graph.node_connect(*made[L.a], node, "inA")
+    if L.b:
+        graph.node_connect(*made[L.b], node, "inB")
+    else:
+        node.connector("inB").flags |= OPTIONAL
+    graph.bind(module, "noiseab", node, "noiseab")
+
+
+def _grads(graph, module, node, g: list, conv) -> None:
+    """node's gA (and gB: a skip's second reader) and the layer's output Y (relu')."""
+    graph.node_connect(*g[0], node, "gA")
+    if len(g) > 1:
+        graph.node_connect(*g[1], node, "gB")
+    else:
+        node.connector("gB").flags |= OPTIONAL
+    graph.node_connect(conv, "outp", node, "outp")
+    graph.bind(module, "noiseab", node, "noiseab")
+
+
+TRAINABLE = Trains(weights, network, precise="precise", rates=("alpha",), clip="gradclip")

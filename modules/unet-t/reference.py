@@ -1,0 +1,365 @@
+"""float64 numpy reference of the unet-t U-Net denoiser, forward and backward.
+
+Every GPU kernel of unet-t is checked against the function of the same step here (README.md
+states the maths; this docstring restates it in the reference's conventions).
+
+Images. The input X is (H, W, 3) indexed [y, x] (linear rgb; alpha is no part of the maths), a
+stack of n tiles of th rows each, H = n th: rows t th .. (t+1) th - 1 are tile t. Activations
+are (C, H_k, W_k) arrays indexed [channel, y, x], H_k = n (th >> k), W_k = W >> k at scale k;
+reshaped per tile they are (C, n, th >> k, W_k). W and th must be multiples of 2^(S-1).
+
+Features (per tile t with noise profile (a_t, b_t), cnngenin's units):
+    s_t      = max(sqrt(max(a_t + 65535 * 0.18 * b_t, 0)) / 65535, 1e-5)
+    sigma(p) = sqrt(max(a_t + 65535 b_t max(Y(X(p)), 0), 0)) / 65535
+    Y(c)     = 0.2627 c.r + 0.6780 c.g + 0.0593 c.b
+    F = (X.r / s_t, X.g / s_t, X.b / s_t, sigma / s_t)     (4, H, W)
+(the README writes s_t without the inner max(., 0); it only differs for a_t + 65535 0.18 b_t
+< 0, where the README's sqrt is undefined and this gives the floor 1e-5).
+
+Network, S = scales >= 2, w_k = width << k channels:
+    for k in 0 .. S-1:
+        E_k^a = relu(conv3(in_k))  (w_k out)     in_0 = F, in_k = D_{k-1}
+        E_k   = relu(conv3(E_k^a)) (w_k out)     the skip of scale k
+        if k < S-1: D_k = down(E_k) (w_k out, no activation)
+    G_{S-1} = E_{S-1}
+    for k in S-2 .. 0:
+        U_k   = up(G_{k+1}) (w_k out, no activation)
+        G_k^a = relu(conv3(cat(U_k, E_k)))       (2 w_k in: U_k's channels, then E_k's)
+        G_k   = relu(conv3(G_k^a))
+    N = conv1(G_0) (3 out);    O = X - s_t N     (N as (H, W, 3))
+
+Weights. One flat float array w; layer L (``layers``: enc0a, enc0, down0, enc1a, ..., enc{S-1},
+up{S-2}, dec{S-2}a, dec{S-2}, ..., up0, dec0a, dec0, out) has W_L[co][ci][ky][kx] at
+w[offset : offset + cout cin k k] (C order) and its bias b_L[co] at the next cout values;
+the layers follow each other without gaps from offset 0.
+
+Layers (I the input (cin, ...), O the output (cout, ...), per tile):
+    conv3: O[co, y, x] = b[co] + sum_ci sum_{ky,kx = 0..2} W[co][ci][ky][kx] I[ci, y+ky-1, x+kx-1]
+           (I is 0 outside the tile: tiles never see each other, nor anything past the image)
+    down:  O[co, y, x] = b[co] + sum_ci sum_{ky,kx = 0..1} W[co][ci][ky][kx] I[ci, 2y+ky, 2x+kx]
+    up:    O[co, 2y+ky, 2x+kx] = b[co] + sum_ci W[co][ci][ky][kx] I[ci, y, x]
+    conv1: O[co, y, x] = b[co] + sum_ci W[co][ci][0][0] I[ci, y, x]
+(down, up and conv1 never reach across a tile border as th >> k is even where they run.)
+
+Loss over the P = W n th pixels against the clean R (H, W, 3):
+    E = (1/P) sum_p sum_{r,g,b} |O(p) - R(p)|,   dE/dO = sign(O - R) / P   (sign(0) = 0).
+
+Backward: dN[c, y, x] = -s_t dO[y, x, c]; through each layer in reverse, with relu'(z) = 1 if
+z > 0 else 0 (z the pre-activation), and for a layer with upstream dO:
+    db[co] = sum dO[co, .],   dW[co][ci][ky][kx] = sum_{y,x} dO[co, y, x] (the input it read)
+    conv3: dI = conv3 of dO (zero outside the tile) with W'[ci][co][ky][kx] = W[co][ci][2-ky][2-kx]
+    down:  dI[ci, 2y+ky, 2x+kx] = sum_co W[co][ci][ky][kx] dO[co, y, x]
+    up:    dI[ci, y, x] = sum_{co,ky,kx} W[co][ci][ky][kx] dO[co, 2y+ky, 2x+kx]
+    conv1: dI[ci] = sum_co W[co][ci] dO[co]
+dE_k (the skip) sums the gradient from dec{k}a's E_k channels and from down{k}; no gradient
+flows to the features (dE/dw only).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+LUMA = np.array([0.2627, 0.6780, 0.0593])
+RANGE = 65535.0  # cnngenin's units: noise variance (a + RANGE b x) / RANGE^2
+MID_GREY = 0.18  # s_t is the noise std at this value
+S_FLOOR = 1e-5  # s_t = max(., S_FLOOR)
+N_FEATURES = 4
+N_OUT = 3
+KINDS = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}  # kind -> k (taps a side)
+
+
+class Layer(NamedTuple):
+    """One layer of the flat weight array: W (cout, cin, k, k) at w[offset:], then b (cout)."""
+
+    name: str
+    kind: str
+    cin: int
+    cout: int
+    k: int
+    offset: int
+
+    @property
+    def size(self) -> int:
+        """cout cin k k + cout: the weights and biases of the layer."""
+        return self.cout * self.cin * self.k * self.k + self.cout
+
+
+# ------------------------------------------------------------------------------- layout
+
+
+def _check_net(width: int, scales: int) -> None:
+    if int(scales) != scales or scales < 2:
+        raise ValueError(f"unet-t: scales must be an integer >= 2, got {scales}")
+    if int(width) != width or width < 1:
+        raise ValueError(f"unet-t: width must be an integer >= 1, got {width}")
+
+
+def layers(width: int, scales: int) -> list[Layer]:
+    """Every layer in the order of the weights, offsets contiguous from 0 (module docstring)."""
+    _check_net(width, scales)
+    ch = [width << k for k in range(scales)]
+    spec = []
+    for k in range(scales):
+        spec.append((f"enc{k}a", "conv3", N_FEATURES if k == 0 else ch[k - 1], ch[k]))
+        spec.append((f"enc{k}", "conv3", ch[k], ch[k]))
+        if k < scales - 1:
+            spec.append((f"down{k}", "down", ch[k], ch[k]))
+    for k in range(scales - 2, -1, -1):
+        spec.append((f"up{k}", "up", ch[k + 1], ch[k]))
+        spec.append((f"dec{k}a", "conv3", 2 * ch[k], ch[k]))
+        spec.append((f"dec{k}", "conv3", ch[k], ch[k]))
+    spec.append(("out", "conv1", ch[0], N_OUT))
+    out, offset = [], 0
+    for name, kind, cin, cout in spec:
+        layer = Layer(name, kind, cin, cout, KINDS[kind], offset)
+        out.append(layer)
+        offset += layer.size
+    return out
+
+
+def n_params(width: int, scales: int) -> int:
+    """The length of the flat weight array: the sum of every layer's cout cin k k + cout."""
+    last = layers(width, scales)[-1]
+    return last.offset + last.size
+
+
+def unpack(w: np.ndarray, layer: Layer) -> tuple[np.ndarray, np.ndarray]:
+    """(W (cout, cin, k, k), b (cout,)) of `layer`: views into the flat array w."""
+    n = layer.cout * layer.cin * layer.k * layer.k
+    W = w[layer.offset: layer.offset + n].reshape(layer.cout, layer.cin, layer.k, layer.k)
+    return W, w[layer.offset + n: layer.offset + n + layer.cout]
+
+
+# --------------------------------------------------------------------------------- layers
+
+
+def _tiles(I: np.ndarray, th: int) -> tuple[np.ndarray, int]:
+    """I (C, n th, W) as (C, n, th, W), and n."""
+    C, H, W = I.shape
+    if th < 1 or H % th:
+        raise ValueError(f"unet-t: {H} rows are not a whole number of tiles of {th} rows")
+    return I.reshape(C, H // th, th, W), H // th
+
+
+def _windows(I: np.ndarray, th: int) -> np.ndarray:
+    """(C, n, th, W, 3, 3): I[c, y+ky-1, x+kx-1] of each tile, zero outside the tile."""
+    T, _ = _tiles(I, th)
+    P = np.pad(T, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    return np.lib.stride_tricks.sliding_window_view(P, (3, 3), axis=(2, 3))
+
+
+def _even(I: np.ndarray, th: int, kind: str) -> None:
+    _tiles(I, th)
+    if th % 2 or I.shape[2] % 2:
+        raise ValueError(f"unet-t: {kind} needs an even tile height and width, "
+                         f"got {th} rows a tile and {I.shape[2]} columns")
+
+
+def conv(kind: str, W: np.ndarray, b: np.ndarray, I: np.ndarray, th: int) -> np.ndarray:
+    """One layer without activation: O (cout, H', W') from I (cin, H, W) of tiles of th rows
+    (th: the rows a tile at I's scale), W (cout, cin, k, k), b (cout,); kind conv3, down, up or
+    conv1 as the module docstring defines (H', W' = H, W; H/2, W/2 for down; 2H, 2W for up)."""
+    W = np.asarray(W, dtype=np.float64)
+    I = np.asarray(I, dtype=np.float64)
+    cout, cin = W.shape[:2]
+    if kind not in KINDS or W.shape[2:] != (KINDS[kind],) * 2 or I.shape[0] != cin:
+        raise ValueError(f"unet-t: {kind} with weights {W.shape} cannot read input {I.shape}")
+    C, H, Wd = I.shape
+    if kind == "conv3":
+        out = np.tensordot(W, _windows(I, th), axes=([1, 2, 3], [0, 4, 5]))  # (co, n, th, W)
+        out = out.reshape(cout, H, Wd)
+    elif kind == "down":
+        _even(I, th, kind)
+        Ir = I.reshape(C, H // 2, 2, Wd // 2, 2)
+        out = np.tensordot(W, Ir, axes=([1, 2, 3], [0, 2, 4]))  # (co, H/2, W/2)
+    elif kind == "up":
+        _tiles(I, th)
+        out = np.tensordot(W, I, axes=([1], [0]))  # (co, ky, kx, H, W)
+        out = out.transpose(0, 3, 1, 4, 2).reshape(cout, 2 * H, 2 * Wd)
+    else:
+        _tiles(I, th)
+        out = np.tensordot(W[:, :, 0, 0], I, axes=1)
+    return out + np.asarray(b, dtype=np.float64)[:, None, None]
+
+
+def conv_backward(kind: str, W: np.ndarray, I: np.ndarray, dO: np.ndarray,
+                  th: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dI, dW, db) of ``conv(kind, W, b, I, th)`` for the upstream dE/dO: the adjoint of the
+    layer (module docstring) and the gradients of its weights (cout, cin, k, k) and bias."""
+    W = np.asarray(W, dtype=np.float64)
+    I = np.asarray(I, dtype=np.float64)
+    dO = np.asarray(dO, dtype=np.float64)
+    cout, cin = W.shape[:2]
+    C, H, Wd = I.shape
+    db = dO.sum(axis=(1, 2))
+    if kind == "conv3":
+        T, n = _tiles(dO, th)
+        dW = np.tensordot(T, _windows(I, th), axes=([1, 2, 3], [1, 2, 3]))
+        Wt = np.flip(W, (2, 3)).transpose(1, 0, 2, 3)  # W'[ci][co][ky][kx] = W[co][ci][2-ky][2-kx]
+        dI = np.tensordot(Wt, _windows(dO, th), axes=([1, 2, 3], [0, 4, 5])).reshape(C, H, Wd)
+    elif kind == "down":
+        Ir = I.reshape(C, H // 2, 2, Wd // 2, 2)
+        dW = np.tensordot(dO, Ir, axes=([1, 2], [1, 3]))  # (co, ci, ky, kx)
+        dI = np.tensordot(W, dO, axes=([0], [0]))  # (ci, ky, kx, H/2, W/2)
+        dI = dI.transpose(0, 3, 1, 4, 2).reshape(C, H, Wd)
+    elif kind == "up":
+        d6 = dO.reshape(cout, H, 2, Wd, 2)
+        dW = np.tensordot(d6, I, axes=([1, 3], [1, 2])).transpose(0, 3, 1, 2)  # (co,ky,kx,ci)
+        dI = np.tensordot(W, d6, axes=([0, 2, 3], [0, 2, 4]))
+    elif kind == "conv1":
+        dW = np.tensordot(dO, I, axes=([1, 2], [1, 2]))[:, :, None, None]
+        dI = np.tensordot(W[:, :, 0, 0].T, dO, axes=1)
+    else:
+        raise ValueError(f"unet-t: unknown layer kind {kind!r}")
+    return dI, dW, db
+
+
+def relu(z: np.ndarray) -> np.ndarray:
+    return np.maximum(z, 0.0)
+
+
+def relu_grad(z: np.ndarray) -> np.ndarray:
+    """relu'(z) = 1 where z > 0, else 0 (0 at z = 0)."""
+    return (z > 0).astype(np.float64)
+
+
+# -------------------------------------------------------------------------------- network
+
+
+def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int) -> int:
+    """n, the tiles of X; ValueError when the shapes disagree."""
+    if X.ndim != 3 or X.shape[2] != 3:
+        raise ValueError(f"unet-t: X must be (H, W, 3), got {X.shape}")
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"unet-t: a and b must be (n,) for n tiles, got {a.shape}, {b.shape}")
+    n = a.shape[0]
+    if int(th) != th or th < 1 or n < 1 or X.shape[0] != n * th:
+        raise ValueError(f"unet-t: X has {X.shape[0]} rows, not {n} tiles (len(a)) of "
+                         f"th = {th} rows")
+    return n
+
+
+def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
+             th: int) -> tuple[np.ndarray, np.ndarray]:
+    """(F (4, H, W), s (n,)): the network's input and each tile's scale (module docstring),
+    for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,)."""
+    X = np.asarray(X, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    _check_image(X, a, b, th)
+    s = np.maximum(np.sqrt(np.maximum(a + RANGE * MID_GREY * b, 0.0)) / RANGE, S_FLOOR)
+    a_p, b_p, s_p = (np.repeat(v, th)[:, None] for v in (a, b, s))  # per row (H, 1)
+    y = np.maximum(X @ LUMA, 0.0)
+    sigma = np.sqrt(np.maximum(a_p + RANGE * b_p * y, 0.0)) / RANGE
+    F = np.concatenate([X.transpose(2, 0, 1), sigma[None]]) / s_p[None]
+    return F, s
+
+
+class Cache(NamedTuple):
+    """What ``forward`` computed: F and s (``features``), N (3, H, W), and per layer name the
+    input it read (inputs[name], (cin, H_k, W_k)) and its output before the activation
+    (z[name]; relu(z) for conv3 layers, the output itself for down, up and out)."""
+
+    F: np.ndarray
+    s: np.ndarray
+    N: np.ndarray
+    inputs: dict
+    z: dict
+
+
+def _check_all(w, X, a, b, th, width, scales):
+    _check_net(width, scales)
+    X = np.asarray(X, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    _check_image(X, a, b, th)
+    m = 1 << (scales - 1)
+    if th % m or X.shape[1] % m:
+        raise ValueError(f"unet-t: the width W = {X.shape[1]} and tile height th = {th} must be "
+                         f"multiples of 2^(scales-1) = {m}")
+    w = np.asarray(w, dtype=np.float64)
+    if w.shape != (n_params(width, scales),):
+        raise ValueError(f"unet-t: w must be ({n_params(width, scales)},) for width {width}, "
+                         f"scales {scales}, got {w.shape}")
+    return w, X, a, b
+
+
+def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int, width: int,
+            scales: int) -> tuple[np.ndarray, Cache]:
+    """(O (H, W, 3), cache): the denoised tiles O = X - s_t N(F) and the activations."""
+    w, X, a, b = _check_all(w, X, a, b, th, width, scales)
+    F, s = features(X, a, b, th)
+    net = {layer.name: layer for layer in layers(width, scales)}
+    inputs, zs = {}, {}
+
+    def run(name, I, th_k):
+        inputs[name] = I
+        zs[name] = conv(net[name].kind, *unpack(w, net[name]), I, th_k)
+        return zs[name]
+
+    h, skips = F, []
+    for k in range(scales):
+        h = relu(run(f"enc{k}a", h, th >> k))
+        h = relu(run(f"enc{k}", h, th >> k))
+        skips.append(h)
+        if k < scales - 1:
+            h = run(f"down{k}", h, th >> k)
+    for k in range(scales - 2, -1, -1):
+        u = run(f"up{k}", h, th >> (k + 1))
+        h = relu(run(f"dec{k}a", np.concatenate([u, skips[k]]), th >> k))
+        h = relu(run(f"dec{k}", h, th >> k))
+    N = run("out", h, th)
+    O = X - np.repeat(s, th)[:, None, None] * N.transpose(1, 2, 0)
+    return O, Cache(F, s, N, inputs, zs)
+
+
+def loss(O: np.ndarray, R: np.ndarray) -> tuple[float, np.ndarray]:
+    """(E, dE/dO): E = (1/P) sum |O - R| over the P pixels and 3 channels, dE/dO = sign(O-R)/P."""
+    O = np.asarray(O, dtype=np.float64)
+    R = np.asarray(R, dtype=np.float64)
+    if O.shape != R.shape or O.ndim != 3 or O.shape[2] != 3:
+        raise ValueError(f"unet-t: O {O.shape} and R {R.shape} must both be (H, W, 3)")
+    P = O.shape[0] * O.shape[1]
+    d = O - R
+    return float(np.abs(d).sum() / P), np.sign(d) / P
+
+
+def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
+             width: int, scales: int) -> tuple[float, np.ndarray]:
+    """(E, dw): the loss of forward's O against R and its exact gradient dE/dw (w's shape)."""
+    w, X, a, b = _check_all(w, X, a, b, th, width, scales)
+    R = np.asarray(R, dtype=np.float64)
+    if R.shape != X.shape:
+        raise ValueError(f"unet-t: R {R.shape} must have X's shape {X.shape}")
+    O, cache = forward(w, X, a, b, th, width, scales)
+    E, dO = loss(O, R)
+    net = {layer.name: layer for layer in layers(width, scales)}
+    dw = np.zeros_like(w)
+
+    def back(name, g, th_k, activated):
+        layer = net[name]
+        if activated:
+            g = g * relu_grad(cache.z[name])
+        W, _ = unpack(w, layer)
+        dI, dW, db = conv_backward(layer.kind, W, cache.inputs[name], g, th_k)
+        n = dW.size
+        dw[layer.offset: layer.offset + n] = dW.ravel()
+        dw[layer.offset + n: layer.offset + n + layer.cout] = db
+        return dI
+
+    dN = -(np.repeat(cache.s, th)[:, None, None] * dO).transpose(2, 0, 1)
+    g = back("out", dN, th, False)  # dG_0
+    dskip = []
+    for k in range(scales - 1):
+        g = back(f"dec{k}", g, th >> k, True)
+        g = back(f"dec{k}a", g, th >> k, True)  # d cat(U_k, E_k)
+        c = net[f"up{k}"].cout
+        dskip.append(g[c:])
+        g = back(f"up{k}", g[:c], th >> (k + 1), False)  # dG_{k+1}
+    dE = g  # dE_{S-1} = dG_{S-1}
+    for k in range(scales - 1, -1, -1):
+        g = back(f"enc{k}", dE, th >> k, True)
+        g = back(f"enc{k}a", g, th >> k, True)  # d in_k (= dD_{k-1} for k > 0)
+        if k > 0:
+            dE = back(f"down{k - 1}", g, th >> (k - 1), False) + dskip[k - 1]
+    return E, dw

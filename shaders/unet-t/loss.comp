@@ -1,0 +1,66 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#ifdef PRECISE
+#extension GL_ARB_gpu_shader_fp64 : require
+#endif
+#include "vkgraph.glsl"
+#define KIND 3
+#define CIN 3
+#define CINA 3
+#define COUT 3
+#define WOFF 0
+#include "unet.glsl"
+// The output O = X - s N (N: the network's 3 planes, X the noisy input, s its tile's
+// scale_of) and, with a reference R (REF), the L1 loss
+//   E = (1/P) sum_p sum_rgb |O - R|,   dE/dN = -s sign(O - R) / P   (sign(0) = 0)
+// Each 8x8 workgroup writes its partial sum of E as a (hi, lo) float pair to Epart (summed by
+// lsum, no atomics: runs are bit-reproducible); PRECISE: in float64.
+SSBO_IN(0, real, N)
+IMG_IN(1, inp)
+SSBO_IN(2, float, noiseab)
+IMG_OUT(3, outp)
+#ifdef REF
+IMG_IN(4, ref)
+SSBO_OUT(5, real, dN)
+SSBO_OUT(6, vec2, Epart)
+shared real part[64];
+#endif
+#include "noise.glsl"
+
+void main() {
+  ivec2 p = ivec2(gl_GlobalInvocationID.xy);
+  int n = push.wo * push.ho;
+  real e = real(0);
+  if (p.x < push.wo && p.y < push.ho) {
+    int i = p.x + p.y * push.wo;
+    real a, b;
+    profile(p, a, b);
+    real s = scale_of(a, b);
+    vec4 x = inp[i];
+    real o[3];
+    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[c * n + i];
+    outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), x.a);
+#ifdef REF
+    vec4 r = ref[i];
+    for (int c = 0; c < 3; c++) {
+      real d = o[c] - real(r[c]);
+      e += abs(d);
+      dN[c * n + i] = -s * sign(d) / real(n);
+    }
+#endif
+  }
+#ifdef REF
+  uint t = gl_LocalInvocationIndex;
+  part[t] = e / real(n);
+  barrier();
+  for (uint k = 32u; k > 0u; k >>= 1) {
+    if (t < k) part[t] += part[t + k];
+    barrier();
+  }
+  if (t == 0u) {
+    float hi = float(part[0]);
+    Epart[gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x] =
+        vec2(hi, float(part[0] - real(hi)));
+  }
+#endif
+}

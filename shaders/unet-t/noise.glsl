@@ -1,0 +1,19 @@
+// The noise profile of pixel p (prep.comp, loss.comp; modules/unet-t/README.md): cnngenin's
+// per-tile records on noiseab, (a, b, tile size T or 0 for the whole image, tile columns),
+// tile t = p.x / T + (p.y / T) columns. Include after unet.glsl's `real` and the binding
+// noiseab.
+const real LUMA_R = real(0.2627), LUMA_G = real(0.6780), LUMA_B = real(0.0593);
+
+// (a, b) of p's tile
+void profile(ivec2 p, out real a, out real b) {
+  int T = int(noiseab[2]);
+  int cols = max(int(noiseab[3]), 1);
+  int t = T > 0 ? p.x / T + (p.y / T) * cols : 0;
+  a = real(noiseab[4 * t]);
+  b = real(noiseab[4 * t + 1]);
+}
+
+// s: the noise std at mid grey, max(sqrt(a + 65535 0.18 b) / 65535, 1e-5)
+real scale_of(real a, real b) {
+  return max(sqrt(max(a + real(65535.0 * 0.18) * b, real(0))) / real(65535), real(1e-5));
+}

@@ -1,0 +1,70 @@
+// unet-t's layer kernels' shared part (conv.comp, convb.comp, convw.comp; the maths:
+// modules/unet-t/README.md). The includer defines the layer: KIND (0 conv3, 1 down, 2 up,
+// 3 conv1), CIN (input channels), CINA (of them from input A; the rest, a concatenation's
+// second part, from input B), COUT, WOFF (the layer's offset in the weights: W[co][ci][tap]
+// then the bias), RELU (1: the output is relu'd); PRECISE: activations in float64.
+// Activations are planar: channel c of an image of n pixels at [c n, (c + 1) n), rows of
+// push.wi (input) or push.wo (output) pixels. Tiles: cnngenin's square tiles of T pixels
+// (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k; a conv3 reads zero
+// outside the output pixel's tile. The functions below take that tile size.
+#ifdef PRECISE
+#define real double
+#else
+#define real float
+#endif
+#if KIND == 0
+#define KK 9
+#elif KIND == 3
+#define KK 1
+#else
+#define KK 4
+#endif
+layout(push_constant) uniform Push { int wi, hi, wo, ho, k; } push;
+
+// the tile size at the layer's scale from noiseab's T
+int tile_at(float T) { return int(T) >> push.k; }
+
+int widx(int co, int ci, int t) { return WOFF + (co * CIN + ci) * KK + t; }
+int bidx(int co) { return WOFF + COUT * CIN * KK + co; }
+
+// conv3: whether input pixel q (same scale as p) is read by output pixel p: inside the image
+// and p's tile
+bool reads(ivec2 q, ivec2 p, int T) {
+  if (any(lessThan(q, ivec2(0))) || q.x >= push.wi || q.y >= push.hi) return false;
+  return T == 0 || all(equal(q / T, p / T));
+}
+
+// the input pixel q that tap t (ky * k + kx) of output pixel p reads; false where the tap
+// reads zero (conv3 outside the tile) or is not p's (up: one tap an output pixel)
+bool source(ivec2 p, int t, int T, out ivec2 q) {
+#if KIND == 0
+  q = p + ivec2(t % 3 - 1, t / 3 - 1);
+  return reads(q, p, T);
+#elif KIND == 1
+  q = 2 * p + ivec2(t % 2, t / 2);
+  return true;
+#elif KIND == 2
+  q = p / 2;
+  return t == (p.y % 2) * 2 + p.x % 2;
+#else
+  q = p;
+  return true;
+#endif
+}
+
+// the output pixel p whose tap t reads input pixel q (source's inverse); false where none
+bool target(ivec2 q, int t, int T, out ivec2 p) {
+#if KIND == 0
+  p = q - ivec2(t % 3 - 1, t / 3 - 1);
+  return reads(p, q, T);  // same scale: p inside and in q's tile iff q is in p's
+#elif KIND == 1
+  p = q / 2;
+  return t == (q.y % 2) * 2 + q.x % 2;
+#elif KIND == 2
+  p = 2 * q + ivec2(t % 2, t / 2);
+  return true;
+#else
+  p = q;
+  return true;
+#endif
+}

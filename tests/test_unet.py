@@ -1,0 +1,164 @@
+"""unet-t on the device against the float64 reference (modules/unet-t/reference.py): the
+output, the loss and every weight gradient of one frame, on cnngenin's tiles and on a whole
+image, in fp32 and with `precise` (float64 kernels); then training, the .lut and the errors.
+Weights are put into adam's buffer after frame 0 with alpha 0 (adam then leaves them), so
+frame 1 computes E and dE/dW for exactly those weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import graph_from_lines
+
+from vkgraph.modules.unet_t import reference as ref
+from vkgraph.modules.unet_t.net import layers
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import write_pfm
+from vkgraph.pipeline.runner import Build
+
+
+def clean(w, h, seed=0):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([0.4 + 0.3 * np.sin(xx / 3.0 + c) * np.cos(yy / 5.0) for c in range(3)], -1)
+    return (img + 0.05 * rng.random(img.shape)).astype(np.float32)
+
+
+def unet_graph(tmp_path, R, width, scales, tiles=None, extra=""):
+    """cnngenin's noise on R (tiles: (batch, tile) of its tile grid, or the whole image) ->
+    unet-t -> o-lut."""
+    write_pfm(tmp_path / "r.pfm", R)
+    grid = (f"param:cnngenin:01:batch:{tiles[0]}\nparam:cnngenin:01:tile:{tiles[1]}"
+            if tiles else "param:cnngenin:01:tiles:0")
+    return graph_from_lines(f"""
+        module:i-pfm:ref
+        module:cnngenin:01
+        module:unet-t:01
+        module:o-lut:w
+        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
+        param:cnngenin:01:generate:2
+        param:cnngenin:01:noise:0.05
+        {grid}
+        connect:i-pfm:ref:output:cnngenin:01:imgi
+        connect:i-pfm:ref:output:cnngenin:01:refi
+        connect:cnngenin:01:imgo:unet-t:01:input
+        connect:cnngenin:01:refo:unet-t:01:ref
+        connect:cnngenin:01:noiseab:unet-t:01:noiseab
+        connect:unet-t:01:w:o-lut:w:input
+        param:o-lut:w:filename:{tmp_path / 'unet'}
+        param:unet-t:01:init:1
+        param:unet-t:01:width:{width}
+        param:unet-t:01:scales:{scales}
+        {extra}""")
+
+
+def random_weights(width, scales, seed=5):
+    """Weights of the init's size and random biases (so every ReLU sees both signs)."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros(layers(width, scales)[-1].end)
+    for L in layers(width, scales):
+        bound = 1 / np.sqrt(L.cin * L.k * L.k)
+        w[L.offset:L.offset + L.weights] = rng.uniform(-bound, bound, L.weights)
+        w[L.offset + L.weights:L.end] = rng.uniform(-0.1, 0.1, L.cout)
+    return w.astype(np.float32)
+
+
+def one_frame(device, g, w):
+    b = Build(g, device)
+    b.run_frame(0, download=False)
+    m = g.modules[("unet-t", "01")]
+    b.buffer(m.trainable.adam, "w").upload(w)
+    b.run_frame(1, download=False)
+    E = m.cls.hook("current_loss")(b, m)
+    dw = b.read(m.trainable.dw, "dw").ravel().astype(np.float64)
+    O = b.read(m.backing["output"][0], "output")[..., :3].astype(np.float64)
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    X = b.read(gen, "imgo")[..., :3].astype(np.float64)
+    R = b.read(gen, "refo")[..., :3].astype(np.float64)
+    nab = b.read(gen, "noiseab").ravel().astype(np.float64)
+    b.close()
+    return E, dw, O, X, R, nab
+
+
+def stacked(img, T, cols):
+    """cnngenin's grid of T x T tiles (tile t at column t % cols, row t // cols) as the
+    reference's vertical stack."""
+    rows = img.shape[0] // T
+    return np.concatenate([img[r * T:(r + 1) * T, c * T:(c + 1) * T]
+                           for r in range(rows) for c in range(cols)])
+
+
+def reference_of(X, R, nab, w, width, scales):
+    T, cols = int(nab[2]), max(int(nab[3]), 1)
+    if T:
+        n = (X.shape[0] // T) * cols
+        Xs, Rs, th = stacked(X, T, cols), stacked(R, T, cols), T
+    else:
+        n, Xs, Rs, th = 1, X, R, X.shape[0]
+    a, b = nab[0:4 * n:4], nab[1:4 * n:4]
+    O, _ = ref.forward(w, Xs, a, b, th, width, scales)
+    E, dw = ref.backward(w, Xs, Rs, a, b, th, width, scales)
+    return E, dw, O, (lambda img: stacked(img, T, cols)) if T else (lambda img: img)
+
+
+@pytest.mark.parametrize("width,scales,size,tiles,precise", [
+    (2, 2, (32, 32), (4, 16), 0),   # a 2x2 grid of 16-pixel tiles
+    (3, 3, (24, 16), None, 0),      # the whole image, wider than high
+    (2, 3, (32, 32), (4, 16), 1),   # float64 kernels
+    (2, 2, (128, 96), None, 0),     # weight gradients summed in 3 runs of pixels (wsum)
+])
+def test_frame_matches_reference(device, tmp_path, width, scales, size, tiles, precise):
+    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
+                   f"param:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+    g.frames = 2
+    w = random_weights(width, scales)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales)
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    assert scale > 0
+    # every layer's weights and bias: fp32 sums over the pixels against float64 (precise:
+    # float64 sums, stored as fp32 in dw)
+    for L in layers(width, scales):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+
+
+def test_training_denoises_and_writes_lut(device, tmp_path):
+    """120 frames of fresh noise: the output ends closer to the clean tiles than the noisy
+    input is (the loss of the identity, on the same frame), and o-lut writes the weights and
+    the text that rebuilds the network."""
+    g = unet_graph(tmp_path, clean(64, 64), 4, 2, (4, 32),
+                   "param:unet-t:01:alpha:0.003\nparam:unet-t:01:schedule:0")
+    g.frames = 120
+    b = Build(g, device)
+    m = g.modules[("unet-t", "01")]
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    ratio = []
+    for f in range(g.frames):
+        b.run_frame(f, download=f == g.frames - 1)
+        if f in (1, g.frames - 1):
+            X, R = b.read(gen, "imgo")[..., :3], b.read(gen, "refo")[..., :3]
+            identity = np.abs(X.astype(np.float64) - R).sum(-1).mean()
+            ratio.append(m.cls.hook("current_loss")(b, m) / identity)
+    assert np.isfinite(m.cls.hook("losses")(b, m)).all()
+    b.close()
+    assert ratio[0] > 0.97 and ratio[1] < 0.92, ratio
+    from vkgraph.pipeline.formats import read_lut
+
+    w, _, text = read_lut(tmp_path / "unet.lut")
+    assert w.size == layers(4, 2)[-1].end and np.isfinite(w).all()
+    assert "unet" in text and "width 4" in text and "scales 2" in text
+
+
+@pytest.mark.parametrize("size,tiles,extra,match", [
+    ((31, 32), None, "", "multiples of 2"),
+    ((48, 48), (4, 10), "param:unet-t:01:scales:3", "multiple of 4"),
+])
+def test_bad_sizes_are_errors(device, tmp_path, size, tiles, extra, match):
+    g = unet_graph(tmp_path, clean(*size), 2, 2, tiles, extra)
+    g.frames = 1
+    with pytest.raises(GraphError, match=match):
+        Build(g, device)

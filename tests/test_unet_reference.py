@@ -1,0 +1,439 @@
+"""Tests of the float64 numpy reference of unet-t (modules/unet-t/reference.py).
+
+The layout is checked against counts written from the README's formulas, every layer kind
+against scalar loops of the README's sums, the whole forward against a network assembled from
+those loops (with the weights read from the flat array by index arithmetic), and backward
+against central finite differences of forward's E. Within one piece of the piecewise-linear
+maths (fixed ReLU pattern, fixed signs of O - R), E is affine in any single weight, so a central
+difference is exact up to rounding; each difference asserts that its two evaluations stayed in
+the piece of the base point (``_regime``), so a kink can fail the test but never pass it
+silently. The seeds below were chosen so that none does (of seeds 0..7, only seed 1 of the
+width 3, scales 3 case crosses one).
+"""
+
+import numpy as np
+import pytest
+
+from vkgraph.modules.unet_t import reference as ref
+
+# ------------------------------------------------------------------------- hand layouts
+
+
+def _n_conv3(cin, cout):  # README: W[co][ci][ky][kx], ky, kx in 0..2, then b[co]
+    return 9 * cin * cout + cout
+
+
+def _n_2x2(cin, cout):  # down and up: ky, kx in 0..1
+    return 4 * cin * cout + cout
+
+
+def _n_conv1(cin, cout):
+    return cin * cout + cout
+
+
+def _readme_layers(width, scales):
+    """[(name, kind, cin, cout)] written out from the README's network loops."""
+    w = [width * 2**k for k in range(scales)]
+    out = []
+    for k in range(scales):
+        out.append((f"enc{k}a", "conv3", 4 if k == 0 else w[k - 1], w[k]))
+        out.append((f"enc{k}", "conv3", w[k], w[k]))
+        if k < scales - 1:
+            out.append((f"down{k}", "down", w[k], w[k]))
+    for k in reversed(range(scales - 1)):
+        out += [(f"up{k}", "up", w[k + 1], w[k]), (f"dec{k}a", "conv3", 2 * w[k], w[k]),
+                (f"dec{k}", "conv3", w[k], w[k])]
+    return out + [("out", "conv1", w[0], 3)]
+
+
+def _readme_size(kind, cin, cout):
+    return {"conv3": _n_conv3, "down": _n_2x2, "up": _n_2x2, "conv1": _n_conv1}[kind](cin, cout)
+
+
+def test_layout_width4_scales3_by_hand():
+    # width 4, scales 3: w_0, w_1, w_2 = 4, 8, 16
+    hand = [
+        ("enc0a", "conv3", 4, 4, _n_conv3(4, 4)),
+        ("enc0", "conv3", 4, 4, _n_conv3(4, 4)),
+        ("down0", "down", 4, 4, _n_2x2(4, 4)),
+        ("enc1a", "conv3", 4, 8, _n_conv3(4, 8)),
+        ("enc1", "conv3", 8, 8, _n_conv3(8, 8)),
+        ("down1", "down", 8, 8, _n_2x2(8, 8)),
+        ("enc2a", "conv3", 8, 16, _n_conv3(8, 16)),
+        ("enc2", "conv3", 16, 16, _n_conv3(16, 16)),
+        ("up1", "up", 16, 8, _n_2x2(16, 8)),
+        ("dec1a", "conv3", 16, 8, _n_conv3(16, 8)),
+        ("dec1", "conv3", 8, 8, _n_conv3(8, 8)),
+        ("up0", "up", 8, 4, _n_2x2(8, 4)),
+        ("dec0a", "conv3", 8, 4, _n_conv3(8, 4)),
+        ("dec0", "conv3", 4, 4, _n_conv3(4, 4)),
+        ("out", "conv1", 4, 3, _n_conv1(4, 3)),
+    ]
+    got = ref.layers(4, 3)
+    assert [(x.name, x.kind, x.cin, x.cout) for x in got] == [h[:4] for h in hand]
+    assert [x.k for x in got] == [{"conv3": 3, "down": 2, "up": 2, "conv1": 1}[h[1]]
+                                  for h in hand]  # fmt: skip
+    assert [x.offset for x in got] == list(np.cumsum([0] + [h[4] for h in hand[:-1]]))
+    assert sum(h[4] for h in hand) == 7847
+    assert ref.n_params(4, 3) == 7847
+
+
+@pytest.mark.parametrize("width,scales", [(1, 2), (2, 2), (3, 3), (8, 4), (16, 5)])
+def test_offsets_contiguous(width, scales):
+    got = ref.layers(width, scales)
+    hand = _readme_layers(width, scales)
+    assert [(x.name, x.kind, x.cin, x.cout) for x in got] == hand
+    offset = 0
+    for layer, (_, kind, cin, cout) in zip(got, hand, strict=True):
+        assert isinstance(layer, ref.Layer) and layer.offset == offset
+        assert layer.cout * layer.cin * layer.k**2 + layer.cout == _readme_size(kind, cin, cout)
+        offset += _readme_size(kind, cin, cout)
+    assert ref.n_params(width, scales) == offset
+
+
+# ----------------------------------------------------------------- layers by scalar loops
+
+
+def _naive_layer(kind, W, b, I, th):
+    """The README's sums, one output value at a time; tile t holds rows t th .. (t+1) th - 1."""
+    cout, cin, k, _ = W.shape
+    _, H, Wd = I.shape
+    if kind == "up":
+        O = np.zeros((cout, 2 * H, 2 * Wd))
+        for co in range(cout):
+            for y in range(H):
+                for x in range(Wd):
+                    for ky in range(2):
+                        for kx in range(2):
+                            O[co, 2 * y + ky, 2 * x + kx] = b[co] + sum(
+                                W[co, ci, ky, kx] * I[ci, y, x] for ci in range(cin))
+        return O
+    Ho, Wo = (H // 2, Wd // 2) if kind == "down" else (H, Wd)
+    O = np.zeros((cout, Ho, Wo))
+    for co in range(cout):
+        for y in range(Ho):
+            for x in range(Wo):
+                acc = b[co]
+                for ci in range(cin):
+                    for ky in range(k):
+                        for kx in range(k):
+                            if kind == "conv3":
+                                yy, xx = y + ky - 1, x + kx - 1
+                                tile = y // th
+                                if not (tile * th <= yy < (tile + 1) * th and 0 <= xx < Wd):
+                                    continue  # zero outside the tile
+                            elif kind == "down":
+                                yy, xx = 2 * y + ky, 2 * x + kx
+                            else:
+                                yy, xx = y, x
+                            acc += W[co, ci, ky, kx] * I[ci, yy, xx]
+                O[co, y, x] = acc
+    return O
+
+
+@pytest.mark.parametrize("kind,k", [("conv3", 3), ("down", 2), ("up", 2), ("conv1", 1)])
+def test_layer_against_loops(kind, k):
+    """conv on 3 tiles of 4 rows, 6 columns (conv3's taps straddle both tile borders)."""
+    rng = np.random.default_rng(1)
+    cin, cout, th, n, Wd = 3, 2, 4, 3, 6
+    W = rng.normal(size=(cout, cin, k, k))
+    b = rng.normal(size=cout)
+    I = rng.normal(size=(cin, n * th, Wd))
+    got = ref.conv(kind, W, b, I, th)
+    np.testing.assert_allclose(got, _naive_layer(kind, W, b, I, th), rtol=1e-13, atol=1e-13)
+    if kind == "conv3":  # the tiles really are cut: one image of 12 rows differs
+        assert not np.allclose(got, ref.conv(kind, W, b, I, n * th))
+
+
+@pytest.mark.parametrize("kind,k", [("conv3", 3), ("down", 2), ("up", 2), ("conv1", 1)])
+def test_layer_backward_is_the_adjoint(kind, k):
+    """<conv(I) - b, G> = <I, dI> and dE/dW, dE/db of E = <conv(I), G>, as sums of the loops."""
+    rng = np.random.default_rng(2)
+    cin, cout, th, n, Wd = 3, 2, 4, 2, 6
+    W = rng.normal(size=(cout, cin, k, k))
+    b = rng.normal(size=cout)
+    I = rng.normal(size=(cin, n * th, Wd))
+    O = _naive_layer(kind, W, b, I, th)
+    G = rng.normal(size=O.shape)
+    dI, dW, db = ref.conv_backward(kind, W, I, G, th)
+    assert dI.shape == I.shape and dW.shape == W.shape and db.shape == b.shape
+    np.testing.assert_allclose(np.sum((O - b[:, None, None]) * G), np.sum(I * dI), rtol=1e-12)
+    # O is linear in W: dE/dW[j] = <conv with W = e_j, b = 0, G>
+    for j in range(W.size):
+        e = np.zeros(W.size)
+        e[j] = 1.0
+        Oj = _naive_layer(kind, e.reshape(W.shape), np.zeros(cout), I, th)
+        assert np.isclose(np.sum(Oj * G), dW.flat[j], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(db, G.sum(axis=(1, 2)), rtol=1e-13)
+
+
+# ------------------------------------------------------------------ the network by hand
+
+NOISE_A = np.array([2.0e6, 5.0e5])  # noise std ~0.03 .. 0.05 at mid grey
+NOISE_B = np.array([100.0, 300.0])
+
+
+def _weights(rng, width, scales):
+    """He-scaled random weights and small positive biases (few dead ReLUs)."""
+    w = np.zeros(ref.n_params(width, scales))
+    off = 0
+    for _, kind, cin, cout in _readme_layers(width, scales):
+        k = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}[kind]
+        nw = cout * cin * k * k
+        w[off: off + nw] = rng.normal(size=nw) * np.sqrt(2.0 / (cin * k * k))
+        w[off + nw: off + nw + cout] = rng.uniform(0.05, 0.3, cout)
+        off += nw + cout
+    return w
+
+
+def _pair(rng, n, th, Wd):
+    R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
+    return R + 0.04 * rng.standard_normal(R.shape), R
+
+
+def _features_by_hand(X, a, b, th):
+    """F (4, H, W), s (n,): the README's formulas, pixel by pixel."""
+    H, Wd, _ = X.shape
+    F = np.zeros((4, H, Wd))
+    s = np.array([max(np.sqrt(max(at + 65535 * 0.18 * bt, 0.0)) / 65535, 1e-5)
+                  for at, bt in zip(a, b, strict=True)])  # fmt: skip
+    for y in range(H):
+        t = y // th
+        for x in range(Wd):
+            r, g, bl = X[y, x]
+            lum = 0.2627 * r + 0.6780 * g + 0.0593 * bl
+            sigma = np.sqrt(max(a[t] + 65535 * b[t] * max(lum, 0.0), 0.0)) / 65535
+            F[:, y, x] = np.array([r, g, bl, sigma]) / s[t]
+    return F, s
+
+
+def _forward_by_hand(w, X, a, b, th, width, scales):
+    """O (H, W, 3) of the README's network from the loop layers; each layer's W and b read as
+    w[off + ((co cin + ci) k + ky) k + kx] and w[off + cout cin k k + co]."""
+    params, off = {}, 0
+    for name, kind, cin, cout in _readme_layers(width, scales):
+        k = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}[kind]
+        Wl = np.zeros((cout, cin, k, k))
+        for co in range(cout):
+            for ci in range(cin):
+                for ky in range(k):
+                    for kx in range(k):
+                        Wl[co, ci, ky, kx] = w[off + ((co * cin + ci) * k + ky) * k + kx]
+        bl = np.array([w[off + cout * cin * k * k + co] for co in range(cout)])
+        params[name] = (kind, Wl, bl)
+        off += cout * cin * k * k + cout
+
+    def L(name, I, th_k):
+        kind, Wl, bl = params[name]
+        return _naive_layer(kind, Wl, bl, I, th_k)
+
+    def relu(v):
+        return np.maximum(v, 0.0)
+
+    F, s = _features_by_hand(X, a, b, th)
+    h, E = F, {}
+    for k in range(scales):
+        th_k = th // 2**k
+        E[k] = relu(L(f"enc{k}", relu(L(f"enc{k}a", h, th_k)), th_k))
+        if k < scales - 1:
+            h = L(f"down{k}", E[k], th_k)
+    G = E[scales - 1]
+    for k in reversed(range(scales - 1)):
+        U = L(f"up{k}", G, th // 2 ** (k + 1))
+        G = relu(L(f"dec{k}", relu(L(f"dec{k}a", np.concatenate([U, E[k]]), th // 2**k)),
+                   th // 2**k))  # fmt: skip
+    N = L("out", G, th)
+    O = np.zeros_like(X)
+    for y in range(X.shape[0]):
+        O[y] = X[y] - s[y // th] * N[:, y, :].T
+    return O
+
+
+@pytest.mark.parametrize("width,scales,n,th,Wd", [(2, 2, 2, 4, 6), (2, 3, 2, 4, 8)])
+def test_forward_against_the_network_by_hand(width, scales, n, th, Wd):
+    rng = np.random.default_rng(3)
+    X, _ = _pair(rng, n, th, Wd)
+    X[0, 0] = [-0.2, -0.1, -0.3]  # negative luminance: sigma from a alone
+    a, b = NOISE_A[:n], NOISE_B[:n]
+    w = _weights(rng, width, scales)
+    O, cache = ref.forward(w, X, a, b, th, width, scales)
+    assert O.shape == X.shape and cache.N.shape == (3, n * th, Wd)
+    F, s = _features_by_hand(X, a, b, th)
+    np.testing.assert_allclose(cache.F, F, rtol=1e-14)
+    np.testing.assert_allclose(cache.s, s, rtol=1e-15)
+    np.testing.assert_allclose(O, _forward_by_hand(w, X, a, b, th, width, scales),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    assert np.abs(O - X).max() > 1e-3  # the network did something
+
+
+def test_features_floors():
+    """s_t's floor 1e-5 (a = b = 0, and a negative a + 65535 0.18 b), sigma's max(., 0)."""
+    X = np.full((4, 2, 3), 0.5)
+    F, s = ref.features(X, np.array([0.0, -1e4]), np.array([0.0, 0.01]), 2)
+    assert s.tolist() == [1e-5, 1e-5]
+    np.testing.assert_array_equal(F[:3], np.full((3, 4, 2), 0.5 / 1e-5))
+    np.testing.assert_array_equal(F[3, :2], 0.0)  # a = b = 0
+    np.testing.assert_array_equal(F[3, 2:], 0.0)  # a + 65535 b Y < 0 clamps to 0
+    F, s = ref.features(X[:2], np.array([100.0]), np.array([0.5]), 2)
+    assert s[0] == pytest.approx(np.sqrt(100 + 65535 * 0.18 * 0.5) / 65535, rel=1e-15)
+    np.testing.assert_allclose(F[3], np.sqrt(100 + 65535 * 0.5 * 0.5) / 65535 / s[0], rtol=1e-15)
+
+
+# --------------------------------------------------------------------------------- loss
+
+
+def test_loss_by_hand():
+    O = np.zeros((1, 2, 3))
+    R = np.zeros((1, 2, 3))
+    O[0, 0] = [1.0, -2.0, 0.5]
+    R[0, 1] = [0.25, 0.0, 0.0]  # o - r = -0.25, 0, 0: sign(0) = 0
+    E, dO = ref.loss(O, R)
+    assert E == pytest.approx((1 + 2 + 0.5 + 0.25) / 2, rel=1e-15)
+    np.testing.assert_array_equal(dO, np.array([[[0.5, -0.5, 0.5], [-0.5, 0.0, 0.0]]]))
+
+
+# ----------------------------------------------------------------- finite differences
+
+
+def _regime(w, X, R, a, b, th, width, scales):
+    """The piece of the maths w lies in: every conv3's ReLU pattern and the signs of O - R."""
+    O, cache = ref.forward(w, X, a, b, th, width, scales)
+    conv3 = [x.name for x in ref.layers(width, scales) if x.kind == "conv3"]
+    return [cache.z[name] > 0 for name in conv3] + [np.sign(O - R)]
+
+
+@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 8, 16, 5)])
+def test_backward_against_finite_differences(width, scales, n, th, Wd, seed):
+    """Every bias and 200 random weights (and the largest |dw|) of dE/dw against central
+    differences with step 1e-6: max |fd - dw| <= 1e-6 max |dw| + 1e-9."""
+    rng = np.random.default_rng(seed)
+    X, R = _pair(rng, n, th, Wd)
+    a, b = NOISE_A[:n], NOISE_B[:n]
+    w = _weights(rng, width, scales)
+    E, dw = ref.backward(w, X, R, a, b, th, width, scales)
+    O, _ = ref.forward(w, X, a, b, th, width, scales)
+    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
+    table = ref.layers(width, scales)
+    for layer in table:  # no layer is dead: the check below tests every one
+        W, bias = ref.unpack(dw, layer)
+        assert np.abs(W).max() > 1e-6 and np.abs(bias).max() > 1e-6, layer.name
+    is_bias = np.zeros(w.size, dtype=bool)
+    for layer in table:
+        first = layer.offset + layer.cout * layer.cin * layer.k**2
+        is_bias[first: first + layer.cout] = True
+    weights = np.flatnonzero(~is_bias)
+    picks = np.concatenate([np.flatnonzero(is_bias), rng.choice(weights, 200, replace=False),
+                            [np.argmax(np.abs(dw))]])  # fmt: skip
+    base = _regime(w, X, R, a, b, th, width, scales)
+    eps = 1e-6
+    fd = np.zeros(picks.size)
+    for i, j in enumerate(picks):
+        e = []
+        for step in (eps, -eps):
+            wp = w.copy()
+            wp[j] += step
+            Op, _ = ref.forward(wp, X, a, b, th, width, scales)
+            e.append(ref.loss(Op, R)[0])
+            same = _regime(wp, X, R, a, b, th, width, scales)
+            assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
+                f"parameter {j}: the step crossed a kink, pick another seed")
+        fd[i] = (e[0] - e[1]) / (2 * eps)
+    err = np.abs(fd - dw[picks])
+    worst = int(np.argmax(err))
+    assert err.max() <= 1e-6 * np.abs(dw).max() + 1e-9, (
+        f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
+
+
+def test_relu_grad_at_zero():
+    """All weights 0 but the output layer's W: every pre-activation is 0 and relu'(0) = 0, so
+    only the output bias gets a gradient (dec0 would with relu'(0) = 1, the output's W
+    passing a nonzero dG_0): dE/db_out[c] = -sum_p s_t sign(O - R)[p, c] / P."""
+    rng = np.random.default_rng(6)
+    n, th, Wd = 2, 4, 4
+    X, R = _pair(rng, n, th, Wd)
+    a, b = NOISE_A, NOISE_B
+    w = np.zeros(ref.n_params(2, 2))
+    out = ref.layers(2, 2)[-1]
+    first = out.offset + out.cout * out.cin
+    w[out.offset: first] = rng.normal(size=first - out.offset)
+    E, dw = ref.backward(w, X, R, a, b, th, 2, 2)
+    assert np.all(dw[:first] == 0.0)
+    _, s = ref.features(X, a, b, th)
+    expect = -(np.repeat(s, th)[:, None, None] * np.sign(X - R)).sum(axis=(0, 1)) / (n * th * Wd)
+    np.testing.assert_allclose(dw[first:], expect, rtol=1e-14)
+    assert E == pytest.approx(np.abs(X - R).sum() / (n * th * Wd), rel=1e-15)
+
+
+# ------------------------------------------------------------------ tiles, output, errors
+
+
+def test_tiles_are_independent():
+    rng = np.random.default_rng(7)
+    n, th, Wd = 2, 8, 8
+    X, _ = _pair(rng, n, th, Wd)
+    a, b = NOISE_A.copy(), NOISE_B.copy()
+    w = _weights(rng, 2, 3)
+    O, _ = ref.forward(w, X, a, b, th, 2, 3)
+    for t in range(n):
+        X2, a2, b2 = X.copy(), a.copy(), b.copy()
+        X2[t * th: (t + 1) * th] = rng.uniform(0, 1, (th, Wd, 3))
+        a2[t], b2[t] = 3e6, 50.0
+        O2, _ = ref.forward(w, X2, a2, b2, th, 2, 3)
+        other = slice((1 - t) * th, (2 - t) * th)
+        np.testing.assert_array_equal(O2[other], O[other])
+        assert not np.allclose(O2[t * th: (t + 1) * th], O[t * th: (t + 1) * th])
+    # the same image as one tile of 16 rows differs: the cut is real
+    O1, _ = ref.forward(w, X, a[:1], b[:1], 2 * th, 2, 3)
+    assert not np.allclose(O1[:th], O[:th])
+
+
+def test_zero_weights_return_the_input():
+    rng = np.random.default_rng(8)
+    X, _ = _pair(rng, 2, 4, 8)
+    O, cache = ref.forward(np.zeros(ref.n_params(3, 3)), X, NOISE_A, NOISE_B, 4, 3, 3)
+    assert np.all(cache.N == 0.0)
+    np.testing.assert_array_equal(O, X)
+
+
+def test_bad_shapes():
+    rng = np.random.default_rng(9)
+    X, R = _pair(rng, 2, 8, 8)
+    a, b = NOISE_A, NOISE_B
+    w = np.zeros(ref.n_params(2, 3))
+    ref.forward(w, X, a, b, 8, 2, 3)  # the good call
+    with pytest.raises(ValueError, match="multiples of 2"):
+        ref.forward(np.zeros(ref.n_params(2, 5)), X, a, b, 8, 2, 5)  # th 8, W 8 vs 2^4
+    with pytest.raises(ValueError, match="multiples of 2"):
+        ref.forward(w, X[:, :6], a, b, 8, 2, 3)  # W = 6
+    with pytest.raises(ValueError, match="multiples of 2"):
+        ref.backward(w, X[:12], R[:12], a, b, 6, 2, 3)  # th = 6
+    with pytest.raises(ValueError, match="scales"):
+        ref.forward(np.zeros(100), X, a, b, 8, 2, 1)
+    with pytest.raises(ValueError, match="scales"):
+        ref.layers(2, 1)
+    with pytest.raises(ValueError, match="scales"):
+        ref.n_params(2, 0)
+    with pytest.raises(ValueError, match="width"):
+        ref.layers(0, 2)
+    with pytest.raises(ValueError, match="tiles"):
+        ref.forward(w, X, a[:1], b[:1], 8, 2, 3)  # 16 rows, 1 tile of 8
+    with pytest.raises(ValueError, match="tiles"):
+        ref.features(X, a, b, 4)
+    with pytest.raises(ValueError, match="a and b"):
+        ref.forward(w, X, a, b[:1], 8, 2, 3)
+    with pytest.raises(ValueError, match="a and b"):
+        ref.features(X, a[:, None], b[:, None], 8)
+    with pytest.raises(ValueError, match=r"\(H, W, 3\)"):
+        ref.forward(w, X[..., :2], a, b, 8, 2, 3)
+    with pytest.raises(ValueError, match="w must be"):
+        ref.forward(w[:-1], X, a, b, 8, 2, 3)
+    with pytest.raises(ValueError, match="w must be"):
+        ref.backward(np.zeros(ref.n_params(3, 3)), X, R, a, b, 8, 2, 3)
+    with pytest.raises(ValueError, match="R"):
+        ref.backward(w, X, R[:, :4], a, b, 8, 2, 3)
+    with pytest.raises(ValueError, match="must both be"):
+        ref.loss(X, R[:8])
+    with pytest.raises(ValueError, match="cannot read"):
+        ref.conv("conv3", np.zeros((2, 3, 2, 2)), np.zeros(2), np.zeros((3, 4, 4)), 4)
+    with pytest.raises(ValueError, match="cannot read"):
+        ref.conv("conv5", np.zeros((2, 3, 3, 3)), np.zeros(2), np.zeros((3, 4, 4)), 4)
