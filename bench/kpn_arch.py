@@ -88,6 +88,19 @@ VARIANTS = {
     "nl": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8),
     "nl2": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=8, stages=2),
     "nl64": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True),
+    "agg": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
+                agg=1),
+    "aggu": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
+                 agg=1, uniform=True),
+    "agg5": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
+                 agg=2),
+    "nl2agg": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
+                   agg=1, uniform=True, stages=2),
+    "unet": dict(cnn="unet", width=32, lr=1e-3),
+    "unet64": dict(cnn="unet", width=64, lr=1e-3),
+    "unet4": dict(cnn="unet", width=32, lr=1e-3, scales=4),
+    "unetmid": dict(cnn="unet", width=32, lr=1e-3, norm="mid"),
+    "dncnn": dict(cnn="dncnn", width=64, depth=17, lr=1e-3),
     "nlvst": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
                   vst=True),
 }
@@ -110,7 +123,8 @@ class Kpn:
         self.band = band_noise(levels)
         self.taps = cfg["taps"]
         self.nl = cfg.get("nl", 0)
-        self.nk = len(self.taps) + self.nl + 1
+        self.agg = cfg.get("agg", 0)
+        self.nk = len(self.taps) + self.nl + 1 + (1 if self.agg else 0)
         self.nout = self.nk * (2 if cfg["chroma"] else 1)
         w, g = cfg["width"], torch.Generator().manual_seed(seed)
         dims = [64 if cfg.get("disc") else 64 + self.nl] + [w] * 6 + [self.nout]
@@ -237,7 +251,7 @@ class Kpn:
             if self.nl:
                 sig = (self.band[i] * V[i].clamp_min(0).sqrt()).clamp_min(1e-6)
                 idx, dist = self.matches((FM[i] * self.luma).sum(1, keepdim=True), sig)
-                gathered.append(self.gather(D[i], idx))
+                gathered.append(idx if self.agg else self.gather(D[i], idx))
                 f = t.cat([f, dist], 1)
             feats.append(f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]))
         h = t.cat(feats, 0)
@@ -258,6 +272,11 @@ class Kpn:
 
     def filt(self, D, K, G=None):
         t = self.t
+        if self.agg:
+            Do = t.einsum("kc,nchw->nkhw", self.opp, D)
+            y = self.apply_agg(Do[:, :1], K[:, :self.nk], G)
+            c = self.apply_agg(Do[:, 1:], K[:, self.nk:2 * self.nk], G)
+            return t.einsum("kc,nkhw->nchw", self.opp, t.cat([y, c], 1))
         if self.cfg["chroma"]:
             Do = t.einsum("kc,nchw->nkhw", self.opp, D)
             Go = None if G is None else t.einsum("kc,njchw->njkhw", self.opp, G)
@@ -285,6 +304,44 @@ class Kpn:
         return acc * g
 
 
+    def shift(self, x, dx, dy):
+        """x (..., h, w) at p + (dx, dy), mirrored."""
+        r = max(abs(dx), abs(dy))
+        if r == 0:
+            return x
+        h, w = x.shape[-2:]
+        return self.pad(x, r)[..., r + dy:r + dy + h, r + dx:r + dx + w]
+
+    def apply_agg(self, D, K, idx):
+        """Patch-wise aggregation: the pixel's estimate is a mix of its neighbours' (q = p + e,
+        e within (2 agg + 1)^2) kernels applied at p: q's star taps at p's star, q's nonlocal
+        taps at p + q's match offsets (the pixel of q's matched patch that corresponds to p),
+        as BM3D aggregates every group's estimate of a pixel. The mix is a softmax of one more
+        output per group (its confidence), or uniform; the gain is p's own."""
+        t, nst, nl = self.t, len(self.taps), self.nl
+        s = t.softmax(K[:, :nst + nl], 1)
+        g = t.sigmoid(K[:, nst + nl:nst + nl + 1])
+        conf = K[:, nst + nl + 1:nst + nl + 2]
+        r = NL_R
+        p = self.pad(D, r)
+        n, c, h, w = D.shape
+        S = t.stack([p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] for dx, dy in NL_OFFS], 1)
+        P = t.stack([p[:, :, r + dy:r + dy + h, r + dx:r + dx + w] for dx, dy in self.taps], 1)
+        E = [(ex, ey) for ey in range(-self.agg, self.agg + 1)
+             for ex in range(-self.agg, self.agg + 1)]
+        if self.cfg.get("uniform"):
+            wts = t.full((n, len(E), h, w), 1.0 / len(E), device=D.device)
+        else:
+            wts = t.softmax(t.cat([self.shift(conf, ex, ey) for ex, ey in E], 1), 1)
+        acc = 0
+        for k, (ex, ey) in enumerate(E):
+            se = self.shift(s, ex, ey)
+            ie = self.shift(idx, ex, ey)[:, :, None].expand(-1, -1, c, -1, -1)
+            est = (se[:, :nst, None] * P).sum(1) + (se[:, nst:, None] * t.gather(S, 1, ie)).sum(1)
+            acc = acc + wts[:, k:k + 1] * est
+        return acc * g
+
+
 class Cascade:
     """Stages of Kpn: stage k > 0 takes its features from stage k - 1's output."""
 
@@ -298,6 +355,101 @@ class Cascade:
         for s in self.stages[1:]:
             outs.append(s.forward(X, a, b, guide=outs[-1].detach()))
         return outs
+
+    def forward(self, X, a, b):
+        return self.outputs(X, a, b)[-1]
+
+
+class Cnn:
+    """A convolutional network for comparison (not a kpn): the noisy image and its noise std
+    map, both over the image's mean noise std, in; the noise (in those units) out, subtracted.
+    `unet`: 3 scales (width, 2 width, 4 width channels, two 3x3 convolutions each, strided
+    down, transposed up, skip connections); `dncnn`: depth 3x3 convolutions of width channels
+    at full resolution."""
+
+    def __init__(self, torch, cfg: dict, dev: str, seed: int):
+        nn = torch.nn
+        torch.manual_seed(seed)
+        self.t, w = torch, cfg["width"]
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.ReLU(),
+                                 nn.Conv2d(o, o, 3, padding=1), nn.ReLU())
+
+        if cfg["cnn"] == "unet":
+            n = cfg.get("scales", 3)
+            ws = [w << s for s in range(n)]
+            self.enc = [block(4 if s == 0 else ws[s - 1], ws[s]) for s in range(n)]
+            self.down = [nn.Conv2d(ws[s], ws[s], 2, stride=2) for s in range(n - 1)]
+            self.up = [nn.ConvTranspose2d(ws[s + 1], ws[s], 2, stride=2) for s in range(n - 1)]
+            self.dec = [block(2 * ws[s], ws[s]) for s in range(n - 1)]
+            self.last = nn.Conv2d(w, 3, 1)
+            mods = self.enc + self.down + self.up + self.dec + [self.last]
+        else:
+            layers = [nn.Conv2d(4, w, 3, padding=1), nn.ReLU()]
+            for _ in range(cfg["depth"] - 2):
+                layers += [nn.Conv2d(w, w, 3, padding=1), nn.ReLU()]
+            layers.append(nn.Conv2d(w, 3, 3, padding=1))
+            self.net = nn.Sequential(*layers)
+            mods = [self.net]
+        self.cfg = cfg
+        self.W = [p for m in mods for p in m.to(dev).parameters()]
+        self.luma = torch.tensor(LUMA, device=dev).view(1, 3, 1, 1)
+
+    def net_out(self, x):
+        if self.cfg["cnn"] != "unet":
+            return self.net(x)
+        t, n = self.t, len(self.enc)
+        h, w = x.shape[-2:]
+        m = 1 << (n - 1)
+        x = t.nn.functional.pad(x, (0, (-w) % m, 0, (-h) % m), mode="reflect")
+        f = [self.enc[0](x)]
+        for s in range(1, n):
+            f.append(self.enc[s](self.down[s - 1](f[-1])))
+        g = f[-1]
+        for s in range(n - 2, -1, -1):
+            g = self.dec[s](t.cat([self.up[s](g), f[s]], 1))
+        return self.last(g)[..., :h, :w]
+
+    def load_lut(self, path: Path) -> None:
+        """Weights trained by unet-t (its .lut: modules/unet-t/net.py's layer order)."""
+        from vkgraph.modules.unet_t.net import layers
+        from vkgraph.pipeline.formats import read_lut
+
+        w = read_lut(path)[0].ravel().astype(np.float32)
+        self.flat = w.astype(np.float64)
+        n = len(self.enc)
+        convs = {}
+        for k in range(n):
+            convs[f"enc{k}a"], convs[f"enc{k}"] = self.enc[k][0], self.enc[k][2]
+            if k < n - 1:
+                convs[f"down{k}"], convs[f"up{k}"] = self.down[k], self.up[k]
+                convs[f"dec{k}a"], convs[f"dec{k}"] = self.dec[k][0], self.dec[k][2]
+        convs["out"] = self.last
+        ls = layers(self.cfg["width"], n)
+        if w.size != ls[-1].end:
+            raise SystemExit(f"{path}: {w.size} weights, width {self.cfg['width']} scales {n} "
+                             f"has {ls[-1].end}")
+        t = self.t
+        with t.no_grad():
+            for L in ls:
+                W = t.tensor(w[L.offset:L.offset + L.weights]).view(L.cout, L.cin, L.k, L.k)
+                conv = convs[L.name]
+                if L.kind == "up":  # ConvTranspose2d holds [cin][cout][ky][kx]
+                    W = W.transpose(0, 1)
+                conv.weight.copy_(W.contiguous())
+                conv.bias.copy_(t.tensor(w[L.offset + L.weights:L.end]))
+
+    def outputs(self, X, a, b):
+        var = (a.view(-1, 1, 1, 1) + 65535.0 * (X * self.luma).sum(1, keepdim=True)
+               .clamp_min(0) * b.view(-1, 1, 1, 1)) / 65535.0**2
+        sig = var.clamp_min(1e-12).sqrt()
+        if self.cfg.get("norm") == "mid":  # unet-t's scale: the noise std at mid grey
+            s = ((a + 65535.0 * 0.18 * b).clamp_min(0).sqrt() / 65535.0).clamp_min(1e-5)
+            s = s.view(-1, 1, 1, 1)
+        else:
+            s = sig.mean((1, 2, 3), keepdim=True)
+        return [X - s * self.net_out(self.t.cat([X / s, sig / s], 1))]
 
     def forward(self, X, a, b):
         return self.outputs(X, a, b)[-1]
@@ -342,9 +494,10 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
     """Train one variant for `steps` (fewer if the first 50 steps say they would not fit
     `budget` seconds: the cosine schedule then spans the steps that fit)."""
     cfg = VARIANTS[name]
-    model = Cascade(torch, cfg, 4, dev, seed)
+    model = (Cnn(torch, cfg, dev, seed) if cfg.get("cnn")
+             else Cascade(torch, cfg, 4, dev, seed))
     l2 = cfg.get("loss") == "l2"
-    opt = torch.optim.Adam(model.W, lr=2e-3, betas=(0.9, 0.999), eps=1e-8)
+    opt = torch.optim.Adam(model.W, lr=cfg.get("lr", 2e-3), betas=(0.9, 0.999), eps=1e-8)
     total = [steps]
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total[0]) / total[0])))
@@ -398,6 +551,25 @@ def evaluate(torch, model, dev: str) -> dict:
     return out
 
 
+def check_against_reference(torch, model, dev: str) -> None:
+    """The PyTorch U-Net with unet-t's weights against unet-t's float64 reference on a crop
+    of a held-out photo: the same network, or the evaluation would measure another."""
+    from vkgraph.modules.unet_t import reference as ref
+
+    clean = heldout.load_clean(heldout.photos()[0])[:64, :96, :3]
+    a, b = heldout.LEVELS[1][1:]
+    X = heldout.add_noise(clean, a, b, 1)[..., :3]
+    with torch.no_grad():
+        y = model.forward(torch.tensor(X, dtype=torch.float32, device=dev).permute(2, 0, 1)[None],
+                          torch.tensor([a], device=dev), torch.tensor([b], device=dev))
+    O = y[0].permute(1, 2, 0).double().cpu().numpy()
+    Oref, _ = ref.forward(model.flat, X, np.array([a]), np.array([b]), X.shape[0], 32, 3)
+    diff = float(np.abs(O - Oref).max())
+    print(f"unet-t weights in PyTorch against the reference: max |diff| {diff:.2e}")
+    if diff > 1e-4:
+        raise SystemExit("the PyTorch U-Net is not unet-t's network")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="base,chroma,ctx,dense,wide")
@@ -405,15 +577,25 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--budget", type=float, help="training seconds per variant at most")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--lut", type=Path, help="evaluate unet-t's weights (a .lut of width 32, "
+                    "scales 3) instead of training the variants")
     args = ap.parse_args(argv)
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
     rows = {}
-    for name in args.variants.split(","):
-        model, secs, losses, steps = train(torch, name, args.steps, args.seed, dev,
-                                           args.budget)
+    if args.lut:
+        model = Cnn(torch, VARIANTS["unetmid"], dev, args.seed)
+        model.load_lut(args.lut)
+        check_against_reference(torch, model, dev)
+    for name in ["lut"] if args.lut else args.variants.split(","):
+        if args.lut:
+            secs, losses, steps = 0.0, [], 0
+        else:
+            model, secs, losses, steps = train(torch, name, args.steps, args.seed, dev,
+                                               args.budget)
         ev = evaluate(torch, model, dev)
         per = {lv: float(np.mean([v["psnr"] for k, v in ev.items() if k.endswith("|" + lv)]))
                for lv, _, _ in heldout.LEVELS}
