@@ -86,15 +86,22 @@ def weights(graph, module) -> Weights:
                    roi=Roi(n, 1), defines=defines)
 
 
-def block(n: int, most: int = 8) -> int:
-    """The largest divisor of n up to `most`: the channels one invocation computes."""
-    return max(d for d in range(1, most + 1) if n % d == 0)
+def block_rows(channels: int) -> int:
+    """The rows TM of a layer kernel's blocks (conv.comp, convb.comp, convw.comp: a
+    workgroup of 2 TM threads sums a TM x 32 block of its matrix product, 4 x 4 a thread):
+    the channels rounded up to 4, 8, 16 or 32, so that narrow layers waste no rows."""
+    return next(t for t in (4, 8, 16, 32) if channels <= t or t == 32)
+
+
+def tiles(n: int, size: int = 32) -> int:
+    """The blocks of `size` that cover n rows or columns."""
+    return -(-n // size)
 
 
 def wgrad_chunks(pixels: int) -> int:
     """Runs of pixels convw sums apart (wsum adds them): enough workgroups to fill a GPU
     on the full-resolution layers, whose channels are few."""
-    return max(1, min(64, pixels // 4096))
+    return max(1, min(256, pixels // 1024))
 
 
 def layer_defines(L: Layer, precise: bool) -> dict:
@@ -123,12 +130,12 @@ def network(graph, module, scaffold) -> Network:
     conv = {}
     for L in ls:
         (wi, hi), (wo, ho) = size[L.scale_in], size[L.scale_out]
-        cb = block(L.cout)
-        node = graph.add_node(module, "conv", (wo, ho, L.cout // cb), [
+        tm = block_rows(L.cout)
+        node = graph.add_node(module, "conv", (2 * tm * tiles(wo * ho), tiles(L.cout, tm)), [
             ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
             ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
-            shader=SHADER, push=[wi, hi, wo, ho, L.scale_in],
-            defines={**layer_defines(L, precise), "CB": cb})
+            shader=SHADER, local=(2 * tm, 1, 1), push=[wi, hi, wo, ho, L.scale_in],
+            defines={**layer_defines(L, precise), "TM": tm})
         graph.node_connect(adam, "w", node, "w")
         _inputs(graph, module, node, L, made)
         made[L.name] = (node, "outp")
@@ -155,26 +162,27 @@ def network(graph, module, scaffold) -> Network:
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
         push = [wi, hi, wo, ho, L.scale_in]
         if L.a != "F":
-            cbi = block(math.gcd(L.cina, L.cin - L.cina) if L.b else L.cin)
-            node = graph.add_node(module, "convb", (wi, hi, L.cin // cbi), [
+            tm = block_rows(L.cin)
+            node = graph.add_node(module, "convb", (2 * tm * tiles(wi * hi), tiles(L.cin, tm)), [
                 ssbo("w", "read"), ssbo("gA", "read"), ssbo("gB", "read"), ssbo("outp", "read"),
                 ssbo("dA", "write", words * L.cina * wi * hi),
                 ssbo("dB", "write", words * max(L.cin - L.cina, 1) * wi * hi),
-                ssbo("noiseab", "read")], shader=SHADER, push=push,
-                defines={**ldefs, "CBI": cbi})
+                ssbo("noiseab", "read")], shader=SHADER, local=(2 * tm, 1, 1), push=push,
+                defines={**ldefs, "TM": tm})
             graph.node_connect(adam, "w", node, "w")
             _grads(graph, module, node, g, conv[L.name])
             grads.setdefault(L.a, []).append((node, "dA"))
             if L.b:
                 grads.setdefault(L.b, []).append((node, "dB"))
-        cbw = block(L.cout, 4)
         chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
-        node = graph.add_node(module, "convw", (64 * (L.cout // cbw), L.cin + 1, chunks), [
+        tm = block_rows(L.cout)
+        node = graph.add_node(module, "convw", (2 * tm * tiles(L.cout, tm),
+                                                tiles(L.cin * L.k * L.k + 1), chunks), [
             ssbo("inA", "read"), ssbo("inB", "read"), ssbo("gA", "read"), ssbo("gB", "read"),
             ssbo("outp", "read"), ssbo("part", "write", words * chunks * lw),
-            ssbo("noiseab", "read")], shader=SHADER, local=(64, 1, 1), push=push,
-            defines={**ldefs, "CBW": cbw, "CHUNKS": chunks})
+            ssbo("noiseab", "read")], shader=SHADER, local=(2 * tm, 1, 1), push=push,
+            defines={**ldefs, "CHUNKS": chunks, "TM": tm})
         _inputs(graph, module, node, L, made)
         _grads(graph, module, node, g, conv[L.name])
         wsum = graph.add_node(module, "wsum", (L.end, 1), [

@@ -5,10 +5,12 @@
 #endif
 #include "vkgraph.glsl"
 #include "unet.glsl"
-// One layer's input gradient (the adjoint of conv.comp): for input channels c0 .. c0 + CBI - 1
-// (CBI divides CINA and CIN - CINA; dispatch z = CIN / CBI) of input pixel q,
-//   dX[ci, q] = sum_tap sum_co W[co][ci][tap] dY[co, target(q, tap)]
-// with dY = grad_out (grad.glsl); channels below CINA go to dA, the rest to dB.
+// One layer's input gradient (the adjoint of conv.comp) as a matrix product over rows
+// r = co KK + tap:
+//   dX[ci, q] = sum_r W[co][ci][tap] dY[co, target(q, tap)]
+// with dY = grad_out (grad.glsl); channels below CINA go to dA, the rest to dB. Workgroup
+// (x, y) computes input channels TM y .. TM y + TM - 1 of input pixels TN x .. TN x + TN - 1,
+// TK rows a step (unet.glsl's blocks); a thread stages the same NP pixels every step.
 SSBO_IN(0, float, w)
 SSBO_IN(1, real, gA)
 SSBO_IN(2, real, gB)
@@ -17,27 +19,61 @@ SSBO_OUT(4, real, dA)
 SSBO_OUT(5, real, dB)
 SSBO_IN(6, float, noiseab)
 #include "grad.glsl"
+#define NROW (COUT * KK)
+shared real sw[TK * TM];
+shared real sg[TK * TN];
 
 void main() {
-  ivec2 q = ivec2(gl_GlobalInvocationID.xy);
-  if (q.x >= push.wi || q.y >= push.hi) return;
-  int c0 = int(gl_GlobalInvocationID.z) * CBI;
+  int lid = int(gl_LocalInvocationIndex);
   int ni = push.wi * push.hi, no = push.wo * push.ho, T = tile_at(noiseab[2]);
-  real acc[CBI];
-  for (int j = 0; j < CBI; j++) acc[j] = real(0);
-  for (int t = 0; t < KK; t++) {
-    ivec2 p;
-    if (!target(q, t, T, p)) continue;
-    int ip = p.x + p.y * push.wo;
-    for (int co = 0; co < COUT; co++) {
-      real g = grad_out(co, ip, no);
-      for (int j = 0; j < CBI; j++) acc[j] += real(w[widx(co, c0 + j, t)]) * g;
-    }
+  int q0 = int(gl_WorkGroupID.x) * TN, ci0 = int(gl_WorkGroupID.y) * TM;
+  int tm = (lid / (TN / 4)) * 4, tn = (lid % (TN / 4)) * 4;
+  ivec2 sq[NP];
+  ivec4 sb[NP];
+  bool sv[NP];
+  for (int s = 0; s < NP; s++) {
+    int iq = q0 + (lid + s * THREADS) % TN;
+    sv[s] = iq < ni;
+    sq[s] = ivec2(iq % push.wi, iq / push.wi);
+#if KIND == 0
+    sb[s] = box_of(sq[s], T);
+#endif
   }
-  int iq = q.x + q.y * push.wi;
-  for (int j = 0; j < CBI; j++) {
-    int ci = c0 + j;
-    if (ci < CINA) dA[ci * ni + iq] = acc[j];
-    else dB[(ci - CINA) * ni + iq] = acc[j];
+  real acc[16];
+  for (int v = 0; v < 16; v++) acc[v] = real(0);
+  for (int r0 = 0; r0 < NROW; r0 += TK) {
+    for (int e = lid; e < TK * TM; e += THREADS) {
+      int row = r0 + e / TM, ci = ci0 + e % TM;
+      sw[e] = (ci < CIN && row < NROW) ? real(w[widx(row / KK, ci, row % KK)]) : real(0);
+    }
+    for (int i = 0; i < TK * TN / THREADS; i++) {
+      int e = lid + i * THREADS, s = i % NP, row = r0 + e / TN;
+      real g = real(0);
+      ivec2 p;
+      if (sv[s] && row < NROW && target(sq[s], row % KK, sb[s], p))
+        g = grad_out(row / KK, p.x + p.y * push.wo, no);
+      sg[e] = g;
+    }
+    barrier();
+    for (int k = 0; k < TK; k++) {
+      real a[4], g[4];
+      for (int i = 0; i < 4; i++) {
+        a[i] = sw[k * TM + tm + i];
+        g[i] = sg[k * TN + tn + i];
+      }
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i * 4 + j] += a[i] * g[j];
+    }
+    barrier();
+  }
+  for (int i = 0; i < 4; i++) {
+    int ci = ci0 + tm + i;
+    if (ci >= CIN) continue;
+    for (int j = 0; j < 4; j++) {
+      int iq = q0 + tn + j;
+      if (iq >= ni) continue;
+      if (ci < CINA) dA[ci * ni + iq] = acc[i * 4 + j];
+      else dB[(ci - CINA) * ni + iq] = acc[i * 4 + j];
+    }
   }
 }

@@ -5,14 +5,16 @@
 #endif
 #include "vkgraph.glsl"
 #include "unet.glsl"
-// One layer's weight gradient in CHUNKS partial sums (wsum.comp adds them up): workgroup
-// (x, y, z) sums, over chunk z of the output pixels (CHUNKS equal runs of the pixel index),
-// for output channels c0 .. c0 + CBW - 1 (c0 = CBW x, CBW divides COUT) and input channel
-// ci = y (y = CIN: the bias)
-//   dW[co][ci][tap] = sum_p dY[co, p] X[ci, source(p, tap)],   db[co] = sum_p dY[co, p]
-// (dY = grad_out, grad.glsl; 64 threads stride over the chunk, then a tree in shared memory:
-// no atomics, so runs are bit-reproducible) into part[z LW + (index - WOFF)], LW the layer's
-// weights and bias (float64 with PRECISE).
+// One layer's weight gradient in CHUNKS partial sums (wsum.comp adds them up), as a matrix
+// product over the pixels: with columns col = ci KK + tap (and col = CIN KK, the bias, whose
+// input is 1),
+//   dW[co][col] = sum_p dY[co, p] X[ci, source(p, tap)],   db[co] = sum_p dY[co, p]
+// (dY = grad_out, grad.glsl). Workgroup (x, y, z) computes output channels TM x .. TM x +
+// TM - 1 and columns TN y .. TN y + TN - 1 over chunk z of the output pixels (CHUNKS equal
+// runs of the pixel index), TK pixels a step (unet.glsl's blocks; the step's pixel
+// coordinates and boxes found once, in shared memory); no atomics, so runs are
+// bit-reproducible. Out: part[z LW + (index - WOFF)], LW the layer's weights and bias
+// (float64 with PRECISE).
 SSBO_IN(0, real, inA)
 SSBO_IN(1, real, inB)
 SSBO_IN(2, real, gA)
@@ -21,47 +23,69 @@ SSBO_IN(4, real, outp)
 SSBO_OUT(5, real, part)
 SSBO_IN(6, float, noiseab)
 #include "grad.glsl"
-#define NV (CBW * KK)
-shared real red[NV * 64];
+#define NCOL (CIN * KK + 1)
+shared real sg[TK * TM];
+shared real sx[TK * TN];
+shared ivec2 spix[TK];
+shared ivec4 sbox[TK];
 
 void main() {
   int lid = int(gl_LocalInvocationIndex);
-  int c0 = int(gl_WorkGroupID.x) * CBW, ci = int(gl_WorkGroupID.y);
   int ni = push.wi * push.hi, no = push.wo * push.ho, T = tile_at(noiseab[2]);
-  real acc[NV];
-  for (int v = 0; v < NV; v++) acc[v] = real(0);
+  int co0 = int(gl_WorkGroupID.x) * TM, col0 = int(gl_WorkGroupID.y) * TN;
   int run = (no + CHUNKS - 1) / CHUNKS, z = int(gl_WorkGroupID.z);
-  int end = min(no, (z + 1) * run);
-  for (int ip = z * run + lid; ip < end; ip += 64) {
-    ivec2 p = ivec2(ip % push.wo, ip / push.wo);
-    real g[CBW];
-    for (int j = 0; j < CBW; j++) g[j] = grad_out(c0 + j, ip, no);
-    if (ci == CIN) {
-      for (int j = 0; j < CBW; j++) acc[j * KK] += g[j];
-      continue;
+  int start = z * run, end = min(no, start + run);
+  int tm = (lid / (TN / 4)) * 4, tn = (lid % (TN / 4)) * 4;
+  real acc[16];
+  for (int v = 0; v < 16; v++) acc[v] = real(0);
+  for (int p0 = start; p0 < end; p0 += TK) {
+    for (int k = lid; k < TK; k += THREADS) {
+      int ip = p0 + k;
+      spix[k] = ivec2(ip % push.wo, ip / push.wo);
+#if KIND == 0
+      sbox[k] = box_of(spix[k], T);
+#endif
     }
-    for (int t = 0; t < KK; t++) {
-      ivec2 q;
-      if (!source(p, t, T, q)) continue;
-      int iq = q.x + q.y * push.wi;
-      real x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
-      for (int j = 0; j < CBW; j++) acc[j * KK + t] += g[j] * x;
+    barrier();
+    for (int e = lid; e < TK * TM; e += THREADS) {
+      int ip = p0 + e / TM, co = co0 + e % TM;
+      sg[e] = (co < COUT && ip < end) ? grad_out(co, ip, no) : real(0);
     }
-  }
-  for (int v = 0; v < NV; v++) red[v * 64 + lid] = acc[v];
-  barrier();
-  for (int s = 32; s > 0; s >>= 1) {
-    if (lid < s)
-      for (int v = 0; v < NV; v++) red[v * 64 + lid] += red[v * 64 + lid + s];
+    for (int i = 0; i < TK * TN / THREADS; i++) {
+      int e = lid + i * THREADS, k = e / TN, col = col0 + (lid + (i % NP) * THREADS) % TN;
+      real x = real(0);
+      if (p0 + k < end && col < NCOL) {
+        ivec2 q;
+        if (col == NCOL - 1) {
+          x = real(1);
+        } else if (source(spix[k], col % KK, sbox[k], q)) {
+          int ci = col / KK, iq = q.x + q.y * push.wi;
+          x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
+        }
+      }
+      sx[e] = x;
+    }
+    barrier();
+    for (int k = 0; k < TK; k++) {
+      real g[4], x[4];
+      for (int i = 0; i < 4; i++) {
+        g[i] = sg[k * TM + tm + i];
+        x[i] = sx[k * TN + tn + i];
+      }
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i * 4 + j] += g[i] * x[j];
+    }
     barrier();
   }
-  if (lid != 0) return;
   int o = z * (COUT * CIN * KK + COUT) - WOFF;
-  for (int j = 0; j < CBW; j++) {
-    if (ci == CIN) {
-      part[o + bidx(c0 + j)] = red[j * KK * 64];
-    } else {
-      for (int t = 0; t < KK; t++) part[o + widx(c0 + j, ci, t)] = red[(j * KK + t) * 64];
+  for (int i = 0; i < 4; i++) {
+    int co = co0 + tm + i;
+    if (co >= COUT) continue;
+    for (int j = 0; j < 4; j++) {
+      int col = col0 + tn + j;
+      if (col >= NCOL) continue;
+      if (col == NCOL - 1) part[o + bidx(co)] = acc[i * 4 + j];
+      else part[o + widx(co, col / KK, col % KK)] = acc[i * 4 + j];
     }
   }
 }

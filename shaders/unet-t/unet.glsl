@@ -6,7 +6,7 @@
 // Activations are planar: channel c of an image of n pixels at [c n, (c + 1) n), rows of
 // push.wi (input) or push.wo (output) pixels. Tiles: cnngenin's square tiles of T pixels
 // (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k; a conv3 reads zero
-// outside the output pixel's tile. The functions below take that tile size.
+// outside the output pixel's tile.
 #ifdef PRECISE
 #define real double
 #else
@@ -27,19 +27,22 @@ int tile_at(float T) { return int(T) >> push.k; }
 int widx(int co, int ci, int t) { return WOFF + (co * CIN + ci) * KK + t; }
 int bidx(int co) { return WOFF + COUT * CIN * KK + co; }
 
-// conv3: whether input pixel q (same scale as p) is read by output pixel p: inside the image
-// and p's tile
-bool reads(ivec2 q, ivec2 p, int T) {
-  if (any(lessThan(q, ivec2(0))) || q.x >= push.wi || q.y >= push.hi) return false;
-  return T == 0 || all(equal(q / T, p / T));
+// the box [x0, y0, x1, y1) a conv3 at pixel p reads from: p's tile (T > 0; 0: the whole
+// image) within the image (input and output of a conv3 have one scale)
+ivec4 box_of(ivec2 p, int T) {
+  if (T == 0) return ivec4(0, 0, push.wi, push.hi);
+  ivec2 o = (p / T) * T;
+  return ivec4(o, min(o + T, ivec2(push.wi, push.hi)));
 }
 
+bool in_box(ivec2 q, ivec4 b) { return all(greaterThanEqual(q, b.xy)) && all(lessThan(q, b.zw)); }
+
 // the input pixel q that tap t (ky * k + kx) of output pixel p reads; false where the tap
-// reads zero (conv3 outside the tile) or is not p's (up: one tap an output pixel)
-bool source(ivec2 p, int t, int T, out ivec2 q) {
+// reads zero (conv3: outside p's box, box_of(p)) or is not p's (up: one tap an output pixel)
+bool source(ivec2 p, int t, ivec4 box, out ivec2 q) {
 #if KIND == 0
   q = p + ivec2(t % 3 - 1, t / 3 - 1);
-  return reads(q, p, T);
+  return in_box(q, box);
 #elif KIND == 1
   q = 2 * p + ivec2(t % 2, t / 2);
   return true;
@@ -52,11 +55,12 @@ bool source(ivec2 p, int t, int T, out ivec2 q) {
 #endif
 }
 
-// the output pixel p whose tap t reads input pixel q (source's inverse); false where none
-bool target(ivec2 q, int t, int T, out ivec2 p) {
+// the output pixel p whose tap t reads input pixel q (source's inverse; box: box_of(q), as
+// p reads q exactly when p is in q's tile); false where none
+bool target(ivec2 q, int t, ivec4 box, out ivec2 p) {
 #if KIND == 0
   p = q - ivec2(t % 3 - 1, t / 3 - 1);
-  return reads(p, q, T);  // same scale: p inside and in q's tile iff q is in p's
+  return in_box(p, box);
 #elif KIND == 1
   p = q / 2;
   return t == (q.y % 2) * 2 + q.x % 2;
@@ -68,3 +72,12 @@ bool target(ivec2 q, int t, int T, out ivec2 p) {
   return true;
 #endif
 }
+
+// The layer kernels' matrix products (conv.comp, convb.comp, convw.comp): a workgroup of
+// THREADS = 2 TM threads sums a block of TM rows x TN columns over steps of TK, staged in
+// shared memory as [k][row] and [k][column], a 4 x 4 block of sums a thread. NP: the
+// columns a thread stages (the same ones every step).
+#define TN 32
+#define TK 16
+#define THREADS (TM * TN / 16)
+#define NP ((TN + THREADS - 1) / THREADS)
