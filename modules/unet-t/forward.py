@@ -190,9 +190,10 @@ def reach(scales: int) -> int:
 
 def bytes_per_pixel(width: int, scales: int, precise: bool = False) -> tuple[int, int]:
     """(bytes of the largest buffer, bytes of all the buffers) of forward_nodes' nodes per
-    pixel of the padded image (the output image counted at the padded size: an upper bound)."""
+    pixel of the padded image (the input and output images counted at the padded size: an
+    upper bound)."""
     words = 2 if precise else 1
-    per = [4 * words * 4, 16]  # F, the output image
+    per = [4 * words * 4, 16, 16]  # F, the input and output images
     for L in layers(width, scales):
         per.append(4 * words * L.cout / 4 ** L.scale_out)
     return int(math.ceil(max(per))), int(math.ceil(sum(per)))
