@@ -16,7 +16,8 @@ levels, std(x) = sqrt(a + 65535 x b) / 65535 per channel, Gaussian, from seeded 
   makes the signal-dependent noise about unit white noise, then the exact unbiased inverse for
   this noise (bench/vst.py): the classical treatment of such noise, the strongest classical
   column;
-* vkgraph: kpn with the given weights (default graphs/weights/kpn-photo.lut), or weights
+* vkgraph: kpn with the given weights (default graphs/weights/kpn-photo.lut; unet for weights
+  unet-t trained, vkgraph/apps/denoise.py), or weights
   trained first by `--train CFG` (the training time is reported), given the true (a, b)
   (or, with --estimate, the profile vkgraph/apps/noise.py estimates from the noisy image).
 
@@ -265,14 +266,14 @@ def train(device, cfg: Path, frames: int | None, folder: Path,
     b = run_graph(g, device, frames=frames, last_frame_only=True)
     seconds = time.perf_counter() - t0
     lines = [m.cls.hook("summary")(b.context, m) for m in g.modules.values()
-             if m.name == "kpn-t" and m.cls.hook("summary")]
+             if m.name in ("kpn-t", "unet-t") and m.cls.hook("summary")]
     return folder / f"{luts[0].inst}.lut", seconds, "; ".join(x for x in lines if x)
 
 
 def run_vkgraph(device, weights: Path, levels: int | None,
                 estimate: bool, ensemble: int = 1) -> tuple[dict, dict, int]:
     """{(image, level): metrics} of kpn, {(image, level): seconds} of each denoise and the
-    pyramid levels kpn ran with (levels, else what the .lut says)."""
+    pyramid levels kpn ran with (levels, else what the .lut says; None for unet)."""
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.noise import estimate_noise
 
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--weights", type=Path,
-                     help=f"kpn weights (default {WEIGHTS.relative_to(ROOT)})")
+                     help=f"kpn weights, or unet-t's (default {WEIGHTS.relative_to(ROOT)})")
     src.add_argument("--train", type=Path, metavar="CFG",
                      help="train with this cfg first (its o-lut output is the weights)")
     ap.add_argument("--frames", type=int, help="with --train: frames (default: the cfg's)")

@@ -1,4 +1,5 @@
-"""`vkgraph denoise`: denoise photographs with kpn and trained weights, file in, file out.
+"""`vkgraph denoise`: denoise photographs with kpn and trained weights, file in, file out
+(or with unet, for --weights that unet-t trained: their .lut's text says "unet denoiser").
 
 Each input (PNG/JPEG/TIFF/WebP sRGB, EXR/PFM linear, float TIFF linear; `decode_image` makes
 all of them linear float, upright) is denoised by vkgraph/apps/denoise.py's Denoiser and written
@@ -86,8 +87,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "denoise", help="denoise PNG/JPEG/TIFF/WebP/EXR/PFM photos and camera raw files with "
         "trained kpn weights",
-        description="Denoise images with kpn and a .lut of kpn-t weights. Without -o or\n"
-        "--outdir, IN.ext is written to IN-denoised.ext beside it, in the input's format.\n"
+        description="Denoise images with kpn and a .lut of kpn-t weights, or with unet and a\n"
+        ".lut of unet-t weights (its text says 'unet denoiser'). Without -o or --outdir,\n"
+        "IN.ext is written to IN-denoised.ext beside it, in the input's format.\n"
         "Inputs are never overwritten. An output keeps what its input carries where its\n"
         "format can: EXIF (the pixels turned upright, Orientation 1), the ICC profile,\n"
         "16 bits (PNG, TIFF; float TIFF stays float, EXR half stays half) and a JPEG's\n"
@@ -101,7 +103,8 @@ def add_parser(sub) -> None:
                      help="output file (one input only); its extension picks the format")
     out.add_argument("--outdir", metavar="DIR", help="write each output into DIR under the "
                      "input's file name (DIR is created)")
-    p.add_argument("--weights", metavar="W.lut", help="kpn-t weights (default: the shipped "
+    p.add_argument("--weights", metavar="W.lut", help="kpn-t weights, or unet-t's (run by "
+                   "unet; the .lut's text tells them apart) (default: the shipped "
                    f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
                    f"for JPEG, {shown(WEIGHTS)} for the rest)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
@@ -112,10 +115,11 @@ def add_parser(sub) -> None:
                    help="multiply the noise level by S: more than 1 smooths more, less "
                    f"than 1 keeps more detail ({STRENGTH[0]:g}..{STRENGTH[1]:g}, default 1)")
     p.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8), default=1, metavar="N",
-                   help="average kpn over N flips and rotations of each image (1, 2, 4 or 8; "
+                   help="average the denoiser over N flips and rotations of each image (1, 2, "
+                   "4 or 8; "
                    "N times the time, +0.1 dB with 4; default 1)")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
-                   "(default: what the weights' .lut says, else 4)")
+                   "(default: what the weights' .lut says, else 4; not with unet-t's weights)")
     p.add_argument("--progress", action="store_true",
                    help="show the progress bar also when stderr is not a terminal")
     p.add_argument("--device", metavar="NAME", help="Vulkan device (substring of its name, or "
@@ -324,7 +328,7 @@ def check_up_front(args, weights: Path) -> None:
         check_weights(weights, args.levels)
     except GraphError as e:
         raise GraphError(f"denoise: {e.line()}") from None
-    if args.noise is not None:  # what kpn's params hold (a finite float32)
+    if args.noise is not None:  # what kpn's (and unet's) params hold (a finite float32)
         params = {p.name: p for p in Registry().get("kpn").params}
         for name, value in zip(("noise a", "noise b"), args.noise, strict=True):
             params[name].check([value], "kpn", where="denoise: --noise")

@@ -11,20 +11,25 @@ feedback edges and the trainer hooks. Nodes, for the layers of net.py in order:
             before it's: the last layer's is dw)
   update    (scaffold) norm, adam
 Every kernel is fp32 (float64 with `precise`, the gradient check's forward and backward).
+The forward nodes (prep, conv, loss) are forward.py's `forward_nodes`, which the inference
+module unet (modules/unet) builds too.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from vkgraph.modules.unet_t.forward import (
+    SHADER,
+    block_rows,
+    forward_nodes,
+    layer_defines,
+    tiles,
+)
 from vkgraph.modules.unet_t.net import Layer, layers
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
+from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import Network, Trains, Weights
-
-SHADER = "unet-t"
 
 
 def shape(module) -> tuple[int, int]:
@@ -86,28 +91,10 @@ def weights(graph, module) -> Weights:
                    roi=Roi(n, 1), defines=defines)
 
 
-def block_rows(channels: int) -> int:
-    """The rows TM of a layer kernel's blocks (conv.comp, convb.comp, convw.comp: a
-    workgroup of 2 TM threads sums a TM x 32 block of its matrix product, 4 x 4 a thread):
-    the channels rounded up to 4, 8, 16 or 32, so that narrow layers waste no rows."""
-    return next(t for t in (4, 8, 16, 32) if channels <= t or t == 32)
-
-
-def tiles(n: int, size: int = 32) -> int:
-    """The blocks of `size` that cover n rows or columns."""
-    return -(-n // size)
-
-
 def wgrad_chunks(pixels: int) -> int:
     """Runs of pixels convw sums apart (wsum adds them): enough workgroups to fill a GPU
     on the full-resolution layers, whose channels are few."""
     return max(1, min(256, pixels // 1024))
-
-
-def layer_defines(L: Layer, precise: bool) -> dict:
-    return {"KIND": ("conv3", "down", "up", "conv1").index(L.kind), "CIN": L.cin,
-            "CINA": L.cina, "COUT": L.cout, "WOFF": L.offset, "RELU": int(L.relu),
-            **({"PRECISE": 1} if precise else {})}
 
 
 def network(graph, module, scaffold) -> Network:
@@ -121,37 +108,10 @@ def network(graph, module, scaffold) -> Network:
     size = [(W >> k, H >> k) for k in range(scales)]
     adam = scaffold.adam
 
-    prep = graph.add_node(module, "prep", (W, H), [
-        img("input", "read"), ssbo("noiseab", "read"), ssbo("F", "write", words * 4 * W * H)],
-        shader=SHADER, push=[W, H, W, H, 0], defines=defs)
-    graph.bind(module, "input", prep, "input")
-    graph.bind(module, "noiseab", prep, "noiseab")
-    made = {"F": (prep, "F")}
-    conv = {}
-    for L in ls:
-        (wi, hi), (wo, ho) = size[L.scale_in], size[L.scale_out]
-        tm = block_rows(L.cout)
-        node = graph.add_node(module, "conv", (2 * tm * tiles(wo * ho), tiles(L.cout, tm)), [
-            ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
-            ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
-            shader=SHADER, local=(2 * tm, 1, 1), push=[wi, hi, wo, ho, L.scale_in],
-            defines={**layer_defines(L, precise), "TM": tm})
-        graph.node_connect(adam, "w", node, "w")
-        _inputs(graph, module, node, L, made)
-        made[L.name] = (node, "outp")
-        conv[L.name] = node
-
-    groups = math.ceil(W / 8) * math.ceil(H / 8)
-    loss = graph.add_node(module, "loss", (W, H), [
-        ssbo("N", "read"), img("input", "read"), ssbo("noiseab", "read"),
-        img("output", "write", Roi(W, H)), img("ref", "read"),
-        ssbo("dN", "write", words * 3 * W * H), ssbo("Epart", "write", 2 * groups)],
-        shader=SHADER, push=[W, H, W, H, 0], defines={"REF": 1, **defs})
-    graph.node_connect(conv["out"], "outp", loss, "N")
-    for name in ("input", "noiseab", "ref"):
-        graph.bind(module, name, loss, name)
-    graph.bind(module, "output", loss, "output")
-    scaffold.loss_sum(loss, groups)
+    fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
+                        precise=precise, ref=True)
+    made, conv, loss = fwd["made"], fwd["conv"], fwd["loss"]
+    scaffold.loss_sum(loss, fwd["groups"])
 
     # dE/dY of every layer's output: what its readers give back (a skip has two readers)
     grads: dict[str, list] = {"out": [(loss, "dN")]}

@@ -11,6 +11,13 @@
 // xorshift of seed 133700013 i, its biases 0; else the checkpoint wcp (f32). The layer table
 // comes from module.py: UNET_LAYERS layers, UNET_WEND their weights' ends (the bias follows),
 // UNET_END their ends, UNET_FAN their fan-ins.
+#ifndef UNET_NP  // one layer for `vkgraph shaders --check`; module.py always defines them
+#define UNET_NP 4
+#define UNET_LAYERS 1
+#define UNET_WEND 3u
+#define UNET_END 4u
+#define UNET_FAN 3.0
+#endif
 #define ADAM_NP UNET_NP
 #define ADAM_NETS 1
 #define ADAM_OPT params.opt

@@ -13,6 +13,8 @@
 // The output O = X - s N (N: the network's 3 planes, X the noisy input, s its tile's
 // scale_of) and, with a reference R (REF), the L1 loss
 //   E = (1/P) sum_p sum_rgb |O - R|,   dE/dN = -s sign(O - R) / P   (sign(0) = 0)
+// N (and dN) are push.wi x push.hi planes, X and O push.wo x push.ho (P pixels): unet's N is
+// the padded image's, of which O keeps the top left (unet-t: the same size).
 // Each 8x8 workgroup writes its partial sum of E as a (hi, lo) float pair to Epart (summed by
 // lsum, no atomics: runs are bit-reproducible); PRECISE: in float64.
 SSBO_IN(0, real, N)
@@ -29,23 +31,23 @@ shared real part[64];
 
 void main() {
   ivec2 p = ivec2(gl_GlobalInvocationID.xy);
-  int n = push.wo * push.ho;
+  int n = push.wo * push.ho, nn = push.wi * push.hi;
   real e = real(0);
   if (p.x < push.wo && p.y < push.ho) {
-    int i = p.x + p.y * push.wo;
+    int i = p.x + p.y * push.wo, j = p.x + p.y * push.wi;
     real a, b;
     profile(p, a, b);
     real s = scale_of(a, b);
     vec4 x = inp[i];
     real o[3];
-    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[c * n + i];
+    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[c * nn + j];
     outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), x.a);
 #ifdef REF
     vec4 r = ref[i];
     for (int c = 0; c < 3; c++) {
       real d = o[c] - real(r[c]);
       e += abs(d);
-      dN[c * n + i] = -s * sign(d) / real(n);
+      dN[c * nn + j] = -s * sign(d) / real(n);
     }
 #endif
   }

@@ -1,16 +1,25 @@
 // The noise profile of pixel p (prep.comp, loss.comp; modules/unet-t/README.md): cnngenin's
 // per-tile records on noiseab, (a, b, tile size T or 0 for the whole image, tile columns),
-// tile t = p.x / T + (p.y / T) columns. Include after unet.glsl's `real` and the binding
-// noiseab.
+// tile t = p.x / T + (p.y / T) columns; with FROM_PARAMS the module's params `noise a`,
+// `noise b` for every pixel (unet, the inference module: they may change between frames
+// without a rebuild). Include after unet.glsl's `real` and the binding noiseab.
+#ifdef FROM_PARAMS
+#include "params.gen"  // unet's params block (modules/unet/params): noise_a, noise_b, ...
+#endif
 const real LUMA_R = real(0.2627), LUMA_G = real(0.6780), LUMA_B = real(0.0593);
 
 // (a, b) of p's tile
 void profile(ivec2 p, out real a, out real b) {
+#ifdef FROM_PARAMS
+  a = real(params.noise_a);
+  b = real(params.noise_b);
+#else
   int T = int(noiseab[2]);
   int cols = max(int(noiseab[3]), 1);
   int t = T > 0 ? p.x / T + (p.y / T) * cols : 0;
   a = real(noiseab[4 * t]);
   b = real(noiseab[4 * t + 1]);
+#endif
 }
 
 // s: the noise std at mid grey, max(sqrt(a + 65535 0.18 b) / 65535, 1e-5)

@@ -12,6 +12,8 @@
 #include "unet.glsl"
 // The network's input F = (X.rgb / s, sigma / s) of the noisy image X, 4 planes (README.md):
 //   sigma = sqrt(max(a + 65535 b max(Y(X), 0), 0)) / 65535,  s = scale_of(a, b)
+// F is push.wo x push.ho; X is read mirrored (texel) where it is smaller: unet pads the
+// image to the network's multiple of 2^(scales-1) (unet-t's X is F's size).
 IMG_IN(0, inp)
 SSBO_IN(1, float, noiseab)
 SSBO_OUT(2, real, F)
@@ -24,7 +26,7 @@ void main() {
   real a, b;
   profile(p, a, b);
   real s = scale_of(a, b);
-  vec4 x = inp[i];
+  vec4 x = inp[texel(0, p)];
   real r = real(x.r), g = real(x.g), bl = real(x.b);
   real y = max(LUMA_R * r + LUMA_G * g + LUMA_B * bl, real(0));
   real sigma = sqrt(max(a + real(65535) * b * y, real(0))) / real(65535);

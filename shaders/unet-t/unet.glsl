@@ -7,6 +7,20 @@
 // push.wi (input) or push.wo (output) pixels. Tiles: cnngenin's square tiles of T pixels
 // (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k; a conv3 reads zero
 // outside the output pixel's tile.
+#ifndef KIND  // a layer for `vkgraph shaders --check`; module.py always defines one
+#define KIND 0
+#define CIN 4
+#define CINA 4
+#define COUT 8
+#define WOFF 0
+#define RELU 1
+#endif
+#ifndef TM
+#define TM 8
+#endif
+#ifndef CHUNKS
+#define CHUNKS 1
+#endif
 #ifdef PRECISE
 #define real double
 #else

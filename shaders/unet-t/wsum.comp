@@ -11,6 +11,11 @@
 // the first layer), then the layer's CHUNKS partials (convw.comp) summed in chunk order,
 // dw[WOFF + i] = sum_z part[z LW + i] (LW: the layer's weights and bias; PRECISE: the
 // partials and their sum in float64).
+#ifndef LW  // a layer for `vkgraph shaders --check`; module.py always defines one
+#define WOFF 0
+#define LW 1
+#define CHUNKS 1
+#endif
 SSBO_IN(0, real, part)
 SSBO_IN(1, float, prev)
 SSBO_OUT(2, float, dw)

@@ -1,10 +1,13 @@
-"""Denoise numpy images with kpn and a `.lut` of kpn-t weights, on one device.
+"""Denoise numpy images with kpn and a `.lut` of kpn-t weights (or unet and unet-t's), on
+one device.
 
     den = Denoiser(device, "graphs/weights/kpn-photo.lut")
     out = den(noisy, a, b)        # (h, w, 3) float32, linear in, linear out
 
 The graph is i-array (the image) and i-lut (the weights) -> kpn -> o-array (host modules,
 pipeline/hostmods), run through a `vkgraph.Session` (fed and read through its host ports).
+Weights whose .lut text says "unet denoiser" (unet-t wrote them) run through the module unet
+instead of kpn (`module`); what follows holds for both, but for the tiles' margin (below).
 One session per image size, kept and reused for later images of that size: the weights and
 kernels stay on the device and only the image and the noise params are uploaded again.
 
@@ -18,7 +21,15 @@ image's sampling grid; depth is the pyramid's: the levels, one more for arch 1 a
 features read the next coarser level's detail); arch 2's block matching reaches 7 pixels
 further at every level, which 2 more pixels of margin at the coarsest level cover. The
 margin covers what a pixel's result depends on, so tiles meet without seams (measured: see
-tests/test_denoise.py). The tile counts per axis are those that denoise the fewest pixels.
+tests/test_denoise.py). unet: tiles start on the network's grid of 2^(scales - 1) pixels
+(unet pads each tile, as the whole image, mirrored to a multiple of it: a tile that ends at
+the image's edge pads as the whole image does) and the margin is the U-Net's reach (unet-t's
+forward.reach: every pixel the result at a kept pixel depends on, through every conv, down
+and up; 23 pixels with 3 scales) rounded up to that grid, so a tile computes its kept
+pixels from the same numbers in the same order as the whole image: tiled output equals the
+untiled one (tests/test_unet_infer.py). Its buffers are many (every layer's activations, up
+to `width` floats a pixel each), so unet's max_pixels is also what 3/4 of the device's
+memory holds. The tile counts per axis are those that denoise the fewest pixels.
 `on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
 tile (progress within a file).
 
@@ -55,15 +66,18 @@ ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
 KEEP_BUILDS = 2  # builds kept per Denoiser (a size and its rotation); older ones are closed
 # tile margin in pixels of the coarsest level (see above), by arch
 MARGIN_PER_LEVEL = {0: 4, 1: 4, 2: 6}
+MEMORY_SHARE = 0.75  # of the device's memory, for unet's buffers (max_pixels)
 
 
 class Denoiser:
-    """kpn with fixed weights on one device; call it with (image, a, b)."""
+    """kpn (or unet, for unet-t's weights) with fixed weights on one device; call it with
+    (image, a, b)."""
 
     def __init__(self, device, weights: str | Path, levels: int | None = None,
                  max_pixels: int | None = None, profile: bool = False, ensemble: int = 1):
         """levels: kpn's pyramid levels (default: what the .lut's text says, else kpn's
-        default; given and contradicting the text, kpn refuses the weights);
+        default; given and contradicting the text, kpn refuses the weights; given with
+        unet-t's weights, an error: a U-Net has none);
         max_pixels: the largest image run whole (default: what the device's storage buffers
         can span); larger ones are tiled; profile: GPU timestamps per node (bench);
         ensemble: flips and rotations averaged (ENSEMBLES)."""
@@ -72,18 +86,42 @@ class Denoiser:
         self.device = device
         self.weights = Path(weights)
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        self.levels, self.arch = weights_info(self.weights, levels, self.registry)
-        self.depth = self.levels + int(self.arch > 0)  # the pyramid's (tiles' grid, margin)
+        self.net = unet_info(self.weights, levels)  # (width, scales) of unet-t's, else None
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
-        from vkgraph.modules.kpn_t.forward import arch_shape
+        if self.net is not None:
+            from vkgraph.modules.unet_t.forward import bytes_per_pixel, reach
 
-        # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
-        self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
+            self.module = "unet"
+            self.levels, self.arch = None, 0
+            self.depth = self.net[1] - 1  # tiles' grid: 2^(scales - 1), unet's padding
+            step = 1 << self.depth
+            self.margin = -(-reach(self.net[1]) // step) * step
+            self.pad = step  # unet runs at the size padded to it (max_pixels counts those)
+            largest, total = bytes_per_pixel(*self.net)
+            budget = int((getattr(getattr(device, "info", None), "memory_mib", 0) or 0)
+                         * MEMORY_SHARE) << 20
+            self.max_pixels = max_pixels or min(max_pixels_of(device, largest),
+                                                budget // total if budget else 1 << 62)
+        else:
+            from vkgraph.modules.kpn_t.forward import arch_shape
+
+            self.module = "kpn"
+            self.levels, self.arch = weights_info(self.weights, levels, self.registry)
+            self.depth = self.levels + int(self.arch > 0)  # the pyramid's (tiles' grid, margin)
+            self.margin = MARGIN_PER_LEVEL[self.arch] << self.depth
+            self.pad = 1
+            # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
+            self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
         self.profile = profile
         self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
         self.fp32 = False  # kpn's fp32 MLP kernels (after the f16 ones overflowed)
+
+    def pixels(self, wd: int, ht: int) -> int:
+        """The pixels the module runs at for a wd x ht image (unet: its padded size)."""
+        p = self.pad
+        return -(-wd // p) * p * (-(-ht // p) * p)
 
     @property
     def builds(self) -> dict[tuple[int, int, bool], tuple[Build, Graph]]:
@@ -103,15 +141,15 @@ class Denoiser:
             g.add_module("i-array", "main")
             # the API rather than cfg lines: a weights path may hold a ':'
             g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
-            kpn = g.add_module("kpn", "01")
+            den = g.add_module(self.module, "01")
             if self.explicit_levels:  # else kpn takes the weights' own
-                kpn.set_param("levels", self.levels)
+                den.set_param("levels", self.levels)
             if self.fp32:
-                kpn.set_param("fp32", 1)
+                den.set_param("fp32", 1)
             g.add_module("o-array", "main")
-            g.connect("i-array", "main", "output", "kpn", "01", "input")
-            g.connect("i-lut", "w", "output", "kpn", "01", "w")
-            g.connect("kpn", "01", "output", "o-array", "main", "input")
+            g.connect("i-array", "main", "output", self.module, "01", "input")
+            g.connect("i-lut", "w", "output", self.module, "01", "w")
+            g.connect(self.module, "01", "output", "o-array", "main", "input")
             self.sessions[key] = Session(g, self.device, profile=self.profile)
         session = self.sessions[key]
         session.feed("i-array:main", image)
@@ -122,7 +160,7 @@ class Denoiser:
         image's, or its tiles'), fed zeros until the image comes: `vkgraph denoise` builds
         while the photo is still being decoded (the build is pipeline creation in the
         driver, which lets go of the GIL)."""
-        if wd * ht > self.max_pixels:
+        if self.pixels(wd, ht) > self.max_pixels:
             cx, cy, margin = self.tiling(wd, ht)
             step = 1 << self.depth
             wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
@@ -136,7 +174,7 @@ class Denoiser:
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised rgb (h, w, 3) float32 of a linear float image (h, w, >= 3 or grey)
-        (for an image run whole, a view of the rgba that kpn's output downloads to)."""
+        (for an image run whole, a view of the rgba that the module's output downloads to)."""
         image = np.asarray(image, np.float32)
         if image.ndim == 2:
             image = image[:, :, None]
@@ -153,7 +191,7 @@ class Denoiser:
             out = self._mean(image, a, b)
             finite = non_finite(out) is None
         if not finite:
-            raise GraphError(f"kpn's output with the weights {self.weights} has "
+            raise GraphError(f"{self.module}'s output with the weights {self.weights} has "
                              f"{int((~np.isfinite(out)).sum())} non-finite values")
         return out
 
@@ -171,29 +209,31 @@ class Denoiser:
         return np.ascontiguousarray(out / self.ensemble)
 
     def _f16(self) -> bool:
-        """Whether the builds so far ran f16 MLP kernels."""
-        return any(s.module("kpn:01").data.get("mlp") in ("fused", "coopmat")
-                   for s in self.sessions.values())
+        """Whether the builds so far ran f16 MLP kernels (unet's are fp32)."""
+        return self.module == "kpn" and any(
+            s.module("kpn:01").data.get("mlp") in ("fused", "coopmat")
+            for s in self.sessions.values())
 
     def _denoise(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         ht, wd = image.shape[:2]
-        if wd * ht <= self.max_pixels:
+        if self.pixels(wd, ht) <= self.max_pixels:
             return self._run(image, a, b)
         return self._tiled(image, a, b)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         session = self._session(image)
-        session.set("kpn:01", "noise a", float(a))
-        session.set("kpn:01", "noise b", float(b))
+        session.set(f"{self.module}:01", "noise a", float(a))
+        session.set(f"{self.module}:01", "noise b", float(b))
         session.step(0)  # frame 0: the sources upload again, the params if they changed
         return session.take("o-array:main")[..., :3]  # a view: the rgba is the download's own
 
     def tiling(self, wd: int, ht: int) -> tuple[int, int, int]:
         """(core x, core y, margin) of the tiles for an image too large to run whole: tiles
         keep runs of core pixels (the last one shorter) and are tile_length() long, at most
-        max_pixels in all; the counts per axis are those with the fewest pixels denoised."""
+        max_pixels in all (unet: padded); the counts per axis are those with the fewest
+        pixels denoised."""
         step = 1 << self.depth
-        margin = MARGIN_PER_LEVEL[self.arch] * step
+        margin = self.margin
         best = None
         for nx in range(1, -(-wd // step) + 1):
             cx = _ceil(_ceil(wd, nx), step) * step  # wd / nx up to a whole step
@@ -201,15 +241,17 @@ class Denoiser:
             for ny in range(1, -(-ht // step) + 1):
                 cy = _ceil(_ceil(ht, ny), step) * step
                 ly = tile_length(ht, cy, margin, step)
-                if lx * ly <= self.max_pixels:  # more rows of tiles only add pixels
+                if self.pixels(lx, ly) <= self.max_pixels:  # more rows only add pixels
                     cost = (-(-wd // cx) * lx * -(-ht // cy) * ly, nx * ny)
                     if best is None or cost < best[0]:
                         best = (cost, cx, cy)
                     break
         if best is None:
+            what = (f"{self.depth} pyramid levels" if self.module == "kpn" else
+                    f"a U-Net of {self.net[1]} scales")
             raise GraphError(f"cannot denoise a {wd}x{ht} image on this device: its buffers "
                              f"hold at most {self.max_pixels} pixels, less than one tile of "
-                             f"{2 * margin + step}^2 with {self.depth} pyramid levels")
+                             f"{2 * margin + step}^2 with {what}")
         return best[1], best[2], margin
 
     def _tiled(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -230,9 +272,36 @@ class Denoiser:
         return out
 
 
-def check_weights(weights: Path, levels: int | None = None, registry=None) -> int:
-    """kpn's pyramid levels for these weights (weights_info)."""
+def check_weights(weights: Path, levels: int | None = None, registry=None) -> int | None:
+    """kpn's pyramid levels for these weights (weights_info); None for unet-t's (unet_info)."""
+    if unet_info(weights, levels) is not None:
+        return None
     return weights_info(weights, levels, registry)[0]
+
+
+def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int] | None:
+    """(width, scales) of unet-t's weights (their .lut's text says "unet denoiser"), checked
+    as unet would at the first image: the text's shape, the weights' count, finite values;
+    None for other weights (kpn's). A given `levels` is an error: a U-Net has no pyramid.
+    GraphError, once, before any image is read."""
+    from vkgraph.modules.unet_t.forward import is_unet_text, shape_of_text
+    from vkgraph.modules.unet_t.net import n_params
+
+    if not weights.exists():
+        raise GraphError(f"weights '{weights}' do not exist")
+    data, info, text = read_lut(weights, finite=True)
+    if not is_unet_text(text):
+        return None
+    width, scales = shape_of_text(text, where=str(weights))
+    if data.size != n_params(width, scales):
+        raise GraphError(f"holds {data.size} values, but a U-Net of width {width} and {scales} "
+                         f"scales (says the .lut's text) has {n_params(width, scales)}",
+                         where=str(weights))
+    if levels is not None:
+        raise GraphError(f"levels {levels}: these are unet-t's weights (a U-Net of {scales} "
+                         "scales), which have no pyramid levels; leave levels out",
+                         where=str(weights))
+    return width, scales
 
 
 def weights_info(weights: Path, levels: int | None = None, registry=None) -> tuple[int, int]:

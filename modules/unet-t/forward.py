@@ -1,0 +1,206 @@
+"""unet-t's forward pass as nodes, shared by unet-t (training) and unet (inference,
+modules/unet): prep (the input -> F), one conv node per layer of net.py, and the output node
+(loss.comp: O = X - s N, with the L1 loss and dE/dN where training gives a reference). Also
+what unet needs to run weights from a `.lut`: the network's shape from the .lut's text, the
+padded size, and how far a pixel's result reaches (vkgraph denoise's tile margin)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from vkgraph.modules.unet_t.net import Layer, layers
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
+
+SHADER = "unet-t"
+KIND = "unet denoiser"  # the .lut's text names the network so (module.lut_text)
+
+
+def block_rows(channels: int) -> int:
+    """The rows TM of a layer kernel's blocks (conv.comp, convb.comp, convw.comp: a
+    workgroup of 2 TM threads sums a TM x 32 block of its matrix product, 4 x 4 a thread):
+    the channels rounded up to 4, 8, 16 or 32, so that narrow layers waste no rows."""
+    return next(t for t in (4, 8, 16, 32) if channels <= t or t == 32)
+
+
+def tiles(n: int, size: int = 32) -> int:
+    """The blocks of `size` that cover n rows or columns."""
+    return -(-n // size)
+
+
+def layer_defines(L: Layer, precise: bool) -> dict:
+    return {"KIND": ("conv3", "down", "up", "conv1").index(L.kind), "CIN": L.cin,
+            "CINA": L.cina, "COUT": L.cout, "WOFF": L.offset, "RELU": int(L.relu),
+            **({"PRECISE": 1} if precise else {})}
+
+
+def multiple(scales: int) -> int:
+    """What the network's width and height must be multiples of: 2^(scales - 1)."""
+    return 1 << (scales - 1)
+
+
+def padded(wd: int, ht: int, scales: int) -> tuple[int, int]:
+    """The size the network runs at for a wd x ht image: each side rounded up to multiple()."""
+    m = multiple(scales)
+    return -(-wd // m) * m, -(-ht // m) * m
+
+
+def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
+                  noise: str = "noiseab", precise: bool = False, ref: bool = False) -> dict:
+    """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
+    network `net` (width, scales), run at `size` (wd, ht: multiples of
+    2^(scales - 1)) on the module input `input` (at most `size`; prep reads it mirrored to
+    `size`, and `loss` writes the module output `output` at the input's size: the top left
+    of the network's result). `weights`: the (node, connector) that writes the weights
+    (unet-t: adam's `w`) or the name of a module input (unet: `w`, from a .lut); f32, net.py's
+    layout. `noise`: where the noise profile comes from: "noiseab" (unet-t: the module input
+    with cnngenin's per-tile records, whose tile size the convs read too) or "params" (unet:
+    its params `noise a`, `noise b`; the convs' noiseab stays unconnected, which reads zeros:
+    tile size 0, the whole image). `ref`: the loss against the module input `ref` too (dN:
+    dE/dN, Epart: the loss's partial sums). Returns {"prep", "conv" (name -> node), "made"
+    (name -> (node, connector) of every activation, "F" included), "loss", "groups" (the
+    loss's partials)}."""
+    width, scales = net
+    ls = layers(width, scales)
+    W, H = size
+    m = multiple(scales)
+    if W % m or H % m:
+        raise GraphError(f"{module}: the network runs at {W}x{H}; with scales {scales} its "
+                         f"width and height must be multiples of {m}")
+    inp = module.connector("input").roi
+    words = 2 if precise else 1  # f32 words a value
+    defs = {"PRECISE": 1} if precise else {}
+    if noise == "params":
+        defs["FROM_PARAMS"] = 1
+    elif noise != "noiseab":
+        raise ValueError(f"noise '{noise}': 'noiseab' or 'params'")
+    sizes = [(W >> k, H >> k) for k in range(scales)]
+
+    def noiseab(node) -> None:
+        if noise == "noiseab":
+            graph.bind(module, "noiseab", node, "noiseab")
+        else:  # an open optional input reads zeros: T = 0, the whole image one tile
+            node.connector("noiseab").flags |= OPTIONAL
+
+    def feed_weights(node) -> None:
+        if isinstance(weights, str):
+            graph.bind(module, weights, node, "w")
+        else:
+            graph.node_connect(weights[0], weights[1], node, "w")
+
+    prep = graph.add_node(module, "prep", (W, H), [
+        img("input", "read"), ssbo("noiseab", "read"), ssbo("F", "write", words * 4 * W * H)],
+        shader=SHADER, push=[inp.wd, inp.ht, W, H, 0], defines=defs)
+    graph.bind(module, "input", prep, "input")
+    noiseab(prep)
+    made = {"F": (prep, "F")}
+    conv = {}
+    for L in ls:
+        (wi, hi), (wo, ho) = sizes[L.scale_in], sizes[L.scale_out]
+        tm = block_rows(L.cout)
+        node = graph.add_node(module, "conv", (2 * tm * tiles(wo * ho), tiles(L.cout, tm)), [
+            ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
+            ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
+            shader=SHADER, local=(2 * tm, 1, 1), push=[wi, hi, wo, ho, L.scale_in],
+            defines={**layer_defines(L, precise), "TM": tm})
+        feed_weights(node)
+        graph.node_connect(*made[L.a], node, "inA")
+        if L.b:
+            graph.node_connect(*made[L.b], node, "inB")
+        else:
+            node.connector("inB").flags |= OPTIONAL
+        noiseab(node)
+        made[L.name] = (node, "outp")
+        conv[L.name] = node
+
+    groups = math.ceil(inp.wd / 8) * math.ceil(inp.ht / 8)
+    conns = [ssbo("N", "read"), img("input", "read"), ssbo("noiseab", "read"),
+             img("output", "write", Roi(inp.wd, inp.ht))]
+    if ref:
+        conns += [img("ref", "read"), ssbo("dN", "write", words * 3 * W * H),
+                  ssbo("Epart", "write", 2 * groups)]
+    loss = graph.add_node(module, "loss", (inp.wd, inp.ht), conns, shader=SHADER,
+                          push=[W, H, inp.wd, inp.ht, 0],
+                          defines={**({"REF": 1} if ref else {}), **defs})
+    graph.node_connect(conv["out"], "outp", loss, "N")
+    graph.bind(module, "input", loss, "input")
+    noiseab(loss)
+    if ref:
+        graph.bind(module, "ref", loss, "ref")
+    graph.bind(module, "output", loss, "output")
+    return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups}
+
+
+def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
+    """(width, scales) from the text of a .lut unet-t wrote (module.lut_text); GraphError
+    where there is no text, it is not a unet's, or its numbers are missing or out of range."""
+    if not text:
+        raise GraphError("the weights' .lut has no text; unet needs the weights unet-t writes "
+                         f"(their text says '{KIND}', the width and the scales)", where=where)
+    if KIND not in text:
+        first = " ".join(text.split())[:80]
+        raise GraphError(f"the weights' .lut says '{first}', not '{KIND}': these are not "
+                         "unet-t's weights", where=where)
+    got = {}
+    for name in ("width", "scales"):
+        found = re.findall(rf"^{name} (\S+)$", text, re.MULTILINE)
+        if len(found) != 1 or not found[0].isdigit():
+            raise GraphError(f"the weights' .lut says '{KIND}' but not its {name} (a line "
+                             f"'{name} N')", where=where)
+        got[name] = int(found[0])
+    try:
+        layers(got["width"], got["scales"])
+    except ValueError as e:
+        raise GraphError(f"the weights' .lut: {e}", where=where) from None
+    return got["width"], got["scales"]
+
+
+def is_unet_text(text: str | None) -> bool:
+    """Whether a .lut's text says it holds unet-t's weights."""
+    return bool(text) and KIND in text
+
+
+def reach(scales: int) -> int:
+    """How far (pixels at full resolution, either way and along either axis) the output at
+    a pixel depends on the input, for the worst pixel of the 2^(scales - 1) grid: a conv3 at
+    scale k reads 2^k pixels further, a down reads the pair, an up its one source. Zero
+    outside the image, which tiles see where the whole image has pixels, reaches no further
+    into a tile than this (the width does not matter)."""
+    net = layers(1, scales)
+    by = {L.name: L for L in net}
+    memo: dict = {}
+
+    def dep(name: str, i: int) -> tuple[int, int]:
+        """The interval of input pixels (full resolution) that pixel i of `name` reads."""
+        if name == "F":
+            return i, i
+        key = (name, i)
+        if key not in memo:
+            L = by[name]
+            if L.kind == "conv3":
+                src = [(s, j) for s in (L.a, L.b) if s for j in (i - 1, i, i + 1)]
+            elif L.kind == "down":
+                src = [(L.a, 2 * i), (L.a, 2 * i + 1)]
+            elif L.kind == "up":
+                src = [(L.a, i // 2)]
+            else:
+                src = [(L.a, i)]
+            spans = [dep(s, j) for s, j in src]
+            memo[key] = min(s[0] for s in spans), max(s[1] for s in spans)
+        return memo[key]
+
+    m = multiple(scales)
+    lo_hi = [dep("out", x) for x in range(m)]
+    return max(max(x - lo, hi - x) for x, (lo, hi) in enumerate(lo_hi))
+
+
+def bytes_per_pixel(width: int, scales: int, precise: bool = False) -> tuple[int, int]:
+    """(bytes of the largest buffer, bytes of all the buffers) of forward_nodes' nodes per
+    pixel of the padded image (the input and output images counted at the padded size: an
+    upper bound)."""
+    words = 2 if precise else 1
+    per = [4 * words * 4, 16, 16]  # F, the input and output images
+    for L in layers(width, scales):
+        per.append(4 * words * L.cout / 4 ** L.scale_out)
+    return int(math.ceil(max(per))), int(math.ceil(sum(per)))

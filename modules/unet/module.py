@@ -1,0 +1,46 @@
+"""unet: denoise an image with the U-Net weights unet-t trained (inference; README.md here).
+
+The nodes are unet-t's forward pass without the training parts (prep, a conv per layer, the
+output O = X - s N), built by unet-t's `forward_nodes` (modules/unet-t/forward.py), so both
+modules run the same kernels (shaders/unet-t/). The network's shape (width, scales) comes
+from the weights' .lut text; the noise profile from the params `noise a`, `noise b`. Any
+image size: the network runs at the size rounded up to multiples of 2^(scales - 1), prep
+reading the input mirrored beyond its edges, and the output keeps the input's pixels.
+"""
+
+from __future__ import annotations
+
+from vkgraph.modules.unet_t.forward import forward_nodes, padded, shape_of_text
+from vkgraph.modules.unet_t.net import n_params
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.module import Roi
+
+
+def network(graph, module) -> tuple[int, int]:
+    """(width, scales) of the weights on `w`, from the .lut's text (unet-t's o-lut writes it;
+    i-lut publishes it as the metadata "text"); GraphError where the text is missing or not a
+    unet's, or the weights' count is not that network's."""
+    text = graph.meta(module, "w").get("text")
+    width, scales = shape_of_text(text, where=f"{module}: input 'w'")
+    w = module.connector("w")
+    have, want = w.roi.wd * w.roi.ht, n_params(width, scales)
+    if have != want:
+        raise GraphError(f"{module}: input 'w' holds {have} values, but a U-Net of width "
+                         f"{width} and {scales} scales (says the .lut's text) has {want}",
+                         hint="a .lut that unet-t's w output wrote")
+    return width, scales
+
+
+def modify_roi_out(graph, module) -> None:
+    inp = module.connector("input").roi
+    module.data["net"] = network(graph, module)
+    module.connector("output").roi = Roi(inp.wd, inp.ht)
+
+
+def create_nodes(graph, module) -> None:
+    width, scales = module.data["net"]
+    inp = module.connector("input").roi
+    size = padded(inp.wd, inp.ht, scales)
+    module.data["size"] = size  # the network's (padded) size
+    forward_nodes(graph, module, (width, scales), "w", size, noise="params",
+                  precise=int(module.param("precise")) != 0)

@@ -1,0 +1,225 @@
+"""unet (inference) with weights from a .lut: its output against unet-t's float64 reference
+forward pass (modules/unet-t/reference.py) on the image padded mirrored to the network's
+multiple, then cropped; against unet-t's own output for the same weights (the same kernels:
+equal); the .lut's text and size checked; `vkgraph denoise` and the Denoiser with unet-t's
+weights (the result, the noise it is given, tiles equal to the whole image)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_unet import clean, random_weights, unet_graph
+
+from vkgraph.api import run_graph
+from vkgraph.apps.denoise import Denoiser
+from vkgraph.cli.main import main
+from vkgraph.modules.unet_t import reference as ref
+from vkgraph.modules.unet_t.forward import padded, reach
+from vkgraph.modules.unet_t.module import lut_text
+from vkgraph.pipeline.errors import GraphError
+from vkgraph.pipeline.formats import (
+    linear_to_srgb,
+    read_image,
+    read_pfm,
+    write_lut,
+    write_pfm,
+    write_png,
+)
+from vkgraph.pipeline.graph import Graph
+from vkgraph.pipeline.registry import Registry
+from vkgraph.pipeline.runner import Build
+from vkgraph.pipeline.testing import CAPTURE
+
+ROOT = Path(__file__).resolve().parent.parent
+A, B = 1e6, 100.0  # the noise profile (cnngenin's units)
+
+
+def noisy(w: int, h: int, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (clean(w, h, seed) + 0.05 * rng.standard_normal((h, w, 3))).astype(np.float32)
+
+
+def write_weights(path: Path, width: int, scales: int, text: str | None = None,
+                  count: int | None = None, seed: int = 5) -> tuple[Path, np.ndarray]:
+    """A .lut as o-lut writes unet-t's weights (f32 ssbo, n x 1, the text after them) of
+    random weights (random_weights: every ReLU sees both signs)."""
+    w = random_weights(width, scales, seed)
+    if count is not None:
+        w = np.resize(w, count)
+    write_lut(path, w, 1, "f32", w.size, 1, ssbo=True,
+              text=lut_text(width, scales) if text is None else text)
+    return path, w.astype(np.float64)
+
+
+def expected(X: np.ndarray, w: np.ndarray, width: int, scales: int, a: float = A, b: float = B,
+             mode: str = "symmetric") -> np.ndarray:
+    """The reference on X padded (numpy's `symmetric` is vkgraph.glsl's texel mirror) to the
+    network's size, one tile, cropped to X's size."""
+    h, wd = X.shape[:2]
+    Wp, Hp = padded(wd, h, scales)
+    Xp = np.pad(X[..., :3].astype(np.float64), ((0, Hp - h), (0, Wp - wd), (0, 0)), mode=mode)
+    O, _ = ref.forward(w, Xp, np.array([a]), np.array([b]), Hp, width, scales)
+    return O[:h, :wd]
+
+
+def unet_run(device, lut: Path, X: np.ndarray, folder: Path, a: float = A, b: float = B,
+             precise: int = 0):
+    """One frame of i-pfm (X) and i-lut -> unet -> capture: the output (h, w, 4)."""
+    write_pfm(folder / "x.pfm", X)
+    reg = Registry([ROOT / "modules", CAPTURE])
+    g = Graph(reg)
+    g.add_module("i-pfm", "main").set_param("filename", str(folder / "x.pfm"))
+    g.add_module("i-lut", "w").set_param("filename", str(lut))
+    m = g.add_module("unet", "01")
+    for name, value in (("noise a", a), ("noise b", b), ("precise", precise)):
+        m.set_param(name, value)
+    g.connect("i-pfm", "main", "output", "unet", "01", "input")
+    g.connect("i-lut", "w", "output", "unet", "01", "w")
+    g.add_module("capture", "out")
+    g.connect("unet", "01", "output", "capture", "out", "input")
+    captured = reg.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=1)
+    return captured[("out", 0)]
+
+
+@pytest.mark.parametrize("size,width,scales,precise", [
+    ((37, 23), 2, 3, 0),   # padded to 40 x 24
+    ((32, 24), 3, 3, 0),   # the network's size already
+    ((3, 1), 2, 3, 1),     # padded by more than the image (to 4 x 4), float64 kernels
+])
+def test_output_matches_reference(device, tmp_path, size, width, scales, precise):
+    lut, w = write_weights(tmp_path / "w.lut", width, scales)
+    X = noisy(*size)
+    out = unet_run(device, lut, X, tmp_path, precise=precise)
+    assert out.shape == (size[1], size[0], 4)
+    want = expected(X, w, width, scales)
+    err = np.abs(out[..., :3] - want).max()
+    assert err <= 1e-5, err
+    assert np.array_equal(out[..., 3], np.ones(X.shape[:2], np.float32))  # the input's alpha
+    assert np.abs(want - X).max() > 1e-3  # the network changes the image
+    if size != padded(*size, scales):  # the padding is the mirror: other paddings differ
+        other = expected(X, w, width, scales, mode="wrap")
+        assert np.abs(out[..., :3] - other).max() > 100 * max(err, 1e-7)
+
+
+def test_unet_equals_unet_t_output(device, tmp_path):
+    """unet-t with the .lut on wcp (init 0, alpha 0: frame 0 runs those weights) on cnngenin's
+    whole noisy image, and unet on that image with cnngenin's (a, b): the same kernels give
+    the same numbers."""
+    lut, _ = write_weights(tmp_path / "w.lut", 2, 2)
+    g = unet_graph(tmp_path, clean(24, 16), 2, 2, None, f"""
+        module:i-lut:w
+        param:i-lut:w:filename:{lut}
+        connect:i-lut:w:output:unet-t:01:wcp
+        param:unet-t:01:init:0
+        param:unet-t:01:alpha:0""")
+    g.frames = 1
+    b = Build(g, device)
+    b.run_frame(0, download=False)
+    m = g.modules[("unet-t", "01")]
+    trained = b.read(m.backing["output"][0], "output")
+    gen = g.modules[("cnngenin", "01")].nodes[0]
+    X = np.ascontiguousarray(b.read(gen, "imgo"))
+    nab = b.read(gen, "noiseab").ravel()
+    b.close()
+    assert nab[2] == 0 and nab[0] > 0  # one tile: the whole image
+    out = unet_run(device, lut, X, tmp_path, float(nab[0]), float(nab[1]))
+    assert np.array_equal(out[..., :3], trained[..., :3])
+
+
+@pytest.mark.parametrize("text,count,match", [
+    ("", None, "has no text"),
+    ("lut contains weights for\nplain kernel weight activation", None, "not unet-t's"),
+    ("lut contains weights for\nunet denoiser with:\nwidth 2\n", None, "not its scales"),
+    ("lut contains weights for\nunet denoiser with:\nwidth 2\nscales 1\n", None, "scales >= 2"),
+    (None, 100, "holds 100 values, but a U-Net of width 2 and 2 scales"),
+])
+def test_bad_weights_are_errors(device, tmp_path, text, count, match):
+    lut, _ = write_weights(tmp_path / "w.lut", 2, 2, text=text, count=count)
+    with pytest.raises(GraphError, match=match):
+        unet_run(device, lut, noisy(8, 8), tmp_path)
+
+
+def test_reach_covers_what_a_pixel_depends_on():
+    """forward.reach: the reference's output at a pixel does not change when every input
+    pixel farther than the reach (either axis) changes, at every phase of the 2^(S-1) grid."""
+    width, scales = 2, 3
+    R = reach(scales)
+    w = random_weights(width, scales).astype(np.float64)
+    X = noisy(64, 64).astype(np.float64)
+    O = expected(X, w, width, scales)
+    for y, x in [(28, 28), (29, 30), (31, 29), (30, 31)]:
+        Y = noisy(64, 64, seed=9).astype(np.float64)
+        Y[y - R:y + R + 1, x - R:x + R + 1] = X[y - R:y + R + 1, x - R:x + R + 1]
+        assert np.array_equal(expected(Y, w, width, scales)[y, x], O[y, x])
+        assert np.abs(expected(Y, w, width, scales) - O).max() > 1e-3  # the rest changed
+
+
+def test_denoiser_tiles_equal_the_whole_image(device, tmp_path):
+    """The Denoiser runs unet-t's weights through unet; an image larger than max_pixels (its
+    padded size) goes in tiles on the network's grid whose margin is the U-Net's reach, which
+    equal the whole image's result; a smaller margin would not. The noise params change
+    between calls without a rebuild."""
+    lut, w = write_weights(tmp_path / "w.lut", 2, 3)
+    X = noisy(131, 110)
+    whole = Denoiser(device, lut)
+    assert (whole.module, whole.net, whole.levels) == ("unet", (2, 3), None)
+    out = whole(X, A, B)
+    np.testing.assert_allclose(out, expected(X, w, 2, 3), atol=1e-5)
+    out2 = whole(X, 4 * A, 2 * B)
+    np.testing.assert_allclose(out2, expected(X, w, 2, 3, 4 * A, 2 * B), atol=1e-5)
+    assert len(whole.builds) == 1
+    tiled = Denoiser(device, lut, max_pixels=5000)
+    assert tiled.margin == 24 and reach(3) == 23  # rounded up to the grid of 4
+    assert tiled.tiling(131, 110) == (20, 16, 24)
+    seen = []
+    tiled.on_tile = lambda done, total: seen.append(done)
+    assert np.array_equal(tiled(X, A, B), out)
+    assert len(seen) > 2 and len(tiled.builds) == 1
+    tiled.margin = 8  # less than the reach: tiles see zeros where the image has pixels
+    assert not np.array_equal(tiled(X, A, B), out)
+    with pytest.raises(GraphError, match="less than one tile of 52\\^2 with a U-Net of 3"):
+        Denoiser(device, lut, max_pixels=1000)(X, A, B)
+
+
+def run(capsys, *args):
+    code = main(["denoise", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_denoise_command(tmp_path, capsys):
+    """`vkgraph denoise --weights unet.lut`: unet's result on the decoded photo with the
+    noise the command estimates (PNG: within one 8-bit code value) or is given times
+    --strength (PFM: unet's own values); the file's line; bad weights and --levels are
+    exit 2 before anything is written."""
+    from vkgraph.cli.denoise import read_photo
+
+    lut, w = write_weights(tmp_path / "unet.lut", 2, 2)
+    write_png(tmp_path / "p.png", noisy(45, 33))
+    code, out, err = run(capsys, tmp_path / "p.png", "--weights", lut)
+    assert code == 0, err
+    assert "(estimated)" in out and "weights unet.lut" in out and "45x33" in out
+    image, _, (a, b), _ = read_photo(tmp_path / "p.png", None)
+    assert a + b > 0
+    want = expected(image, w, 2, 2, a, b)
+    got = read_image(tmp_path / "p-denoised.png")
+    assert got.shape == (33, 45, 4)
+    assert np.abs(linear_to_srgb(got[..., :3]) - linear_to_srgb(want)).max() <= 1 / 255 + 1e-6
+    code, out, err = run(capsys, tmp_path / "p.png", "--weights", lut, "--noise", A, B,
+                         "--strength", 2, "-o", tmp_path / "q.pfm")
+    assert code == 0, err
+    assert "noise a 2e+06 b 200 (given, strength 2)" in out
+    pfm = read_pfm(tmp_path / "q.pfm")
+    assert np.abs(pfm - expected(image, w, 2, 2, 2 * A, 2 * B)).max() <= 1e-5
+    files = sorted(p.name for p in tmp_path.iterdir())
+    bad, _ = write_weights(tmp_path / "bad.lut", 2, 2, count=50)
+    for args, msg in (((lut, "--levels", 3), "no pyramid levels"),
+                      ((bad,), "holds 50 values, but a U-Net of width 2 and 2 scales")):
+        code, out, err = run(capsys, tmp_path / "p.png", "--weights", *args, "-o",
+                             tmp_path / "r.png")
+        assert code == 2 and msg in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files + ["bad.lut"])
