@@ -131,14 +131,19 @@ def _naive_layer(kind, W, b, I, th):
     return O
 
 
+def layer_case(k, seed, n, cin=3, cout=2, th=4, Wd=6):
+    """(rng, W, b, I, th): a random layer of taps k x k and an input of n tiles of th rows."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(cout, cin, k, k))
+    b = rng.normal(size=cout)
+    return rng, W, b, rng.normal(size=(cin, n * th, Wd)), th
+
+
 @pytest.mark.parametrize("kind,k", [("conv3", 3), ("down", 2), ("up", 2), ("conv1", 1)])
 def test_layer_against_loops(kind, k):
     """conv on 3 tiles of 4 rows, 6 columns (conv3's taps straddle both tile borders)."""
-    rng = np.random.default_rng(1)
-    cin, cout, th, n, Wd = 3, 2, 4, 3, 6
-    W = rng.normal(size=(cout, cin, k, k))
-    b = rng.normal(size=cout)
-    I = rng.normal(size=(cin, n * th, Wd))
+    _, W, b, I, th = layer_case(k, 1, 3)
+    n = 3
     got = ref.conv(kind, W, b, I, th)
     np.testing.assert_allclose(got, _naive_layer(kind, W, b, I, th), rtol=1e-13, atol=1e-13)
     if kind == "conv3":  # the tiles really are cut: one image of 12 rows differs
@@ -148,11 +153,7 @@ def test_layer_against_loops(kind, k):
 @pytest.mark.parametrize("kind,k", [("conv3", 3), ("down", 2), ("up", 2), ("conv1", 1)])
 def test_layer_backward_is_the_adjoint(kind, k):
     """<conv(I) - b, G> = <I, dI> and dE/dW, dE/db of E = <conv(I), G>, as sums of the loops."""
-    rng = np.random.default_rng(2)
-    cin, cout, th, n, Wd = 3, 2, 4, 2, 6
-    W = rng.normal(size=(cout, cin, k, k))
-    b = rng.normal(size=cout)
-    I = rng.normal(size=(cin, n * th, Wd))
+    rng, W, b, I, th = layer_case(k, 2, 2)
     O = _naive_layer(kind, W, b, I, th)
     G = rng.normal(size=O.shape)
     dI, dW, db = ref.conv_backward(kind, W, I, G, th)
@@ -162,7 +163,7 @@ def test_layer_backward_is_the_adjoint(kind, k):
     for j in range(W.size):
         e = np.zeros(W.size)
         e[j] = 1.0
-        Oj = _naive_layer(kind, e.reshape(W.shape), np.zeros(cout), I, th)
+        Oj = _naive_layer(kind, e.reshape(W.shape), np.zeros(W.shape[0]), I, th)
         assert np.isclose(np.sum(Oj * G), dW.flat[j], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(db, G.sum(axis=(1, 2)), rtol=1e-13)
 

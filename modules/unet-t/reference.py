@@ -59,6 +59,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from vkgraph.modules.unet_t.net import Layer, layers, n_params  # noqa: F401
+
 LUMA = np.array([0.2627, 0.6780, 0.0593])
 RANGE = 65535.0  # cnngenin's units: noise variance (a + RANGE b x) / RANGE^2
 MID_GREY = 0.18  # s_t is the noise std at this value
@@ -68,23 +70,7 @@ N_OUT = 3
 KINDS = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}  # kind -> k (taps a side)
 
 
-class Layer(NamedTuple):
-    """One layer of the flat weight array: W (cout, cin, k, k) at w[offset:], then b (cout)."""
-
-    name: str
-    kind: str
-    cin: int
-    cout: int
-    k: int
-    offset: int
-
-    @property
-    def size(self) -> int:
-        """cout cin k k + cout: the weights and biases of the layer."""
-        return self.cout * self.cin * self.k * self.k + self.cout
-
-
-# ------------------------------------------------------------------------------- layout
+# the layout (Layer, layers, n_params) is net.py's, which module.py builds the kernels from
 
 
 def _check_net(width: int, scales: int) -> None:
@@ -92,35 +78,6 @@ def _check_net(width: int, scales: int) -> None:
         raise ValueError(f"unet-t: scales must be an integer >= 2, got {scales}")
     if int(width) != width or width < 1:
         raise ValueError(f"unet-t: width must be an integer >= 1, got {width}")
-
-
-def layers(width: int, scales: int) -> list[Layer]:
-    """Every layer in the order of the weights, offsets contiguous from 0 (module docstring)."""
-    _check_net(width, scales)
-    ch = [width << k for k in range(scales)]
-    spec = []
-    for k in range(scales):
-        spec.append((f"enc{k}a", "conv3", N_FEATURES if k == 0 else ch[k - 1], ch[k]))
-        spec.append((f"enc{k}", "conv3", ch[k], ch[k]))
-        if k < scales - 1:
-            spec.append((f"down{k}", "down", ch[k], ch[k]))
-    for k in range(scales - 2, -1, -1):
-        spec.append((f"up{k}", "up", ch[k + 1], ch[k]))
-        spec.append((f"dec{k}a", "conv3", 2 * ch[k], ch[k]))
-        spec.append((f"dec{k}", "conv3", ch[k], ch[k]))
-    spec.append(("out", "conv1", ch[0], N_OUT))
-    out, offset = [], 0
-    for name, kind, cin, cout in spec:
-        layer = Layer(name, kind, cin, cout, KINDS[kind], offset)
-        out.append(layer)
-        offset += layer.size
-    return out
-
-
-def n_params(width: int, scales: int) -> int:
-    """The length of the flat weight array: the sum of every layer's cout cin k k + cout."""
-    last = layers(width, scales)[-1]
-    return last.offset + last.size
 
 
 def unpack(w: np.ndarray, layer: Layer) -> tuple[np.ndarray, np.ndarray]:

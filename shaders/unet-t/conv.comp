@@ -58,15 +58,7 @@ void main() {
       sx[e] = x;
     }
     barrier();
-    for (int k = 0; k < TK; k++) {
-      real a[4], x[4];
-      for (int i = 0; i < 4; i++) {
-        a[i] = sw[k * TM + tm + i];
-        x[i] = sx[k * TN + tn + i];
-      }
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i * 4 + j] += a[i] * x[j];
-    }
+    BLOCK_STEP(sw, sx)
     barrier();
   }
   for (int i = 0; i < 4; i++) {

@@ -55,15 +55,7 @@ void main() {
       sg[e] = g;
     }
     barrier();
-    for (int k = 0; k < TK; k++) {
-      real a[4], g[4];
-      for (int i = 0; i < 4; i++) {
-        a[i] = sw[k * TM + tm + i];
-        g[i] = sg[k * TN + tn + i];
-      }
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i * 4 + j] += a[i] * g[j];
-    }
+    BLOCK_STEP(sw, sg)
     barrier();
   }
   for (int i = 0; i < 4; i++) {

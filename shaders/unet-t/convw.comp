@@ -66,15 +66,7 @@ void main() {
       sx[e] = x;
     }
     barrier();
-    for (int k = 0; k < TK; k++) {
-      real g[4], x[4];
-      for (int i = 0; i < 4; i++) {
-        g[i] = sg[k * TM + tm + i];
-        x[i] = sx[k * TN + tn + i];
-      }
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i * 4 + j] += g[i] * x[j];
-    }
+    BLOCK_STEP(sg, sx)
     barrier();
   }
   int o = z * (COUT * CIN * KK + COUT) - WOFF;

@@ -95,3 +95,16 @@ bool target(ivec2 q, int t, ivec4 box, out ivec2 p) {
 #define TK 16
 #define THREADS (TM * TN / 16)
 #define NP ((TN + THREADS - 1) / THREADS)
+
+// one step of a block's sums: acc (16, this thread's 4 x 4 block at rows tm, columns tn) +=
+// the step's A (TK x TM rows, shared) times B (TK x TN columns, shared)
+#define BLOCK_STEP(A, B)                                                            \
+  for (int k = 0; k < TK; k++) {                                                    \
+    real a_[4], b_[4];                                                              \
+    for (int i = 0; i < 4; i++) {                                                   \
+      a_[i] = A[k * TM + tm + i];                                                   \
+      b_[i] = B[k * TN + tn + i];                                                   \
+    }                                                                               \
+    for (int i = 0; i < 4; i++)                                                     \
+      for (int j = 0; j < 4; j++) acc[i * 4 + j] += a_[i] * b_[j];                  \
+  }
