@@ -543,6 +543,32 @@ def test_photo_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
     assert (tmp_path / "mlp-w.lut").read_bytes() == (tmp_path / "full" / "mlp-w.lut").read_bytes()
 
 
+def test_unet_recipe_resumes_bit_exactly(tmp_path, monkeypatch):
+    """unet-t's recipe (graphs/train-unet.cfg: a training set, tiles, the cosine schedule over
+    the cfg's frames, Adam with clipping) on a tiny network, interrupted after frame 2 and
+    resumed, ends with the weights of the run that was never interrupted, to the byte."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "set").mkdir()
+    for k, (wd, ht) in enumerate([(24, 20), (40, 18)]):
+        write_pfm(tmp_path / "set" / f"{k}.pfm", rng.uniform(0, 1, (ht, wd, 3)).astype(np.float32))
+    text = (ROOT / "graphs" / "train-unet.cfg").read_text().replace("photos/train.txt", "set")
+    text = text.replace("frames:16000", "frames:5")
+    text += ("param:cnngenin:01:batch:2\nparam:cnngenin:01:tile:16\n"
+             "param:unet-t:01:width:4\nparam:unet-t:01:scales:2\n")
+    cfg = tmp_path / "unet.cfg"
+    cfg.write_text(text)
+    (tmp_path / "full").mkdir()
+    out, _ = ok(vkgraph(tmp_path / "full", "-g", str(cfg), "--last-frame-only"))
+    assert "unet-t:01: 5 frames" in out
+    restore = interrupt_after(monkeypatch, 2)
+    rc, _, err = vkgraph(tmp_path, "-g", str(cfg), "--last-frame-only")
+    assert rc == 130, err
+    restore()
+    ok(vkgraph(tmp_path, "-g", str(cfg), "--last-frame-only", "--resume", "unet.ckpt.npz"))
+    lut = (tmp_path / "unet-photo.lut").read_bytes()
+    assert lut == (tmp_path / "full" / "unet-photo.lut").read_bytes()
+
+
 # ------------------------------------------------------------------------------------------
 # checkpoint contents are checked before they are used
 
