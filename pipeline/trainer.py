@@ -33,7 +33,7 @@ import numpy as np
 from .checkpoint import upload
 from .errors import GraphError
 from .formats import non_finite
-from .module import OPTIONAL, Roi, ssbo
+from .module import OPTIONAL, Roi, img, ssbo
 
 
 @dataclass(frozen=True)
@@ -225,6 +225,28 @@ def loss_sum(graph, module, src, parts: int, hist_len: int):
         shader="trainer", local=(256, 1, 1), push=[parts, hist_len], keep=True)
     graph.node_connect(src, "Epart", node, "Epart")
     return node
+
+
+GRAPH_SIZE = (500, 200)  # a trainable module's loss plot (its output `graph`)
+GRAPH_PLOT = (60, 14, 492, 178)  # plot area x0, y0, x1, y1 (exclusive) of the loss plot
+GRAPH_COLS = 3 * 512 + 4  # grange: per column min, max (at most 512 columns), 4 values, smoothed
+
+
+def loss_plot(graph, module, conn: str = "graph") -> None:
+    """The loss plot of a built trainable module on its output `conn` (GRAPH_SIZE, rgba):
+    node `grange` sums the loss history per plot column (so no pixel scans the history),
+    node `graph` draws it (shaders/trainer/graph.comp). For a module's `views`."""
+    t = trainable(module)
+    x0, y0, x1, y1 = GRAPH_PLOT
+    rng = graph.add_node(module, "grange", (256, 1), [
+        ssbo("hist", "read"), ssbo("cols", "write", GRAPH_COLS)], shader="trainer",
+        local=(256, 1, 1), push=[t.hist_len, x1 - x0])
+    graph.node_connect(t.lsum, "hist", rng, "hist")
+    node = graph.add_node(module, "graph", GRAPH_SIZE, [
+        ssbo("cols", "read"), img("plot", "write", Roi(*GRAPH_SIZE))], shader="trainer",
+        push=[t.hist_len, x0, y0, x1, y1])
+    graph.node_connect(rng, "cols", node, "cols")
+    graph.bind(module, conn, node, "plot")
 
 
 def gradient_norm(graph, module, dw, lsum, n: int):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vkgraph.modules.kpn_t import module as kpn_t_module
+from vkgraph.pipeline import trainer
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.registry import Registry
@@ -23,7 +23,7 @@ SINKS = CAPTURE  # the `capture` sink
 FRAMES = 3
 W, H = 22, 19  # not multiples of 8: the debug view has partial blocks at both edges
 
-X0, Y0, X1, Y1 = 60, 14, 492, 178  # modules/kpn-t/module.py GRAPH_PLOT
+X0, Y0, X1, Y1 = 60, 14, 492, 178  # pipeline/trainer.py GRAPH_PLOT
 CURVE = (1.0, 0.55, 0.1)
 SMOOTH = (0.35, 0.75, 1.0)  # the moving average, drawn over the raw curve
 TEXT = (0.9, 0.9, 0.9)
@@ -322,15 +322,15 @@ def moving_average(hist: np.ndarray, frame: int, ncols: int) -> np.ndarray:
 
 
 def loss_plot(hist: np.ndarray, frame: int) -> np.ndarray:
-    """kpn-t's loss plot of `hist` (the whole ring buffer) at `frame`: its `grange` then its
-    `graph` kernel, as create_nodes wires them, one dispatch each."""
-    x0, y0, x1, y1 = kpn_t_module.GRAPH_PLOT
-    wd, ht = kpn_t_module.GRAPH_SIZE
+    """kpn-t's loss plot of `hist` (the whole ring buffer) at `frame`: the scaffold's `grange`
+    then `graph` kernel, as loss_plot wires them, one dispatch each."""
+    x0, y0, x1, y1 = trainer.GRAPH_PLOT
+    wd, ht = trainer.GRAPH_SIZE
     common = {"frame": frame, "frames": hist.size}
     cols = dispatch("kpn-t", "grange", {"hist": hist}, shader="trainer", size=(256, 1),
-                    local=(256, 1, 1), outputs={"cols": (kpn_t_module.GRAPH_COLS,)},
+                    local=(256, 1, 1), outputs={"cols": (trainer.GRAPH_COLS,)},
                     push=[hist.size, x1 - x0], **common)["cols"]
-    return dispatch("kpn-t", "graph", {"cols": cols}, size=(wd, ht),
+    return dispatch("kpn-t", "graph", {"cols": cols}, shader="trainer", size=(wd, ht),
                     outputs={"plot": (ht, wd, 4)}, push=[hist.size, x0, y0, x1, y1],
                     **common)["plot"]
 

@@ -153,6 +153,24 @@ def test_training_denoises_and_writes_lut(device, tmp_path):
     assert "unet" in text and "width 4" in text and "scales 2" in text
 
 
+def test_loss_plot_view(device, tmp_path):
+    """unet-t's output `graph` (the scaffold's loss plot) is drawn when a display reads it:
+    a 500 x 200 picture with the plot's frame and a curve, not a blank."""
+    g = unet_graph(tmp_path, clean(32, 32), 2, 2, (4, 16),
+                   "module:display:hist\nconnect:unet-t:01:graph:display:hist:input")
+    g.frames = 6
+    b = Build(g, device)
+    for f in range(g.frames):
+        b.run_frame(f, download=False)
+    m = g.modules[("unet-t", "01")]
+    kernels = {n.kernel for n in m.nodes}
+    assert {"grange", "graph"} <= kernels
+    img = b.read(m.backing["graph"][0], "plot")
+    b.close()
+    assert img.shape == (200, 500, 4) and np.isfinite(img).all()
+    assert len(np.unique(img[..., :3].reshape(-1, 3), axis=0)) > 3
+
+
 @pytest.mark.parametrize("size,tiles,extra,match", [
     ((31, 32), None, "", "multiples of 2"),
     ((48, 48), (4, 10), "param:unet-t:01:scales:3", "multiple of 4"),

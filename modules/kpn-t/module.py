@@ -43,7 +43,7 @@ from vkgraph.modules.kpn_t.forward import (
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi, img, ssbo
 from vkgraph.pipeline.optim import OPTIMIZERS, Matrix
-from vkgraph.pipeline.trainer import Network, Trains, Weights
+from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
 from vkgraph.pipeline.variants import cm_defines, emulated
 
 # the generated header of kpn-t's kernels: the weight layout (forward.py)
@@ -134,7 +134,7 @@ def modify_roi_out(graph, module):
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("debug").roi = Roi(inp.wd, inp.ht)
     module.connector("w").roi = Roi(WIDTH, NW // WIDTH)
-    module.connector("graph").roi = Roi(500, 200)
+    module.connector("graph").roi = Roi(*GRAPH_SIZE)
     module.connector("vis").roi = Roi(512, 256)
     # what o-lut writes after the weights, and kpn reads back from its .lut
     graph.meta(module, "w")["text"] = lut_text(
@@ -355,29 +355,17 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
     return mulw, chunks
 
 
-GRAPH_SIZE = (500, 200)
-GRAPH_PLOT = (60, 14, 492, 178)  # plot area x0, y0, x1, y1 (exclusive) of the loss plot
-GRAPH_COLS = 3 * 512 + 4  # grange: per column min, max (at most 512 columns), 4 values, smoothed
 
 
 def views(graph, module):
-    """graph (loss plot), vis (weights and gradients), debug (kernels), each only when
-    something reads it. The plot and the vis bars get a small reduction pass first, so no
-    pixel scans the loss history or all weights."""
+    """graph (the loss plot, the scaffold's loss_plot), vis (weights and gradients), debug
+    (kernels), each only when something reads it. The vis bars get a small reduction pass
+    first, so no pixel scans all weights."""
     readers = graph.readers
     t, n = module.trainable, module.data["forward"]
-    adam, dw_node, lsum, hist_len = t.adam, t.dw, t.lsum, t.hist_len
+    adam, dw_node = t.adam, t.dw
     if readers(module, "graph"):
-        x0, y0, x1, y1 = GRAPH_PLOT
-        rng = graph.add_node(module, "grange", (256, 1), [
-            ssbo("hist", "read"), ssbo("cols", "write", GRAPH_COLS)], shader="trainer",
-            local=(256, 1, 1), push=[hist_len, x1 - x0])
-        graph.node_connect(lsum, "hist", rng, "hist")
-        node = graph.add_node(module, "graph", GRAPH_SIZE, [
-            ssbo("cols", "read"), img("plot", "write", Roi(*GRAPH_SIZE))], shader="kpn-t",
-            push=[hist_len, x0, y0, x1, y1])
-        graph.node_connect(rng, "cols", node, "cols")
-        graph.bind(module, "graph", node, "plot")
+        loss_plot(graph, module)
     if readers(module, "vis"):
         stat = graph.add_node(module, "vstat", (256, 7), [
             ssbo("w", "read"), ssbo("dw", "read"), ssbo("stats", "write", 16)],

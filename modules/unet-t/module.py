@@ -29,7 +29,7 @@ from vkgraph.modules.unet_t.forward import (
 from vkgraph.modules.unet_t.net import Layer, layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
-from vkgraph.pipeline.trainer import Network, Trains, Weights
+from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
 
 
 def shape(module) -> tuple[int, int]:
@@ -68,6 +68,7 @@ def modify_roi_out(graph, module):
     n = layers(width, scales)[-1].end
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("w").roi = Roi(n, 1)
+    module.connector("graph").roi = Roi(*GRAPH_SIZE)
     graph.meta(module, "w")["text"] = lut_text(width, scales)
 
 
@@ -183,4 +184,11 @@ def _grads(graph, module, node, g: list, conv) -> None:
     graph.bind(module, "noiseab", node, "noiseab")
 
 
-TRAINABLE = Trains(weights, network, precise="precise", rates=("alpha",), clip="gradclip")
+def views(graph, module):
+    """graph: the loss plot (the scaffold's loss_plot), when something reads it."""
+    if graph.readers(module, "graph"):
+        loss_plot(graph, module)
+
+
+TRAINABLE = Trains(weights, network, views, precise="precise", rates=("alpha",),
+                   clip="gradclip")

@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : enable
 #include "vkgraph.glsl"
-// Pre-pass of the loss plot (kpn-t/graph.comp, display/plot.comp): one workgroup of 256 threads summarises the loss
+// Pre-pass of the loss plot (trainer/graph.comp, display/plot.comp): one workgroup of 256 threads summarises the loss
 // history per plot column, so that no pixel scans the history (up to 250000 frames).
 // Shown frames: f0 = max(0, frame - len + 1) .. frame (the ring holds the last len);
 // F = max(frame - f0, 1). Column c (0 .. ncols-1) is centred on frame t_c = f0 + c F/(ncols-1)
