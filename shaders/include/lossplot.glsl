@@ -1,7 +1,8 @@
 // The loss plot, drawn at any size and font scale: a trainer's `graph` output
 // (trainer/graph.comp, 500 x 200 at scale 1) and the loss panel of `vkgraph gui`
-// (shaders/display/plot.comp, the window's size at the window's font scale) share it. The includer declares the float array
-// `cols` (grange.comp's per-column summary of the loss history) and includes font.glsl.
+// (shaders/display/plot.comp, the window's size at the window's font scale) share it. The
+// includer declares the float array `cols` (grange.comp's per-column summary of the loss
+// history) and includes font.glsl.
 //
 // loss_plot(p, a, s, ncols): the colour of pixel p of the plot's box (origin at its top
 // left), plot area a = [x0, x1) x [y0, y1) in the same pixels, s window pixels per font pixel,
