@@ -17,7 +17,6 @@ frame's nodes of that kernel), which says where a frame goes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import defaultdict
@@ -38,8 +37,6 @@ WARM = 10
 
 def run_vkgraph(frames: int, repeats: int, profile: bool) -> dict:
     dev = Device.open()
-    cwd = os.getcwd()
-    os.chdir(ROOT / "graphs")  # the cfg's photo list is relative to it
     try:
         g = read_cfg(ROOT / "graphs" / "train-unet.cfg")
         g.frames = WARM + repeats * frames + 5
@@ -56,11 +53,11 @@ def run_vkgraph(frames: int, repeats: int, profile: bool) -> dict:
         if profile:
             b.program.set_profile(True)
             per = defaultdict(list)
+            nodes = [n for n in b.plan.schedule if n.kernel is not None]
             for _ in range(5):
                 b.run_frame(f, download=False)
                 f += 1
                 sums = defaultdict(float)
-                nodes = [n for n in b.plan.schedule if n.kernel is not None]
                 for n, (_, t) in zip(nodes, b.timings(), strict=True):
                     sums[n.kernel] += t
                 for k, t in sums.items():
@@ -68,7 +65,6 @@ def run_vkgraph(frames: int, repeats: int, profile: bool) -> dict:
             out["kernels"] = {k: float(np.median(v)) for k, v in per.items()}
         return out
     finally:
-        os.chdir(cwd)
         dev.close()
 
 

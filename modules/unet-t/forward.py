@@ -46,6 +46,16 @@ def padded(wd: int, ht: int, scales: int) -> tuple[int, int]:
     return -(-wd // m) * m, -(-ht // m) * m
 
 
+def connect_inputs(graph, node, L: Layer, made: dict) -> None:
+    """node's inA from layer L's input a, inB from its input b (a concatenation's second
+    part) or left open (an optional input), from `made` (name -> (node, connector))."""
+    graph.node_connect(*made[L.a], node, "inA")
+    if L.b:
+        graph.node_connect(*made[L.b], node, "inB")
+    else:
+        node.connector("inB").flags |= OPTIONAL
+
+
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
                   noise: str = "noiseab", precise: bool = False, ref: bool = False) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
@@ -60,7 +70,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     tile size 0, the whole image). `ref`: the loss against the module input `ref` too (dN:
     dE/dN, Epart: the loss's partial sums). Returns {"prep", "conv" (name -> node), "made"
     (name -> (node, connector) of every activation, "F" included), "loss", "groups" (the
-    loss's partials)}."""
+    loss's partials), "sizes" (wd, ht of every scale)}."""
     width, scales = net
     ls = layers(width, scales)
     W, H = size
@@ -105,11 +115,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
             shader=SHADER, local=(2 * tm, 1, 1), push=[wi, hi, wo, ho, L.scale_in],
             defines={**layer_defines(L, precise), "TM": tm})
         feed_weights(node)
-        graph.node_connect(*made[L.a], node, "inA")
-        if L.b:
-            graph.node_connect(*made[L.b], node, "inB")
-        else:
-            node.connector("inB").flags |= OPTIONAL
+        connect_inputs(graph, node, L, made)
         noiseab(node)
         made[L.name] = (node, "outp")
         conv[L.name] = node
@@ -129,7 +135,8 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     if ref:
         graph.bind(module, "ref", loss, "ref")
     graph.bind(module, "output", loss, "output")
-    return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups}
+    return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups,
+            "sizes": sizes}
 
 
 def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:

@@ -22,11 +22,13 @@ import numpy as np
 from vkgraph.modules.unet_t.forward import (
     SHADER,
     block_rows,
+    connect_inputs,
     forward_nodes,
     layer_defines,
+    multiple,
     tiles,
 )
-from vkgraph.modules.unet_t.net import Layer, layers
+from vkgraph.modules.unet_t.net import layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
@@ -54,7 +56,7 @@ def upstream_tile(module) -> int | None:
 def modify_roi_out(graph, module):
     width, scales = shape(module)
     inp = module.connector("input").roi
-    m = 1 << (scales - 1)
+    m = multiple(scales)
     if inp.wd % m or inp.ht % m:
         raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; with scales {scales} its "
                          f"width and height must be multiples of {m}")
@@ -106,12 +108,11 @@ def network(graph, module, scaffold) -> Network:
     words = 2 if precise else 1  # f32 words a value
     defs = {"PRECISE": 1} if precise else {}
     W, H = module.connector("input").roi.wd, module.connector("input").roi.ht
-    size = [(W >> k, H >> k) for k in range(scales)]
     adam = scaffold.adam
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True)
-    made, conv, loss = fwd["made"], fwd["conv"], fwd["loss"]
+    made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])
 
     # dE/dY of every layer's output: what its readers give back (a skip has two readers)
@@ -144,7 +145,7 @@ def network(graph, module, scaffold) -> Network:
             ssbo("outp", "read"), ssbo("part", "write", words * chunks * lw),
             ssbo("noiseab", "read")], shader=SHADER, local=(2 * tm, 1, 1), push=push,
             defines={**ldefs, "CHUNKS": chunks, "TM": tm})
-        _inputs(graph, module, node, L, made)
+        connect_inputs(graph, node, L, made)
         _grads(graph, module, node, g, conv[L.name])
         wsum = graph.add_node(module, "wsum", (L.end, 1), [
             ssbo("part", "read"), ssbo("prev", "read"), ssbo("dw", "write", L.end)],
@@ -161,16 +162,6 @@ def network(graph, module, scaffold) -> Network:
     return Network(dw=wgrad[ls[-1].name], used=np.ones(ls[-1].end, bool),
                    layout=(len(ls), 1), groups=[(f"layer {L.name}", L.offset, L.end) for L in ls],
                    kernels="portable kernels")
-
-
-def _inputs(graph, module, node, L: Layer, made: dict) -> None:
-    """node's inA (and inB, or nothing there) from the layers' outputs, noiseab bound."""
-    graph.node_connect(*made[L.a], node, "inA")
-    if L.b:
-        graph.node_connect(*made[L.b], node, "inB")
-    else:
-        node.connector("inB").flags |= OPTIONAL
-    graph.bind(module, "noiseab", node, "noiseab")
 
 
 def _grads(graph, module, node, g: list, conv) -> None:

@@ -4,12 +4,7 @@
 #extension GL_ARB_gpu_shader_fp64 : require
 #endif
 #include "vkgraph.glsl"
-#define KIND 3
-#define CIN 3
-#define CINA 3
-#define COUT 3
-#define WOFF 0
-#include "unet.glsl"
+#include "unet.glsl"  // `real` and the push constants (no layer)
 // The output O = X - s N (N: the network's 3 planes, X the noisy input, s its tile's
 // scale_of) and, with a reference R (REF), the L1 loss
 //   E = (1/P) sum_p sum_rgb |O - R|,   dE/dN = -s sign(O - R) / P   (sign(0) = 0)

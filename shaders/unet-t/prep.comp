@@ -4,12 +4,7 @@
 #extension GL_ARB_gpu_shader_fp64 : require
 #endif
 #include "vkgraph.glsl"
-#define KIND 3
-#define CIN 4
-#define CINA 4
-#define COUT 4
-#define WOFF 0
-#include "unet.glsl"
+#include "unet.glsl"  // `real` and the push constants (no layer)
 // The network's input F = (X.rgb / s, sigma / s) of the noisy image X, 4 planes (README.md):
 //   sigma = sqrt(max(a + 65535 b max(Y(X), 0), 0)) / 65535,  s = scale_of(a, b)
 // F is push.wo x push.ho; X is read mirrored (texel) where it is smaller: unet pads the

@@ -7,7 +7,8 @@
 // push.wi (input) or push.wo (output) pixels. Tiles: cnngenin's square tiles of T pixels
 // (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k; a conv3 reads zero
 // outside the output pixel's tile.
-#ifndef KIND  // a layer for `vkgraph shaders --check`; module.py always defines one
+#ifndef KIND  // a layer where none is named: `vkgraph shaders --check`, and prep and loss,
+              // which use only `real` and the push constants (module.py names every layer)
 #define KIND 0
 #define CIN 4
 #define CINA 4
