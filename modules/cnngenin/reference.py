@@ -154,6 +154,7 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
                 im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0])
         if generate == 6:
             im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
+            rf[..., :3] = np.clip(rf[..., :3], 0, 1)
     if generate in (3, 4):
         im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1

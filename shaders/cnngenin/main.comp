@@ -204,6 +204,9 @@ void main() {
     noiseab[4 * t + 3] = float(cols);
   }
 
+  // generate 6: a JPEG holds [0, 1] only, so the reference is the clean image as it could be
+  // encoded (the encoder clamps the input the same way)
+  if (params.generate == 6) ref.rgb = clamp(ref.rgb, 0.0, 1.0);
   img.a = 1.0;
   ref.a = 1.0;
   int i = p.x + p.y * osize.x;
