@@ -100,6 +100,15 @@ VARIANTS = {
     "unet64": dict(cnn="unet", width=64, lr=1e-3),
     "unet4": dict(cnn="unet", width=32, lr=1e-3, scales=4),
     "unetmid": dict(cnn="unet", width=32, lr=1e-3, norm="mid"),
+    "unetaug": dict(cnn="unet", width=32, lr=1e-3, norm="mid", aug=True),
+    "unetdl": dict(cnn="unet", width=32, lr=1e-3, norm="mid", aug=True, leaves=0.25),
+    "unetl2": dict(cnn="unet", width=32, lr=1e-3, norm="mid", aug=True, loss="l2"),
+    "unet48dl": dict(cnn="unet", width=48, lr=1e-3, norm="mid", aug=True, leaves=0.25),
+    "unetm2": dict(cnn="unet", width=32, lr=1e-3, norm="mid", loss="l2"),
+    "unetgeo": dict(cnn="unet", width=32, lr=1e-3, norm="mid", geo=True),
+    "unetgl": dict(cnn="unet", width=32, lr=1e-3, norm="mid", geo=True, leaves=0.25),
+    "unetgl2": dict(cnn="unet", width=32, lr=1e-3, norm="mid", geo=True, leaves=0.25,
+                    loss="l2"),
     "dncnn": dict(cnn="dncnn", width=64, depth=17, lr=1e-3),
     "nlvst": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
                   vst=True),
@@ -465,18 +474,56 @@ def load_training(torch, dev):
     return imgs
 
 
-def batch(torch, imgs, rng, n=16, tile=128, dev="cuda"):
+def dead_leaves(torch, imgs, rng, n=48, size=384, dev="cuda"):
+    """Procedural training images: occluding discs (radii with density r^-3 between 1.5 and
+    96 px, the scale-invariant dead-leaves model) in colours drawn from the training
+    photographs' pixels, edges softened by a 2x supersampling."""
+    out = []
+    cols = torch.cat([im.reshape(3, -1)[:, ::97] for im in imgs], 1).T.cpu().numpy()
+    s = 2 * size
+    yy, xx = np.mgrid[0:s, 0:s]
+    for _ in range(n):
+        img = np.zeros((s, s, 3), np.float32)
+        lo, hi = 1.5 * 2, 96.0 * 2
+        for _ in range(2500):
+            r = (lo ** -2 - rng.random() * (lo ** -2 - hi ** -2)) ** -0.5
+            cy, cx = rng.random(2) * s
+            y0, y1 = int(max(cy - r, 0)), int(min(cy + r + 1, s))
+            x0, x1 = int(max(cx - r, 0)), int(min(cx + r + 1, s))
+            if y0 >= y1 or x0 >= x1:
+                continue
+            m = (yy[y0:y1, x0:x1] - cy) ** 2 + (xx[y0:y1, x0:x1] - cx) ** 2 < r * r
+            img[y0:y1, x0:x1][m] = cols[rng.integers(len(cols))]
+        img = img.reshape(size, 2, size, 2, 3).mean((1, 3))
+        out.append(torch.tensor(img, device=dev).permute(2, 0, 1).contiguous())
+    return out
+
+
+def batch(torch, imgs, rng, n=16, tile=128, dev="cuda", aug=False, leaves=None, frac=0.0,
+          geo=False):
     X, R, A, B = [], [], [], []
     for _ in range(n):
-        img = imgs[rng.integers(len(imgs))]
+        img = (leaves[rng.integers(len(leaves))] if leaves and rng.random() < frac
+               else imgs[rng.integers(len(imgs))])
         h, w = img.shape[-2:]
-        y, x = rng.integers(h - tile + 1), rng.integers(w - tile + 1)
-        t = img[:, y:y + tile, x:x + tile]
-        f = rng.integers(4)
+        c = tile
+        if aug and rng.random() < 0.5:  # a downscaled crop: more scales, a cleaner target
+            c = min(int(tile * 2 ** rng.random()), h, w)
+        y, x = rng.integers(h - c + 1), rng.integers(w - c + 1)
+        t = img[:, y:y + c, x:x + c]
+        if c != tile:
+            t = torch.nn.functional.interpolate(t[None], size=(tile, tile), mode="bilinear",
+                                                antialias=True, align_corners=False)[0]
+        geo = geo or aug
+        f = rng.integers(8 if geo else 4)
         if f & 1:
             t = t.flip(-1)
         if f & 2:
             t = t.flip(-2)
+        if f & 4:
+            t = t.transpose(-1, -2)
+        if geo:
+            t = torch.stack([t[int(i)] for i in rng.permutation(3)])
         t = t * float(2.0 ** rng.uniform(-2, 2))
         a = 0.5 * 65535000.0 * 10 ** (-3 * rng.random())
         b = 0.5 * 1000.0 * 10 ** (-3 * rng.random())
@@ -503,6 +550,7 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total[0]) / total[0])))
     imgs = load_training(torch, dev)
     rng = np.random.default_rng(seed)
+    leaves = dead_leaves(torch, imgs, rng, dev=dev) if cfg.get("leaves") else None
     t0 = time.perf_counter()
     losses = []
     step = 0
@@ -517,7 +565,8 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
             if fit < total[0]:
                 print(f"{name}: {fit} steps fit the budget of {budget:.0f} s", flush=True)
                 total[0] = max(fit, 400)
-        X, R, A, B = batch(torch, imgs, rng, dev=dev)
+        X, R, A, B = batch(torch, imgs, rng, dev=dev, aug=cfg.get("aug", False), leaves=leaves,
+                           frac=cfg.get("leaves", 0.0), geo=cfg.get("geo", False))
         loss = 0
         for out in model.outputs(X, A, B):
             loss = loss + (((out - R) ** 2) if l2 else (out - R).abs()).sum(1).mean()
@@ -535,7 +584,29 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
     return model, time.perf_counter() - t0, losses, total[0]
 
 
-def evaluate(torch, model, dev: str) -> dict:
+def ensemble(torch, model, X, a, b):
+    """The mean of the 8 flips and transposes' outputs (each undone)."""
+    acc = 0
+    for f in range(8):
+        t = X
+        if f & 1:
+            t = t.flip(-1)
+        if f & 2:
+            t = t.flip(-2)
+        if f & 4:
+            t = t.transpose(-1, -2)
+        y = model.forward(t, a, b)
+        if f & 4:
+            y = y.transpose(-1, -2)
+        if f & 2:
+            y = y.flip(-2)
+        if f & 1:
+            y = y.flip(-1)
+        acc = acc + y
+    return acc / 8
+
+
+def evaluate(torch, model, dev: str, ens: bool = False) -> dict:
     out = {}
     with torch.no_grad():
         for path in heldout.photos():
@@ -543,8 +614,9 @@ def evaluate(torch, model, dev: str) -> dict:
             for li, (level, a, b) in enumerate(heldout.LEVELS):
                 noisy = heldout.add_noise(clean, a, b, heldout.seed_of(li))
                 X = torch.tensor(noisy[..., :3], dtype=torch.float32, device=dev)
-                y = model.forward(X.permute(2, 0, 1)[None], torch.tensor([a], device=dev),
-                                  torch.tensor([b], device=dev))
+                y = (ensemble if ens else lambda t, m, *r: m.forward(*r))(
+                    torch, model, X.permute(2, 0, 1)[None], torch.tensor([a], device=dev),
+                    torch.tensor([b], device=dev))
                 res = y[0].permute(1, 2, 0).double().cpu().numpy()
                 out[f"{path.stem}|{level}"] = {"psnr": heldout.psnr(res, clean),
                                                "noisy": heldout.psnr(noisy, clean)}
@@ -577,6 +649,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--budget", type=float, help="training seconds per variant at most")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--ensemble", action="store_true",
+                    help="also report the mean of the 8 flips' and transposes' outputs")
     ap.add_argument("--lut", type=Path, help="evaluate unet-t's weights (a .lut of width 32, "
                     "scales 3) instead of training the variants")
     args = ap.parse_args(argv)
@@ -597,6 +671,11 @@ def main(argv=None) -> int:
             model, secs, losses, steps = train(torch, name, args.steps, args.seed, dev,
                                                args.budget)
         ev = evaluate(torch, model, dev)
+        if args.ensemble:
+            ee = evaluate(torch, model, dev, ens=True)
+            print(f"{name} x8 ensemble: " + " / ".join(
+                f"{np.mean([v['psnr'] for k, v in ee.items() if k.endswith('|' + lv)]):.2f}"
+                for lv, _, _ in heldout.LEVELS) + " dB", flush=True)
         per = {lv: float(np.mean([v["psnr"] for k, v in ev.items() if k.endswith("|" + lv)]))
                for lv, _, _ in heldout.LEVELS}
         worst = min(v["psnr"] - v["noisy"] for v in ev.values())
