@@ -44,12 +44,15 @@ WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
 # through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
 WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
-# on a GPU, arch 2 (arch 1 with nonlocal taps: block matching at every level) in their place:
-# +0.17 to +0.26 dB on linear photographs, +0.0 to +0.13 dB on raw files, +0.02 to +0.14 dB
-# on camera JPEGs (bench/README.md). On a CPU its block matching makes kpn several times
-# slower (bench/README.md, arch 2), so CPU devices keep arch 1.
+# on a GPU, better weights in their place: for raw files, EXR and PFM arch 2 (arch 1 with
+# nonlocal taps: block matching at every level), +0.17 to +0.26 dB on linear photographs,
+# +0.0 to +0.13 dB on raw files; for JPEGs the U-Net trained on camera-pipeline JPEGs
+# (modules/unet-t, graphs/train-unet-jpeg.cfg), +0.65 to +1.04 dB over arch 2's JPEG weights
+# on phone-like JPEGs and +0.95 to +1.24 dB on white noise through JPEG (bench/README.md,
+# photo_jpeg.py). On a CPU both are many times slower (arch 2's block matching; the U-Net's
+# 0.49M weights), so CPU devices keep arch 1.
 GPU_WEIGHTS = {WEIGHTS_LINEAR: ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
-               WEIGHTS_JPEG: ROOT / "graphs" / "weights" / "kpn-jpeg-nl.lut"}
+               WEIGHTS_JPEG: ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -278,8 +281,8 @@ def shown(path: Path) -> Path:
 
 def default_weights(src: Path, gpu: bool = False) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
-    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) their
-    arch 2 versions (GPU_WEIGHTS) where there are some."""
+    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
+    better ones of GPU_WEIGHTS where there are some."""
     from vkgraph.pipeline.raw import is_raw
 
     suffix = src.suffix.lower()
