@@ -438,3 +438,138 @@ def test_bad_shapes():
         ref.conv("conv3", np.zeros((2, 3, 2, 2)), np.zeros(2), np.zeros((3, 4, 4)), 4)
     with pytest.raises(ValueError, match="cannot read"):
         ref.conv("conv5", np.zeros((2, 3, 3, 3)), np.zeros(2), np.zeros((3, 4, 4)), 4)
+
+
+# ----------------------------------------------------------------- RGGB mosaics (cfa)
+
+
+def _cfa_weights(rng, width, scales):
+    """_weights' scaling for the cfa network (net.py's layers with cfa)."""
+    w = np.zeros(ref.n_params(width, scales, True))
+    for layer in ref.layers(width, scales, True):
+        fan = layer.cin * layer.k * layer.k
+        w[layer.offset: layer.offset + layer.weights] = (
+            rng.normal(size=layer.weights) * np.sqrt(2.0 / fan))
+        w[layer.offset + layer.weights: layer.end] = rng.uniform(0.05, 0.3, layer.cout)
+    return w
+
+
+def _cfa_pair(rng, n, th, Wd):
+    """(the noisy mosaic, the clean RGB): tiles of th rows."""
+    R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
+    return ref.mosaic(R + 0.04 * rng.standard_normal(R.shape)), R
+
+
+@pytest.mark.parametrize("width,scales", [(2, 2), (3, 3)])
+def test_cfa_layers_differ_only_in_first_and_last(width, scales):
+    rgb, cfa = ref.layers(width, scales), ref.layers(width, scales, True)
+    assert [x.name for x in rgb] == [x.name for x in cfa]
+    assert (cfa[0].cin, cfa[-1].cout) == (5, 12) and (rgb[0].cin, rgb[-1].cout) == (4, 3)
+    for r, c in zip(rgb[1:-1], cfa[1:-1], strict=True):
+        assert r._replace(offset=0) == c._replace(offset=0)
+    assert ref.n_params(width, scales, True) == cfa[-1].end == (
+        ref.n_params(width, scales) + width * 9 + 9 * width + 9)
+
+
+def test_cfa_features_and_output_by_hand():
+    """A mosaic whose photosites all differ (and whose other channels hold decoys): F's five
+    planes are R = M(2x, 2y).r, G1 = M(2x+1, 2y).g, G2 = M(2x, 2y+1).g, B = M(2x+1, 2y+1).b
+    and sigma of the base colour's luma, over s; O(2x+dx, 2y+dy) = base - s N[(2dy+dx)3 + c],
+    pixel by pixel; tiles of 4 rows (2 cells) with their own (a, b)."""
+    H, Wd, th = 8, 4, 4
+    M = np.zeros((H, Wd, 3))
+    M[..., 0] = 100 * np.arange(H)[:, None] + np.arange(Wd)[None]  # r
+    M[..., 1] = M[..., 0] + 1000  # g
+    M[..., 2] = M[..., 0] + 2000  # b
+    M /= 4000.0
+    a, b = np.array([300.0, 2000.0]), np.array([0.4, 0.05])
+    F, s = ref.features(M, a, b, th, cfa=True)
+    assert F.shape == (5, H // 2, Wd // 2)
+    for y in range(H // 2):
+        st = s[y // (th // 2)]
+        at, bt = a[y // (th // 2)], b[y // (th // 2)]
+        for x in range(Wd // 2):
+            R, G1 = M[2 * y, 2 * x, 0], M[2 * y, 2 * x + 1, 1]
+            G2, B = M[2 * y + 1, 2 * x, 1], M[2 * y + 1, 2 * x + 1, 2]
+            lum = 0.2627 * R + 0.6780 * (G1 + G2) / 2 + 0.0593 * B
+            sigma = np.sqrt(at + 65535 * bt * lum) / 65535
+            assert np.allclose(F[:, y, x], np.array([R, G1, G2, B, sigma]) / st, rtol=1e-15)
+    rng = np.random.default_rng(3)
+    w = _cfa_weights(rng, 2, 2)
+    O, cache = ref.forward(w, M, a, b, th, 2, 2, cfa=True)
+    assert O.shape == M.shape and cache.N.shape == (12, H // 2, Wd // 2)
+    for py in range(H):
+        for px in range(Wd):
+            y, x, dy, dx = py // 2, px // 2, py % 2, px % 2
+            base = np.array([F[0, y, x], (F[1, y, x] + F[2, y, x]) / 2, F[3, y, x]])
+            st = s[y // (th // 2)]
+            want = base * st - st * cache.N[(2 * dy + dx) * 3: (2 * dy + dx) * 3 + 3, y, x]
+            assert np.allclose(O[py, px], want, rtol=1e-12, atol=1e-14)
+
+
+def test_cfa_reads_each_photosites_own_colour():
+    """An RGB image and its mosaic (cnngenin's generate 3) give the same F and O."""
+    rng = np.random.default_rng(2)
+    img = rng.uniform(0.1, 0.9, (8, 8, 3))
+    a, b = np.array([500.0]), np.array([0.2])
+    w = _cfa_weights(rng, 2, 2)
+    O1, c1 = ref.forward(w, img, a, b, 8, 2, 2, cfa=True)
+    O2, c2 = ref.forward(w, ref.mosaic(img), a, b, 8, 2, 2, cfa=True)
+    assert np.array_equal(c1.F, c2.F) and np.array_equal(O1, O2)
+
+
+def _cfa_regime(w, X, R, a, b, th, width, scales):
+    O, cache = ref.forward(w, X, a, b, th, width, scales, cfa=True)
+    conv3 = [x.name for x in ref.layers(width, scales, True) if x.kind == "conv3"]
+    return [cache.z[name] > 0 for name in conv3] + [np.sign(O - R)]
+
+
+@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
+def test_cfa_backward_against_finite_differences(width, scales, n, th, Wd, seed):
+    """test_backward_against_finite_differences for the cfa network: every bias and 200
+    random weights (and the largest |dw|) against central differences of step 1e-6."""
+    rng = np.random.default_rng(seed)
+    X, R = _cfa_pair(rng, n, th, Wd)
+    a, b = NOISE_A[:n], NOISE_B[:n]
+    w = _cfa_weights(rng, width, scales)
+    E, dw = ref.backward(w, X, R, a, b, th, width, scales, cfa=True)
+    O, _ = ref.forward(w, X, a, b, th, width, scales, cfa=True)
+    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
+    table = ref.layers(width, scales, True)
+    for layer in table:
+        W, bias = ref.unpack(dw, layer)
+        assert np.abs(W).max() > 1e-6 and np.abs(bias).max() > 1e-6, layer.name
+    is_bias = np.zeros(w.size, dtype=bool)
+    for layer in table:
+        is_bias[layer.offset + layer.weights: layer.end] = True
+    picks = np.concatenate([np.flatnonzero(is_bias),
+                            rng.choice(np.flatnonzero(~is_bias), 200, replace=False),
+                            [np.argmax(np.abs(dw))]])
+    base = _cfa_regime(w, X, R, a, b, th, width, scales)
+    eps = 1e-6
+    fd = np.zeros(picks.size)
+    for i, j in enumerate(picks):
+        e = []
+        for step in (eps, -eps):
+            wp = w.copy()
+            wp[j] += step
+            Op, _ = ref.forward(wp, X, a, b, th, width, scales, cfa=True)
+            e.append(ref.loss(Op, R)[0])
+            same = _cfa_regime(wp, X, R, a, b, th, width, scales)
+            assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
+                f"parameter {j}: the step crossed a kink, pick another seed")
+        fd[i] = (e[0] - e[1]) / (2 * eps)
+    err = np.abs(fd - dw[picks])
+    worst = int(np.argmax(err))
+    assert err.max() <= 1e-6 * np.abs(dw).max() + 1e-9, (
+        f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
+
+
+def test_cfa_bad_shapes():
+    rng = np.random.default_rng(0)
+    w = _cfa_weights(rng, 2, 2)
+    a, b = np.array([1.0]), np.array([0.1])
+    with pytest.raises(ValueError, match="multiples of 2 2"):
+        ref.forward(w, np.zeros((6, 8, 3)), a, b, 6, 2, 2, cfa=True)  # 3 cells a tile
+    with pytest.raises(ValueError, match="must be"):
+        ref.forward(w[:-1], np.zeros((8, 8, 3)), a, b, 8, 2, 2, cfa=True)

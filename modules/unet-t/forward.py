@@ -2,7 +2,11 @@
 modules/unet): prep (the input -> F), one conv node per layer of net.py, and the output node
 (loss.comp: O = X - s N, with the L1 loss and dE/dN where training gives a reference). Also
 what unet needs to run weights from a `.lut`: the network's shape from the .lut's text, the
-padded size, and how far a pixel's result reaches (vkgraph denoise's tile margin)."""
+padded size, and how far a pixel's result reaches (vkgraph denoise's tile margin).
+
+`cfa` (unet-t's param, a .lut's line `cfa rggb`): the network of RGGB mosaics (README.md,
+"Bayer mosaics"). It runs at half resolution, a cell of 2 x 2 photosites a pixel of the
+network; sizes given here stay the full-resolution image's, which must be even."""
 
 from __future__ import annotations
 
@@ -35,15 +39,26 @@ def layer_defines(L: Layer, precise: bool) -> dict:
             **({"PRECISE": 1} if precise else {})}
 
 
-def multiple(scales: int) -> int:
-    """What the network's width and height must be multiples of: 2^(scales - 1)."""
-    return 1 << (scales - 1)
+def multiple(scales: int, cfa: bool = False) -> int:
+    """What the image's width and height must be multiples of: 2^(scales - 1), and twice
+    that with cfa (the network runs on cells of 2 x 2 photosites)."""
+    return (2 if cfa else 1) << (scales - 1)
 
 
-def padded(wd: int, ht: int, scales: int) -> tuple[int, int]:
-    """The size the network runs at for a wd x ht image: each side rounded up to multiple()."""
-    m = multiple(scales)
+def padded(wd: int, ht: int, scales: int, cfa: bool = False) -> tuple[int, int]:
+    """The full-resolution size the network covers for a wd x ht image: each side rounded up
+    to multiple() (with cfa, 2 2^(scales - 1): whole cells, a multiple of 2^(scales - 1) of
+    them)."""
+    m = multiple(scales, cfa)
     return -(-wd // m) * m, -(-ht // m) * m
+
+
+def layer_push(L: Layer, sizes: list, cfa: bool = False) -> list[int]:
+    """A layer kernel's push constants: its input and output sizes and the shift k that
+    takes noiseab's tile size T (full-resolution pixels) to the layer's input scale (the
+    scale, and one more with cfa: a cell is 2 x 2 pixels)."""
+    (wi, hi), (wo, ho) = sizes[L.scale_in], sizes[L.scale_out]
+    return [wi, hi, wo, ho, L.scale_in + (1 if cfa else 0)]
 
 
 def connect_inputs(graph, node, L: Layer, made: dict) -> None:
@@ -57,7 +72,8 @@ def connect_inputs(graph, node, L: Layer, made: dict) -> None:
 
 
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
-                  noise: str = "noiseab", precise: bool = False, ref: bool = False) -> dict:
+                  noise: str = "noiseab", precise: bool = False, ref: bool = False,
+                  cfa: bool = False) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
     network `net` (width, scales), run at `size` (wd, ht: multiples of
     2^(scales - 1)) on the module input `input` (at most `size`; prep reads it mirrored to
@@ -70,21 +86,31 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     tile size 0, the whole image). `ref`: the loss against the module input `ref` too (dN:
     dE/dN, Epart: the loss's partial sums). Returns {"prep", "conv" (name -> node), "made"
     (name -> (node, connector) of every activation, "F" included), "loss", "groups" (the
-    loss's partials), "sizes" (wd, ht of every scale)}."""
+    loss's partials), "sizes" (wd, ht of every scale)}.
+    `cfa`: the input is an RGGB mosaic of even width and height; `size` is then the
+    full-resolution size (multiples of 2 2^(scales - 1)), the network runs on its cells (half
+    of it: "sizes" are the cells') and `loss` writes the full-resolution RGB."""
     width, scales = net
-    ls = layers(width, scales)
+    ls = layers(width, scales, cfa)
     W, H = size
-    m = multiple(scales)
-    if W % m or H % m:
-        raise GraphError(f"{module}: the network runs at {W}x{H}; with scales {scales} its "
-                         f"width and height must be multiples of {m}")
+    m = multiple(scales, cfa)
     inp = module.connector("input").roi
+    if cfa and (inp.wd % 2 or inp.ht % 2):
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; an RGGB mosaic (cfa 1) "
+                         "needs an even width and height (whole cells of 2 x 2 photosites)")
+    if W % m or H % m:
+        raise GraphError(f"{module}: the network runs at {W}x{H}; with scales {scales}"
+                         f"{' and cfa 1' if cfa else ''} its width and height must be "
+                         f"multiples of {m}")
     words = 2 if precise else 1  # f32 words a value
     defs = {"PRECISE": 1} if precise else {}
     if noise == "params":
         defs["FROM_PARAMS"] = 1
     elif noise != "noiseab":
         raise ValueError(f"noise '{noise}': 'noiseab' or 'params'")
+    if cfa:
+        defs["CFA"] = 1
+        W, H = W // 2, H // 2  # the network's pixels: cells
     sizes = [(W >> k, H >> k) for k in range(scales)]
 
     def noiseab(node) -> None:
@@ -100,19 +126,20 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
             graph.node_connect(weights[0], weights[1], node, "w")
 
     prep = graph.add_node(module, "prep", (W, H), [
-        img("input", "read"), ssbo("noiseab", "read"), ssbo("F", "write", words * 4 * W * H)],
+        img("input", "read"), ssbo("noiseab", "read"),
+        ssbo("F", "write", words * ls[0].cin * W * H)],
         shader=SHADER, push=[inp.wd, inp.ht, W, H, 0], defines=defs)
     graph.bind(module, "input", prep, "input")
     noiseab(prep)
     made = {"F": (prep, "F")}
     conv = {}
     for L in ls:
-        (wi, hi), (wo, ho) = sizes[L.scale_in], sizes[L.scale_out]
+        wo, ho = sizes[L.scale_out]
         tm = block_rows(L.cout)
         node = graph.add_node(module, "conv", (2 * tm * tiles(wo * ho), tiles(L.cout, tm)), [
             ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
             ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
-            shader=SHADER, local=(2 * tm, 1, 1), push=[wi, hi, wo, ho, L.scale_in],
+            shader=SHADER, local=(2 * tm, 1, 1), push=layer_push(L, sizes, cfa),
             defines={**layer_defines(L, precise), "TM": tm})
         feed_weights(node)
         connect_inputs(graph, node, L, made)
@@ -124,7 +151,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     conns = [ssbo("N", "read"), img("input", "read"), ssbo("noiseab", "read"),
              img("output", "write", Roi(inp.wd, inp.ht))]
     if ref:
-        conns += [img("ref", "read"), ssbo("dN", "write", words * 3 * W * H),
+        conns += [img("ref", "read"), ssbo("dN", "write", words * ls[-1].cout * W * H),
                   ssbo("Epart", "write", 2 * groups)]
     loss = graph.add_node(module, "loss", (inp.wd, inp.ht), conns, shader=SHADER,
                           push=[W, H, inp.wd, inp.ht, 0],
@@ -136,7 +163,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
         graph.bind(module, "ref", loss, "ref")
     graph.bind(module, "output", loss, "output")
     return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups,
-            "sizes": sizes}
+            "sizes": sizes, "cfa": cfa}
 
 
 def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
@@ -163,17 +190,39 @@ def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
     return got["width"], got["scales"]
 
 
+CFA_LINE = "cfa rggb"  # the .lut text's line of a network of RGGB mosaics (module.lut_text)
+
+
+def cfa_of_text(text: str | None, where: str = "") -> bool:
+    """Whether a unet-t .lut's text (shape_of_text's) is of a network of RGGB mosaics: its
+    line `cfa rggb`; no `cfa` line is the RGB network; any other `cfa` line a GraphError."""
+    found = re.findall(r"^cfa\b(.*)$", text or "", re.MULTILINE)
+    if not found:
+        return False
+    if len(found) != 1 or f"cfa{found[0]}".strip() != CFA_LINE:
+        raise GraphError(f"the weights' .lut says '{KIND}' with the line(s) "
+                         f"{', '.join(repr('cfa' + f) for f in found)}; the one mosaic these "
+                         f"weights can be of is the line '{CFA_LINE}'", where=where)
+    return True
+
+
 def is_unet_text(text: str | None) -> bool:
     """Whether a .lut's text says it holds unet-t's weights."""
     return bool(text) and KIND in text
 
 
-def reach(scales: int) -> int:
+def reach(scales: int, cfa: bool = False) -> int:
     """How far (pixels at full resolution, either way and along either axis) the output at
     a pixel depends on the input, for the worst pixel of the 2^(scales - 1) grid: a conv3 at
     scale k reads 2^k pixels further, a down reads the pair, an up its one source. Zero
     outside the image, which tiles see where the whole image has pixels, reaches no further
-    into a tile than this (the width does not matter)."""
+    into a tile than this (the width does not matter).
+    cfa: the network's pixels are cells of 2 x 2 photosites, so a photosite reaches the
+    photosites of the cells within the cells' reach r: 2 r + 1 (the +1: the far photosite of
+    the farthest cell), for the worst photosite of the grid of 2 2^(scales - 1) pixels. Tiles
+    of a mosaic must start on even pixels (on cells) for this, and to keep the colour phase."""
+    if cfa:
+        return 2 * reach(scales) + 1
     net = layers(1, scales)
     by = {L.name: L for L in net}
     memo: dict = {}
@@ -197,17 +246,20 @@ def reach(scales: int) -> int:
             memo[key] = min(s[0] for s in spans), max(s[1] for s in spans)
         return memo[key]
 
-    m = multiple(scales)
+    m = multiple(scales)  # the grid of the network's pixels
     lo_hi = [dep("out", x) for x in range(m)]
     return max(max(x - lo, hi - x) for x, (lo, hi) in enumerate(lo_hi))
 
 
-def bytes_per_pixel(width: int, scales: int, precise: bool = False) -> tuple[int, int]:
+def bytes_per_pixel(width: int, scales: int, precise: bool = False,
+                    cfa: bool = False) -> tuple[int, int]:
     """(bytes of the largest buffer, bytes of all the buffers) of forward_nodes' nodes per
     pixel of the padded image (the input and output images counted at the padded size: an
-    upper bound)."""
+    upper bound). cfa: per full-resolution pixel, the network's buffers a quarter of a cell's."""
     words = 2 if precise else 1
-    per = [4 * words * 4, 16, 16]  # F, the input and output images
-    for L in layers(width, scales):
-        per.append(4 * words * L.cout / 4 ** L.scale_out)
+    net = layers(width, scales, cfa)
+    cell = 4 if cfa else 1  # pixels a network pixel
+    per = [4 * words * net[0].cin / cell, 16, 16]  # F, the input and output images
+    for L in net:
+        per.append(4 * words * L.cout / 4 ** L.scale_out / cell)
     return int(math.ceil(max(per))), int(math.ceil(sum(per)))

@@ -20,11 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from vkgraph.modules.unet_t.forward import (
+    CFA_LINE,
     SHADER,
     block_rows,
     connect_inputs,
     forward_nodes,
     layer_defines,
+    layer_push,
     multiple,
     tiles,
 )
@@ -38,9 +40,16 @@ def shape(module) -> tuple[int, int]:
     return int(module.param("width")), int(module.param("scales"))
 
 
-def lut_text(width: int, scales: int) -> str:
-    """What o-lut writes after the weights: enough to rebuild the network."""
-    return f"lut contains weights for\nunet denoiser with:\nwidth {width}\nscales {scales}\n"
+def is_cfa(module) -> bool:
+    """param cfa: 1 trains on RGGB mosaics (README.md, "Bayer mosaics")."""
+    return int(module.param("cfa")) != 0
+
+
+def lut_text(width: int, scales: int, cfa: bool = False) -> str:
+    """What o-lut writes after the weights: enough to rebuild the network (the line
+    `cfa rggb` for a network of RGGB mosaics)."""
+    return (f"lut contains weights for\nunet denoiser with:\nwidth {width}\nscales {scales}\n"
+            + (f"{CFA_LINE}\n" if cfa else ""))
 
 
 def upstream_tile(module) -> int | None:
@@ -55,37 +64,50 @@ def upstream_tile(module) -> int | None:
 
 def modify_roi_out(graph, module):
     width, scales = shape(module)
+    cfa = is_cfa(module)
     inp = module.connector("input").roi
     m = multiple(scales)
-    if inp.wd % m or inp.ht % m:
+    if cfa and (inp.wd % 2 or inp.ht % 2):
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; an RGGB mosaic (cfa 1) "
+                         "needs an even width and height (whole cells of 2 x 2 photosites)")
+    if cfa and (inp.wd // 2 % m or inp.ht // 2 % m):
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}, {inp.wd // 2}x"
+                         f"{inp.ht // 2} cells of 2 x 2 photosites; with scales {scales} the "
+                         f"cells' width and height must be multiples of {m} (the input's of "
+                         f"{2 * m})")
+    if not cfa and (inp.wd % m or inp.ht % m):
         raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; with scales {scales} its "
                          f"width and height must be multiples of {m}")
     tile = upstream_tile(module)
-    if tile is not None and tile % m:
+    if tile is not None and cfa and (tile % 2 or tile // 2 % m):
+        raise GraphError(f"{module}: cnngenin's tiles are {tile} pixels; with cfa 1 and scales "
+                         f"{scales} they must be even and tile/2 (the tile's cells) a multiple "
+                         f"of {m}: a multiple of {2 * m}")
+    if tile is not None and not cfa and tile % m:
         raise GraphError(f"{module}: cnngenin's tiles are {tile} pixels; with scales {scales} "
                          f"they must be a multiple of {m}")
     ref = module.connector("ref").roi
     if (ref.wd, ref.ht) != (inp.wd, inp.ht):
         raise GraphError(f"{module}: ref is {ref.wd}x{ref.ht}, input {inp.wd}x{inp.ht}")
-    n = layers(width, scales)[-1].end
+    n = layers(width, scales, cfa)[-1].end
     module.connector("output").roi = Roi(inp.wd, inp.ht)
     module.connector("w").roi = Roi(n, 1)
     module.connector("graph").roi = Roi(*GRAPH_SIZE)
-    graph.meta(module, "w")["text"] = lut_text(width, scales)
+    graph.meta(module, "w")["text"] = lut_text(width, scales, cfa)
 
 
 def weights(graph, module) -> Weights:
     """The optimiser's params: every layer's weights and bias (net.py's order), from the
     checkpoint on wcp (f32) where one is connected, else adam.comp's init (the layer table
     as defines)."""
-    ls = layers(*shape(module))
+    ls = layers(*shape(module), is_cfa(module))
     n = ls[-1].end
     wcp = module.connector("wcp")
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != n:
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd * wcp.roi.ht} values; this "
                          f"network (width {module.param('width')}, scales "
-                         f"{module.param('scales')}) has {n}", hint="train it with the same "
-                         "width and scales")
+                         f"{module.param('scales')}, cfa {module.param('cfa')}) has {n}",
+                         hint="train it with the same width, scales and cfa")
     defines = {"UNET_NP": n, "UNET_LAYERS": len(ls),
                "UNET_WEND": ",".join(f"{L.offset + L.weights}u" for L in ls),
                "UNET_END": ",".join(f"{L.end}u" for L in ls),
@@ -103,7 +125,8 @@ def wgrad_chunks(pixels: int) -> int:
 def network(graph, module, scaffold) -> Network:
     """prep, the layers' forward, the loss against ref, and the backward down to dE/dW."""
     width, scales = shape(module)
-    ls = layers(width, scales)
+    cfa = is_cfa(module)
+    ls = layers(width, scales, cfa)
     precise = int(module.param("precise")) != 0
     words = 2 if precise else 1  # f32 words a value
     defs = {"PRECISE": 1} if precise else {}
@@ -111,7 +134,7 @@ def network(graph, module, scaffold) -> Network:
     adam = scaffold.adam
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
-                        precise=precise, ref=True)
+                        precise=precise, ref=True, cfa=cfa)
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])
 
@@ -122,7 +145,7 @@ def network(graph, module, scaffold) -> Network:
         (wi, hi), (wo, ho) = size[L.scale_in], size[L.scale_out]
         g = grads[L.name]
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
-        push = [wi, hi, wo, ho, L.scale_in]
+        push = layer_push(L, size, cfa)
         if L.a != "F":
             tm = block_rows(L.cin)
             node = graph.add_node(module, "convb", (2 * tm * tiles(wi * hi), tiles(L.cin, tm)), [

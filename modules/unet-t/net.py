@@ -39,9 +39,11 @@ class Layer(NamedTuple):
         return self.offset + self.weights + self.cout
 
 
-def layers(width: int, scales: int) -> list[Layer]:
+def layers(width: int, scales: int, cfa: bool = False) -> list[Layer]:
     """The layers of a U-Net of `scales` scales and `width` channels at the finest (width << k
-    at scale k), contiguous from offset 0."""
+    at scale k), contiguous from offset 0. `cfa`: the network of RGGB mosaics (README.md,
+    "Bayer mosaics"): it reads 5 planes per cell of 2 x 2 photosites (R, G1, G2, B, sigma)
+    instead of 4 and writes 12 (each photosite's r, g, b) instead of 3."""
     if width < 1 or scales < 2:
         raise ValueError(f"width {width}, scales {scales}: a U-Net needs width >= 1 and "
                          "scales >= 2")
@@ -55,7 +57,7 @@ def layers(width: int, scales: int) -> list[Layer]:
     ws = [width << k for k in range(scales)]
     prev = "F"
     for k in range(scales):
-        cin = 4 if k == 0 else ws[k - 1]
+        cin = (5 if cfa else 4) if k == 0 else ws[k - 1]
         add(f"enc{k}a", "conv3", cin, ws[k], prev, k, k)
         add(f"enc{k}", "conv3", ws[k], ws[k], f"enc{k}a", k, k)
         if k < scales - 1:
@@ -67,9 +69,9 @@ def layers(width: int, scales: int) -> list[Layer]:
         add(f"dec{k}a", "conv3", 2 * ws[k], ws[k], f"up{k}", k, k, b=f"enc{k}", cina=ws[k])
         add(f"dec{k}", "conv3", ws[k], ws[k], f"dec{k}a", k, k)
         g = f"dec{k}"
-    add("out", "conv1", ws[0], 3, g, 0, 0, relu=False)
+    add("out", "conv1", ws[0], 12 if cfa else 3, g, 0, 0, relu=False)
     return out
 
 
-def n_params(width: int, scales: int) -> int:
-    return layers(width, scales)[-1].end
+def n_params(width: int, scales: int, cfa: bool = False) -> int:
+    return layers(width, scales, cfa)[-1].end

@@ -53,6 +53,17 @@ z > 0 else 0 (z the pre-activation), and for a layer with upstream dO:
     conv1: dI[ci] = sum_co W[co][ci] dO[co]
 dE_k (the skip) sums the gradient from dec{k}a's E_k channels and from down{k}; no gradient
 flows to the features (dE/dw only).
+
+RGGB mosaics (cfa=True; README.md, "Bayer mosaics"). X (H, W, 3) is a mosaic M: photosite
+(x, y) is red at (even, even), green at (odd, even) and (even, odd), blue at (odd, odd), and
+only its own colour's channel is read. The network runs on the cells, (H/2, W/2), a tile th/2
+rows (th, W even and th/2, W/2 multiples of 2^(S-1)); cell (x, y):
+    R = M[2y, 2x].r, G1 = M[2y, 2x+1].g, G2 = M[2y+1, 2x].g, B = M[2y+1, 2x+1].b
+    base = (R, (G1 + G2) / 2, B),  sigma from Y(base),  F = (R, G1, G2, B, sigma) / s_t  (5)
+    N = the network's 12 planes (conv1 with 12 out);
+    O[2y+dy, 2x+dx, c] = base_c - s_t N[(2 dy + dx) 3 + c, y, x]     (O: (H, W, 3))
+and the loss as above over the H W full-resolution pixels; dN[(2 dy + dx) 3 + c, y, x] =
+-s_t dO[2y+dy, 2x+dx, c].
 """
 
 from typing import NamedTuple
@@ -183,6 +194,31 @@ def relu_grad(z: np.ndarray) -> np.ndarray:
 # -------------------------------------------------------------------------------- network
 
 
+def cells(X: np.ndarray) -> np.ndarray:
+    """(H/2, W/2, 4): the R, G1, G2, B photosites of each cell of the RGGB mosaic X (H, W, 3)
+    (module docstring), each read from its own colour's channel."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 3 or X.shape[2] != 3 or X.shape[0] % 2 or X.shape[1] % 2:
+        raise ValueError(f"unet-t: a mosaic must be (H, W, 3) with H and W even, got {X.shape}")
+    return np.stack([X[0::2, 0::2, 0], X[0::2, 1::2, 1], X[1::2, 0::2, 1], X[1::2, 1::2, 2]],
+                    -1)
+
+
+def base_of(C: np.ndarray) -> np.ndarray:
+    """(H/2, W/2, 3): each cell's base colour (R, (G1 + G2) / 2, B) from ``cells``."""
+    return np.stack([C[..., 0], (C[..., 1] + C[..., 2]) * 0.5, C[..., 3]], -1)
+
+
+def mosaic(img: np.ndarray) -> np.ndarray:
+    """The RGGB mosaic of an RGB image (H, W, 3), each photosite's value in r, g and b (as
+    cnngenin's generate 3 writes it)."""
+    img = np.asarray(img)
+    yy, xx = np.mgrid[0:img.shape[0], 0:img.shape[1]]
+    c = np.where((xx + yy) % 2 == 1, 1, np.where(yy % 2 == 1, 2, 0))
+    v = np.take_along_axis(img, c[..., None], -1)
+    return np.repeat(v, 3, -1)
+
+
 def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int) -> int:
     """n, the tiles of X; ValueError when the shapes disagree."""
     if X.ndim != 3 or X.shape[2] != 3:
@@ -197,18 +233,26 @@ def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int) -> int:
 
 
 def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
-             th: int) -> tuple[np.ndarray, np.ndarray]:
+             th: int, cfa: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(F (4, H, W), s (n,)): the network's input and each tile's scale (module docstring),
-    for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,)."""
+    for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,).
+    cfa: X is an RGGB mosaic and F (5, H/2, W/2) its cells' (R, G1, G2, B, sigma) / s."""
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     _check_image(X, a, b, th)
     s = np.maximum(np.sqrt(np.maximum(a + RANGE * MID_GREY * b, 0.0)) / RANGE, S_FLOOR)
+    if cfa:
+        if th % 2:
+            raise ValueError(f"unet-t: a mosaic's tiles need an even height, got {th}")
+        C = cells(X)
+        planes, colour, th = C.transpose(2, 0, 1), base_of(C), th // 2
+    else:
+        planes, colour = X.transpose(2, 0, 1), X
     a_p, b_p, s_p = (np.repeat(v, th)[:, None] for v in (a, b, s))  # per row (H, 1)
-    y = np.maximum(X @ LUMA, 0.0)
+    y = np.maximum(colour @ LUMA, 0.0)
     sigma = np.sqrt(np.maximum(a_p + RANGE * b_p * y, 0.0)) / RANGE
-    F = np.concatenate([X.transpose(2, 0, 1), sigma[None]]) / s_p[None]
+    F = np.concatenate([planes, sigma[None]]) / s_p[None]
     return F, s
 
 
@@ -224,29 +268,33 @@ class Cache(NamedTuple):
     z: dict
 
 
-def _check_all(w, X, a, b, th, width, scales):
+def _check_all(w, X, a, b, th, width, scales, cfa=False):
     _check_net(width, scales)
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     _check_image(X, a, b, th)
-    m = 1 << (scales - 1)
+    m = (2 if cfa else 1) << (scales - 1)
     if th % m or X.shape[1] % m:
         raise ValueError(f"unet-t: the width W = {X.shape[1]} and tile height th = {th} must be "
-                         f"multiples of 2^(scales-1) = {m}")
+                         f"multiples of {'2 ' if cfa else ''}2^(scales-1) = {m}")
     w = np.asarray(w, dtype=np.float64)
-    if w.shape != (n_params(width, scales),):
-        raise ValueError(f"unet-t: w must be ({n_params(width, scales)},) for width {width}, "
-                         f"scales {scales}, got {w.shape}")
+    n = n_params(width, scales, cfa)
+    if w.shape != (n,):
+        raise ValueError(f"unet-t: w must be ({n},) for width {width}, scales {scales}"
+                         f"{', cfa' if cfa else ''}, got {w.shape}")
     return w, X, a, b
 
 
 def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int, width: int,
-            scales: int) -> tuple[np.ndarray, Cache]:
-    """(O (H, W, 3), cache): the denoised tiles O = X - s_t N(F) and the activations."""
-    w, X, a, b = _check_all(w, X, a, b, th, width, scales)
-    F, s = features(X, a, b, th)
-    net = {layer.name: layer for layer in layers(width, scales)}
+            scales: int, cfa: bool = False) -> tuple[np.ndarray, Cache]:
+    """(O (H, W, 3), cache): the denoised tiles O = X - s_t N(F) and the activations.
+    cfa: X an RGGB mosaic, th its tiles' rows (full resolution); O the full-resolution RGB
+    (module docstring)."""
+    w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
+    F, s = features(X, a, b, th, cfa)
+    full, th = th, (th // 2 if cfa else th)  # th: the network's rows a tile
+    net = {layer.name: layer for layer in layers(width, scales, cfa)}
     inputs, zs = {}, {}
 
     def run(name, I, th_k):
@@ -266,7 +314,14 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
         h = relu(run(f"dec{k}a", np.concatenate([u, skips[k]]), th >> k))
         h = relu(run(f"dec{k}", h, th >> k))
     N = run("out", h, th)
-    O = X - np.repeat(s, th)[:, None, None] * N.transpose(1, 2, 0)
+    if cfa:
+        base = base_of(cells(X))  # (H/2, W/2, 3)
+        Nc = N.reshape(2, 2, 3, *N.shape[1:])  # [dy, dx, c, y, x]
+        O = base[None, None] - np.repeat(s, th)[None, None, :, None, None] * Nc.transpose(
+            0, 1, 3, 4, 2)  # [dy, dx, y, x, c]
+        O = O.transpose(2, 0, 3, 1, 4).reshape(X.shape)  # [2y + dy, 2x + dx, c]
+    else:
+        O = X - np.repeat(s, full)[:, None, None] * N.transpose(1, 2, 0)
     return O, Cache(F, s, N, inputs, zs)
 
 
@@ -282,15 +337,16 @@ def loss(O: np.ndarray, R: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
-             width: int, scales: int) -> tuple[float, np.ndarray]:
-    """(E, dw): the loss of forward's O against R and its exact gradient dE/dw (w's shape)."""
-    w, X, a, b = _check_all(w, X, a, b, th, width, scales)
+             width: int, scales: int, cfa: bool = False) -> tuple[float, np.ndarray]:
+    """(E, dw): the loss of forward's O against R and its exact gradient dE/dw (w's shape).
+    cfa: X an RGGB mosaic, R the clean full-resolution RGB (module docstring)."""
+    w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     R = np.asarray(R, dtype=np.float64)
     if R.shape != X.shape:
         raise ValueError(f"unet-t: R {R.shape} must have X's shape {X.shape}")
-    O, cache = forward(w, X, a, b, th, width, scales)
+    O, cache = forward(w, X, a, b, th, width, scales, cfa)
     E, dO = loss(O, R)
-    net = {layer.name: layer for layer in layers(width, scales)}
+    net = {layer.name: layer for layer in layers(width, scales, cfa)}
     dw = np.zeros_like(w)
 
     def back(name, g, th_k, activated):
@@ -304,7 +360,14 @@ def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.n
         dw[layer.offset + n: layer.offset + n + layer.cout] = db
         return dI
 
-    dN = -(np.repeat(cache.s, th)[:, None, None] * dO).transpose(2, 0, 1)
+    if cfa:
+        th //= 2  # the network's rows a tile
+        H2, W2 = X.shape[0] // 2, X.shape[1] // 2
+        d5 = dO.reshape(H2, 2, W2, 2, 3)  # [y, dy, x, dx, c]
+        d5 = -np.repeat(cache.s, th)[:, None, None, None, None] * d5
+        dN = d5.transpose(1, 3, 4, 0, 2).reshape(12, H2, W2)  # [(2 dy + dx) 3 + c, y, x]
+    else:
+        dN = -(np.repeat(cache.s, th)[:, None, None] * dO).transpose(2, 0, 1)
     g = back("out", dN, th, False)  # dG_0
     dskip = []
     for k in range(scales - 1):

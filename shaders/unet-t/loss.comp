@@ -10,6 +10,11 @@
 //   E = (1/P) sum_p sum_rgb |O - R|,   dE/dN = -s sign(O - R) / P   (sign(0) = 0)
 // N (and dN) are push.wi x push.hi planes, X and O push.wo x push.ho (P pixels): unet's N is
 // the padded image's, of which O keeps the top left (unet-t: the same size).
+// CFA: X is an RGGB mosaic, N 12 planes of its cells (push.wi x push.hi, half X's size) and
+// O the full-resolution RGB: the pixel p = 2 cell + (dx, dy) of the cell's base colour
+// base = (R, (G1 + G2) / 2, B) (prep.comp's photosites) gets
+//   O(p, c) = base_c - s N[(2 dy + dx) 3 + c],   alpha 1
+// (s of the photosite (2x, 2y)'s tile), with the loss over X's pixels as above.
 // Each 8x8 workgroup writes its partial sum of E as a (hi, lo) float pair to Epart (summed by
 // lsum, no atomics: runs are bit-reproducible); PRECISE: in float64.
 SSBO_IN(0, real, N)
@@ -29,7 +34,22 @@ void main() {
   int n = push.wo * push.ho, nn = push.wi * push.hi;
   real e = real(0);
   if (p.x < push.wo && p.y < push.ho) {
-    int i = p.x + p.y * push.wo, j = p.x + p.y * push.wi;
+#ifdef CFA
+    ivec2 cell = p / 2, d = p - 2 * cell;
+    int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi, k = 2 * cell.x + 2 * cell.y * push.wo;
+    int plane = 3 * (2 * d.y + d.x);  // the first of the photosite's 3 planes of N
+    real a, b;
+    profile(2 * cell, a, b);
+    real s = scale_of(a, b);
+    real base[3];
+    base[0] = real(inp[k].r);
+    base[1] = (real(inp[k + 1].g) + real(inp[k + push.wo].g)) * real(0.5);
+    base[2] = real(inp[k + push.wo + 1].b);
+    real o[3];
+    for (int c = 0; c < 3; c++) o[c] = base[c] - s * N[(plane + c) * nn + j];
+    outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), 1.0);
+#else
+    int i = p.x + p.y * push.wo, j = p.x + p.y * push.wi, plane = 0;
     real a, b;
     profile(p, a, b);
     real s = scale_of(a, b);
@@ -37,12 +57,13 @@ void main() {
     real o[3];
     for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[c * nn + j];
     outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), x.a);
+#endif
 #ifdef REF
     vec4 r = ref[i];
     for (int c = 0; c < 3; c++) {
       real d = o[c] - real(r[c]);
       e += abs(d);
-      dN[c * nn + j] = -s * sign(d) / real(n);
+      dN[(plane + c) * nn + j] = -s * sign(d) / real(n);
     }
 #endif
   }

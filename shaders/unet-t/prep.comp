@@ -9,6 +9,13 @@
 //   sigma = sqrt(max(a + 65535 b max(Y(X), 0), 0)) / 65535,  s = scale_of(a, b)
 // F is push.wo x push.ho; X is read mirrored (texel) where it is smaller: unet pads the
 // image to the network's multiple of 2^(scales-1) (unet-t's X is F's size).
+// CFA: X is an RGGB mosaic M of even size and F 5 planes of its cells (half its size), cell
+// p = (x, y) the photosites (2x + dx, 2y + dy):
+//   F = (R, G1, G2, B, sigma) / s,  R = M(2x, 2y).r, G1 = M(2x+1, 2y).g, G2 = M(2x, 2y+1).g,
+//   B = M(2x+1, 2y+1).b (each photosite's own colour: an RGB image reads as its mosaic),
+// sigma of the luma of base = (R, (G1 + G2) / 2, B), (a, b) at the photosite (2x, 2y). Cells
+// beyond the input are read mirrored at the cell level (the cell index mirrored, the
+// photosite within the cell kept): the colour phase never changes.
 IMG_IN(0, inp)
 SSBO_IN(1, float, noiseab)
 SSBO_OUT(2, real, F)
@@ -19,14 +26,32 @@ void main() {
   if (p.x >= push.wo || p.y >= push.ho) return;
   int n = push.wo * push.ho, i = p.x + p.y * push.wo;
   real a, b;
+#ifdef CFA
+  profile(2 * p, a, b);
+  real s = scale_of(a, b);
+  int w0 = node.roi[0].x;
+  ivec2 q = 2 * mirror2(p, node.roi[0].xy / 2);  // the cell's red photosite
+  int k = q.x + q.y * w0;
+  real r = real(inp[k].r), g1 = real(inp[k + 1].g), g2 = real(inp[k + w0].g);
+  real bl = real(inp[k + w0 + 1].b), g = (g1 + g2) * real(0.5);
+#else
   profile(p, a, b);
   real s = scale_of(a, b);
   vec4 x = inp[texel(0, p)];
   real r = real(x.r), g = real(x.g), bl = real(x.b);
+#endif
   real y = max(LUMA_R * r + LUMA_G * g + LUMA_B * bl, real(0));
   real sigma = sqrt(max(a + real(65535) * b * y, real(0))) / real(65535);
+#ifdef CFA
+  F[i] = r / s;
+  F[n + i] = g1 / s;
+  F[2 * n + i] = g2 / s;
+  F[3 * n + i] = bl / s;
+  F[4 * n + i] = sigma / s;
+#else
   F[i] = r / s;
   F[n + i] = g / s;
   F[2 * n + i] = bl / s;
   F[3 * n + i] = sigma / s;
+#endif
 }

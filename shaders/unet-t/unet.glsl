@@ -5,8 +5,9 @@
 // then the bias), RELU (1: the output is relu'd); PRECISE: activations in float64.
 // Activations are planar: channel c of an image of n pixels at [c n, (c + 1) n), rows of
 // push.wi (input) or push.wo (output) pixels. Tiles: cnngenin's square tiles of T pixels
-// (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k; a conv3 reads zero
-// outside the output pixel's tile.
+// (noiseab[2]; 0: the whole image), T >> push.k at the conv's scale k (push.k: the scale,
+// one more with cfa, whose network pixels are cells of 2 x 2 photosites: forward.py's
+// layer_push); a conv3 reads zero outside the output pixel's tile.
 #ifndef KIND  // a layer where none is named: `vkgraph shaders --check`, and prep and loss,
               // which use only `real` and the push constants (module.py names every layer)
 #define KIND 0
