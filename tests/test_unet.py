@@ -52,11 +52,11 @@ def unet_graph(tmp_path, R, width, scales, tiles=None, extra=""):
         {extra}""")
 
 
-def random_weights(width, scales, seed=5):
+def random_weights(width, scales, seed=5, cfa=False):
     """Weights of the init's size and random biases (so every ReLU sees both signs)."""
     rng = np.random.default_rng(seed)
-    w = np.zeros(layers(width, scales)[-1].end)
-    for L in layers(width, scales):
+    w = np.zeros(layers(width, scales, cfa)[-1].end)
+    for L in layers(width, scales, cfa):
         bound = 1 / np.sqrt(L.cin * L.k * L.k)
         w[L.offset:L.offset + L.weights] = rng.uniform(-bound, bound, L.weights)
         w[L.offset + L.weights:L.end] = rng.uniform(-0.1, 0.1, L.cout)
@@ -88,7 +88,7 @@ def stacked(img, T, cols):
                            for r in range(rows) for c in range(cols)])
 
 
-def reference_of(X, R, nab, w, width, scales):
+def reference_of(X, R, nab, w, width, scales, cfa=False):
     T, cols = int(nab[2]), max(int(nab[3]), 1)
     if T:
         n = (X.shape[0] // T) * cols
@@ -96,8 +96,8 @@ def reference_of(X, R, nab, w, width, scales):
     else:
         n, Xs, Rs, th = 1, X, R, X.shape[0]
     a, b = nab[0:4 * n:4], nab[1:4 * n:4]
-    O, _ = ref.forward(w, Xs, a, b, th, width, scales)
-    E, dw = ref.backward(w, Xs, Rs, a, b, th, width, scales)
+    O, _ = ref.forward(w, Xs, a, b, th, width, scales, cfa)
+    E, dw = ref.backward(w, Xs, Rs, a, b, th, width, scales, cfa)
     return E, dw, O, (lambda img: stacked(img, T, cols)) if T else (lambda img: img)
 
 
@@ -179,4 +179,95 @@ def test_bad_sizes_are_errors(device, tmp_path, size, tiles, extra, match):
     g = unet_graph(tmp_path, clean(*size), 2, 2, tiles, extra)
     g.frames = 1
     with pytest.raises(GraphError, match=match):
+        Build(g, device)
+
+
+# ----------------------------------------------------------------- RGGB mosaics (cfa 1)
+
+CFA = "param:cnngenin:01:generate:4\nparam:unet-t:01:cfa:1"  # noise, then the mosaic
+
+
+@pytest.mark.parametrize("width,scales,size,tiles,precise", [
+    (2, 2, (32, 32), (4, 16), 0),   # a 2x2 grid of 16-pixel tiles (8 cells a side)
+    (3, 3, (24, 16), None, 0),      # the whole image, 12 x 8 cells
+    (2, 3, (32, 32), (4, 16), 1),   # float64 kernels
+])
+def test_cfa_frame_matches_reference(device, tmp_path, width, scales, size, tiles, precise):
+    """cfa 1 on cnngenin's noisy RGGB mosaics (generate 4): the loss, the full-resolution
+    output and every layer's gradient against the reference's cfa network, with the
+    tolerances of test_frame_matches_reference."""
+    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
+                   f"{CFA}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+    g.frames = 2
+    w = random_weights(width, scales, cfa=True)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    assert np.array_equal(X, ref.mosaic(X))  # the input is a mosaic
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
+                                           cfa=True)
+    assert Oref.shape == view(X).shape  # full resolution
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    assert scale > 0
+    for L in layers(width, scales, True):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(r).max() > 0, L.name
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+
+
+def test_cfa_packs_the_cells(device, tmp_path):
+    """prep's F on a hand-made 8 x 8 mosaic whose photosites all differ (each channel holds
+    another value: only the photosite's own colour may be read): planes R = M(2x, 2y).r,
+    G1 = M(2x+1, 2y).g, G2 = M(2x, 2y+1).g, B = M(2x+1, 2y+1).b over s, then sigma / s
+    (cnngenin's generate 0 without tiles: a = b = 0, so sigma = 0 and s = 1e-5), float64
+    kernels; the output is full resolution with alpha 1, and the .lut's text says cfa."""
+    yy, xx = np.mgrid[0:8, 0:8]
+    M = np.stack([(8 * yy + xx) / 256, (8 * yy + xx) / 256 + 0.25, (8 * yy + xx) / 256 + 0.5],
+                 -1).astype(np.float32)  # exact in half precision (cnngenin's outputs)
+    g = unet_graph(tmp_path, M, 2, 2, None, "param:cnngenin:01:generate:0\n"
+                   "param:unet-t:01:cfa:1\nparam:unet-t:01:precise:1")
+    g.frames = 1
+    b = Build(g, device)
+    b.run_frame(0, download=True)
+    m = g.modules[("unet-t", "01")]
+    prep = next(n for n in m.nodes if n.kernel == "prep")
+    F = b.read(prep, "F").ravel().view(np.float64).reshape(5, 4, 4)
+    O = b.read(m.backing["output"][0], "output")
+    b.close()
+    s = 1e-5
+    want = np.stack([M[0::2, 0::2, 0], M[0::2, 1::2, 1], M[1::2, 0::2, 1], M[1::2, 1::2, 2],
+                     np.zeros((4, 4))]).astype(np.float64) / s
+    assert np.allclose(F, want, rtol=1e-12, atol=0)
+    assert O.shape == (8, 8, 4) and np.array_equal(O[..., 3], np.ones((8, 8), np.float32))
+    from vkgraph.pipeline.formats import read_lut
+
+    _, _, text = read_lut(tmp_path / "unet.lut")
+    assert "cfa rggb" in text.splitlines()
+
+
+def test_rgb_lut_text_has_no_cfa_line(device, tmp_path):
+    from vkgraph.modules.unet_t.module import lut_text
+
+    assert "cfa" not in lut_text(4, 3) and lut_text(4, 3, True) == lut_text(4, 3) + "cfa rggb\n"
+
+
+@pytest.mark.parametrize("size,tiles,extra,match", [
+    ((30, 31), None, "", "even width and height"),
+    ((36, 36), None, "param:unet-t:01:scales:3", "cells' width and height must be multiples"
+     " of 4"),
+    ((40, 40), (4, 10), "", "they must be even and tile/2"),
+    ((48, 48), (4, 12), "param:unet-t:01:scales:3", "tile/2 .* a multiple of 4"),
+])
+def test_cfa_bad_sizes_are_errors(device, tmp_path, size, tiles, extra, match):
+    g = unet_graph(tmp_path, clean(*size), 2, 2, tiles, f"{CFA}\n{extra}")
+    g.frames = 1
+    with pytest.raises(GraphError, match=match):
+        Build(g, device)
+
+
+def test_cfa_out_of_range_is_an_error(device, tmp_path):
+    with pytest.raises(GraphError, match="param .cfa. of unet-t:01 is 2, not one of 0, 1"):
+        g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, "param:unet-t:01:cfa:2")
+        g.frames = 1
         Build(g, device)
