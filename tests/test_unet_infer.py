@@ -42,14 +42,16 @@ def noisy(w: int, h: int, seed: int = 3) -> np.ndarray:
 
 
 def write_weights(path: Path, width: int, scales: int, text: str | None = None,
-                  count: int | None = None, seed: int = 5) -> tuple[Path, np.ndarray]:
+                  count: int | None = None, seed: int = 5,
+                  cfa: bool = False) -> tuple[Path, np.ndarray]:
     """A .lut as o-lut writes unet-t's weights (f32 ssbo, n x 1, the text after them) of
-    random weights (random_weights: every ReLU sees both signs)."""
-    w = random_weights(width, scales, seed)
+    random weights (random_weights: every ReLU sees both signs); cfa: the network of RGGB
+    mosaics."""
+    w = random_weights(width, scales, seed, cfa)
     if count is not None:
         w = np.resize(w, count)
     write_lut(path, w, 1, "f32", w.size, 1, ssbo=True,
-              text=lut_text(width, scales) if text is None else text)
+              text=lut_text(width, scales, cfa) if text is None else text)
     return path, w.astype(np.float64)
 
 
@@ -223,3 +225,91 @@ def test_denoise_command(tmp_path, capsys):
                              tmp_path / "r.png")
         assert code == 2 and msg in err and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files + ["bad.lut"])
+
+
+# ----------------------------------------------------------------- RGGB mosaics (cfa rggb)
+
+
+def pad_cells(M: np.ndarray, Hp: int, Wp: int, mode: str = "symmetric") -> np.ndarray:
+    """The mosaic M (h, w, 3) padded to Hp x Wp by whole cells of 2 x 2 photosites (the cell
+    index mirrored, each photosite keeping its place in its cell: the colour phase kept)."""
+    h, wd = M.shape[:2]
+    C = M.reshape(h // 2, 2, wd // 2, 2, 3).transpose(0, 2, 1, 3, 4)
+    C = np.pad(C, ((0, (Hp - h) // 2), (0, (Wp - wd) // 2), (0, 0), (0, 0), (0, 0)), mode=mode)
+    return C.transpose(0, 2, 1, 3, 4).reshape(Hp, Wp, 3)
+
+
+def expected_cfa(M: np.ndarray, w: np.ndarray, width: int, scales: int, a: float = A,
+                 b: float = B, pad=pad_cells) -> np.ndarray:
+    """The reference's cfa network on the mosaic M padded by cells to the network's size,
+    one tile, cropped to M's size: the full-resolution RGB."""
+    h, wd = M.shape[:2]
+    Wp, Hp = padded(wd, h, scales, cfa=True)
+    O, _ = ref.forward(w, pad(M[..., :3].astype(np.float64), Hp, Wp), np.array([a]),
+                       np.array([b]), Hp, width, scales, cfa=True)
+    return O[:h, :wd]
+
+
+def pad_pixels(M, Hp, Wp):
+    """The photosites mirrored one by one: the colour phase flips at the edge."""
+    h, wd = M.shape[:2]
+    return np.pad(M, ((0, Hp - h), (0, Wp - wd), (0, 0)), mode="symmetric")
+
+
+@pytest.mark.parametrize("size,width,scales,precise", [
+    ((38, 22), 2, 3, 0),   # 19 x 11 cells, padded to 24 x 12 cells (48 x 24 photosites)
+    ((32, 24), 3, 3, 0),   # the network's size already
+    ((6, 2), 2, 3, 1),     # padded by more than the image (to 8 x 8), float64 kernels
+])
+def test_cfa_output_matches_reference(device, tmp_path, size, width, scales, precise):
+    """unet on weights whose .lut says 'cfa rggb', reading an RGGB mosaic: the
+    full-resolution RGB of the reference on the mosaic padded by mirrored cells; mirroring
+    photosites instead (the colour phase flipped) gives other numbers."""
+    lut, w = write_weights(tmp_path / "w.lut", width, scales, cfa=True)
+    M = ref.mosaic(noisy(*size)).astype(np.float32)
+    out = unet_run(device, lut, M, tmp_path, precise=precise)
+    assert out.shape == (size[1], size[0], 4)
+    want = expected_cfa(M, w, width, scales)
+    err = np.abs(out[..., :3] - want).max()
+    assert err <= 1e-5, err
+    assert np.array_equal(out[..., 3], np.ones(M.shape[:2], np.float32))
+    if size != padded(*size, scales, cfa=True):
+        other = expected_cfa(M, w, width, scales, pad=pad_pixels)
+        assert np.abs(out[..., :3] - other).max() > 100 * max(err, 1e-7)
+
+
+def test_cfa_weights_errors(device, tmp_path):
+    """An odd-sized input, weights of the RGB network's count under a 'cfa rggb' text, another
+    cfa line, and the Denoiser (vkgraph denoise), which runs RGB weights only."""
+    lut, _ = write_weights(tmp_path / "w.lut", 2, 2, cfa=True)
+    with pytest.raises(GraphError, match="RGGB mosaic, whose width and height must be even"):
+        unet_run(device, lut, noisy(9, 8), tmp_path)
+    bad, _ = write_weights(tmp_path / "b.lut", 2, 2, text=lut_text(2, 2, True))  # RGB count
+    with pytest.raises(GraphError, match="holds 509 values, but .* 2 scales of RGGB mosaics "
+                       ".* has 554"):
+        unet_run(device, bad, noisy(8, 8), tmp_path)
+    other, _ = write_weights(tmp_path / "o.lut", 2, 2, cfa=True,
+                             text=lut_text(2, 2) + "cfa grbg\n")
+    with pytest.raises(GraphError, match="cfa grbg"):
+        unet_run(device, other, noisy(8, 8), tmp_path)
+    with pytest.raises(GraphError, match="RGB images only"):
+        Denoiser(device, lut)
+
+
+def test_cfa_reach_covers_what_a_pixel_depends_on():
+    """forward.reach with cfa (2 r + 1 for the cells' reach r): the reference's output at a
+    photosite does not change when every photosite farther than it (either axis) changes,
+    at photosites of every phase of the grid of 2 2^(S-1) pixels."""
+    width, scales = 2, 3
+    R = reach(scales, cfa=True)
+    assert R == 2 * reach(scales) + 1
+    w = random_weights(width, scales, cfa=True).astype(np.float64)
+    X = ref.mosaic(noisy(160, 160))
+    O = expected_cfa(X, w, width, scales)
+    assert R < 72
+    for y, x in [(72, 72), (73, 75), (78, 77), (79, 79), (75, 78)]:
+        Y = ref.mosaic(noisy(160, 160, seed=9))
+        Y[y - R:y + R + 1, x - R:x + R + 1] = X[y - R:y + R + 1, x - R:x + R + 1]
+        got = expected_cfa(Y, w, width, scales)
+        assert np.array_equal(got[y, x], O[y, x])
+        assert np.abs(got - O).max() > 1e-3  # the rest changed

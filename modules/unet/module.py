@@ -6,41 +6,51 @@ modules run the same kernels (shaders/unet-t/). The network's shape (width, scal
 from the weights' .lut text; the noise profile from the params `noise a`, `noise b`. Any
 image size: the network runs at the size rounded up to multiples of 2^(scales - 1), prep
 reading the input mirrored beyond its edges, and the output keeps the input's pixels.
+Weights of RGGB mosaics (the .lut's line `cfa rggb`, unet-t's cfa 1) read a mosaic of even
+size and write its full-resolution RGB: the network runs on the 2 x 2 cells, padded to a
+multiple of 2^(scales - 1) cells with the cells mirrored (the colour phase kept).
 """
 
 from __future__ import annotations
 
-from vkgraph.modules.unet_t.forward import forward_nodes, padded, shape_of_text
+from vkgraph.modules.unet_t.forward import cfa_of_text, forward_nodes, padded, shape_of_text
 from vkgraph.modules.unet_t.net import n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
 
 
-def network(graph, module) -> tuple[int, int]:
-    """(width, scales) of the weights on `w`, from the .lut's text (unet-t's o-lut writes it;
-    i-lut publishes it as the metadata "text"); GraphError where the text is missing or not a
-    unet's, or the weights' count is not that network's."""
+def network(graph, module) -> tuple[int, int, bool]:
+    """(width, scales, cfa) of the weights on `w`, from the .lut's text (unet-t's o-lut writes
+    it; i-lut publishes it as the metadata "text"); GraphError where the text is missing or
+    not a unet's, or the weights' count is not that network's."""
     text = graph.meta(module, "w").get("text")
-    width, scales = shape_of_text(text, where=f"{module}: input 'w'")
+    where = f"{module}: input 'w'"
+    width, scales = shape_of_text(text, where=where)
+    cfa = cfa_of_text(text, where=where)
     w = module.connector("w")
-    have, want = w.roi.wd * w.roi.ht, n_params(width, scales)
+    have, want = w.roi.wd * w.roi.ht, n_params(width, scales, cfa)
     if have != want:
         raise GraphError(f"{module}: input 'w' holds {have} values, but a U-Net of width "
-                         f"{width} and {scales} scales (says the .lut's text) has {want}",
+                         f"{width} and {scales} scales{' of RGGB mosaics' if cfa else ''} "
+                         f"(says the .lut's text) has {want}",
                          hint="a .lut that unet-t's w output wrote")
-    return width, scales
+    return width, scales, cfa
 
 
 def modify_roi_out(graph, module) -> None:
     inp = module.connector("input").roi
     module.data["net"] = network(graph, module)
+    if module.data["net"][2] and (inp.wd % 2 or inp.ht % 2):
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; these weights (the .lut "
+                         "says 'cfa rggb') read an RGGB mosaic, whose width and height must "
+                         "be even (whole cells of 2 x 2 photosites)")
     module.connector("output").roi = Roi(inp.wd, inp.ht)
 
 
 def create_nodes(graph, module) -> None:
-    width, scales = module.data["net"]
+    width, scales, cfa = module.data["net"]
     inp = module.connector("input").roi
-    size = padded(inp.wd, inp.ht, scales)
-    module.data["size"] = size  # the network's (padded) size
+    size = padded(inp.wd, inp.ht, scales, cfa)
+    module.data["size"] = size  # the network's (padded) size, full resolution
     forward_nodes(graph, module, (width, scales), "w", size, noise="params",
-                  precise=int(module.param("precise")) != 0)
+                  precise=int(module.param("precise")) != 0, cfa=cfa)

@@ -284,7 +284,7 @@ def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int] | Non
     as unet would at the first image: the text's shape, the weights' count, finite values;
     None for other weights (kpn's). A given `levels` is an error: a U-Net has no pyramid.
     GraphError, once, before any image is read."""
-    from vkgraph.modules.unet_t.forward import is_unet_text, shape_of_text
+    from vkgraph.modules.unet_t.forward import cfa_of_text, is_unet_text, shape_of_text
     from vkgraph.modules.unet_t.net import n_params
 
     if not weights.exists():
@@ -293,6 +293,9 @@ def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int] | Non
     if not is_unet_text(text):
         return None
     width, scales = shape_of_text(text, where=str(weights))
+    if cfa_of_text(text, where=str(weights)):
+        raise GraphError("these are unet-t's weights of RGGB mosaics (the .lut says 'cfa "
+                         "rggb'); denoise runs weights of RGB images only", where=str(weights))
     if data.size != n_params(width, scales):
         raise GraphError(f"holds {data.size} values, but a U-Net of width {width} and {scales} "
                          f"scales (says the .lut's text) has {n_params(width, scales)}",
