@@ -16,6 +16,17 @@ MLP = ["param:mlp-t:01:batch:64"]
 # train-kpn and train-photo draw new noise every frame; the check needs a static input
 KPN = ["param:cnngenin:01:generate:0", "param:cnngenin:01:batch:1",
        "param:cnngenin:01:tile:32"]
+# train-raw (unet-t cfa 1) reads RGGB mosaics, and cnngenin's mosaic changes every frame with
+# tiles (crops, flips, exposures) too: the static patch (generate 0) goes through a second
+# cnngenin without tiles that only mosaics it (generate 3, the same every frame; a = b = 0 as
+# generate 0's), which feeds unet-t
+RAW = KPN + ["module:cnngenin:mosaic", "param:cnngenin:mosaic:tiles:0",
+             "param:cnngenin:mosaic:generate:3",
+             "connect:cnngenin:01:imgo:cnngenin:mosaic:imgi",
+             "connect:cnngenin:01:refo:cnngenin:mosaic:refi",
+             "connect:cnngenin:mosaic:imgo:unet-t:01:input",
+             "connect:cnngenin:mosaic:refo:unet-t:01:ref",
+             "connect:cnngenin:mosaic:noiseab:unet-t:01:noiseab"]
 GRAPHS = {
     "fit-poly": [],
     "fit-image-hash": MLP,
@@ -32,10 +43,11 @@ GRAPHS = {
     "train-photo-ctx": KPN,
     "train-photo-nl": KPN,
     "train-unet": KPN,
+    "train-raw": RAW,
 }
 # about 90 s of the loop's 140 on the CPU driver (2 cores); the rest takes about 45 s
 SLOW = {"fit-image", "fit-image-flip", "fit-image-zoom", "gradcheck-kpn", "train-kpn",
-        "train-photo", "train-photo-ctx", "train-photo-nl", "train-unet"}
+        "train-photo", "train-photo-ctx", "train-photo-nl", "train-unet", "train-raw"}
 SUMMARY = re.compile(r"checked (\d+) weights .*: (\d+) compared, (\d+) excluded")
 
 
@@ -55,6 +67,19 @@ def test_gradcheck_passes_on_shipped_graph(name, capsys):
     if name in ("fit-image-hash", "fit-image-permuto"):  # the table levels were checked
         rows = [ln.split() for ln in out.splitlines() if ln[:7].strip().isdigit()]
         assert sum(r[1].startswith("t") and float(r[4]) != 0 for r in rows) >= 4
+
+
+def test_gradcheck_passes_on_train_raw_at_width_4(capsys):
+    """train-raw.cfg's check (RAW) at width 4: quick on the CPU driver; the input unet-t
+    reads is a mosaic."""
+    from vkgraph.cli.main import main
+
+    rc = main(["gradcheck", "-g", str(ROOT / "graphs" / "train-raw.cfg"), "--count", "12",
+               "--config", *RAW, "param:unet-t:01:width:4"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "PASS" in out, out
+    checked, compared, excluded = map(int, SUMMARY.search(out).groups())
+    assert checked == 12 and compared >= 0.9 * checked, out
 
 
 class KinkedProbe:

@@ -212,7 +212,9 @@ TINY = {"fit-*": ["param:mlp-t:01:batch:256"],
         "train-photo-nl": ["param:cnngenin:01:batch:2", "param:cnngenin:01:tile:32"],
         "train-jpeg-nl": ["param:cnngenin:01:batch:2", "param:cnngenin:01:tile:32"],
         "train-unet*": ["param:cnngenin:01:batch:2", "param:cnngenin:01:tile:32",
-                        "param:unet-t:01:width:4"]}
+                        "param:unet-t:01:width:4"],
+        "train-raw": ["param:cnngenin:01:batch:2", "param:cnngenin:01:tile:32",
+                      "param:unet-t:01:width:4"]}
 
 
 def installed_graphs(bin_dir: Path) -> Path:
