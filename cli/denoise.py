@@ -44,15 +44,17 @@ WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
 # through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
 WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
-# on a GPU, better weights in their place: for raw files, EXR and PFM arch 2 (arch 1 with
-# nonlocal taps: block matching at every level), +0.17 to +0.26 dB on linear photographs,
-# +0.0 to +0.13 dB on raw files; for JPEGs the U-Net trained on camera-pipeline JPEGs
-# (modules/unet-t, graphs/train-unet-jpeg.cfg), +0.65 to +1.04 dB over arch 2's JPEG weights
-# on phone-like JPEGs and +0.95 to +1.24 dB on white noise through JPEG (bench/README.md,
-# photo_jpeg.py). On a CPU both are many times slower (arch 2's block matching; the U-Net's
-# 0.49M weights), so CPU devices keep arch 1.
-GPU_WEIGHTS = {WEIGHTS_LINEAR: ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
-               WEIGHTS_JPEG: ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
+# on a GPU, better weights in their place (bench/README.md): for raw files arch 2 (arch 1 with
+# nonlocal taps: block matching at every level), +0.0 to +0.13 dB (raw_quality.py); for EXR
+# and PFM the U-Net (modules/unet-t, graphs/train-unet.cfg), +0.35 to +0.49 dB over arch 2
+# on linear photographs with the estimated profile (quality.py --estimate); for JPEGs the
+# U-Net trained on camera-pipeline JPEGs (graphs/train-unet-jpeg.cfg), +0.65 to +1.04 dB
+# over arch 2's JPEG weights on phone-like JPEGs and +0.95 to +1.24 dB on white noise through
+# JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block matching; the
+# U-Net's 0.49M weights), so CPU devices keep arch 1.
+GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
+               "linear": ROOT / "graphs" / "weights" / "unet-photo.lut",
+               "jpeg": ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -109,7 +111,9 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights, or unet-t's (run by "
                    "unet; the .lut's text tells them apart) (default: the shipped "
                    f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
-                   f"for JPEG, {shown(WEIGHTS)} for the rest)")
+                   f"for JPEG, {shown(WEIGHTS)} for the rest; on a GPU "
+                   f"{shown(GPU_WEIGHTS['raw'])} for raw files, {shown(GPU_WEIGHTS['linear'])} "
+                   f"for EXR and PFM, {shown(GPU_WEIGHTS['jpeg'])} for JPEG)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
@@ -282,15 +286,19 @@ def shown(path: Path) -> Path:
 def default_weights(src: Path, gpu: bool = False) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
     linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
-    better ones of GPU_WEIGHTS where there are some."""
+    better ones of GPU_WEIGHTS for the first three kinds."""
     from vkgraph.pipeline.raw import is_raw
 
     suffix = src.suffix.lower()
-    if is_raw(src) or suffix in LINEAR_FORMATS:
-        w = WEIGHTS_LINEAR
+    if is_raw(src):
+        kind, w = "raw", WEIGHTS_LINEAR
+    elif suffix in LINEAR_FORMATS:
+        kind, w = "linear", WEIGHTS_LINEAR
+    elif suffix in JPEG_FORMATS:
+        kind, w = "jpeg", WEIGHTS_JPEG
     else:
-        w = WEIGHTS_JPEG if suffix in JPEG_FORMATS else WEIGHTS
-    return GPU_WEIGHTS.get(w, w) if gpu else w
+        kind, w = "", WEIGHTS
+    return GPU_WEIGHTS.get(kind, w) if gpu else w
 
 
 def on_gpu(device) -> bool:

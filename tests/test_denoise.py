@@ -420,14 +420,14 @@ def test_ensemble_option(device, tmp_path, capsys, weights):
 def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
     """Without --weights: raw files, EXR and PFM get the arch 1 weights, JPEGs the arch 1
     weights trained on JPEGs, the other display-referred formats the arch 0 ones; on a GPU
-    raw, EXR and PFM get their arch 2 versions and JPEGs the U-Net trained on JPEGs; each
-    file's line names the weights it used."""
+    raw files get their arch 2 version, EXR and PFM the U-Net and JPEGs the U-Net trained on
+    JPEGs; each file's line names the weights it used."""
     from vkgraph.cli import denoise as cli_denoise
 
     gpu = {s: cli_denoise.default_weights(Path(f"x{s}"), gpu=True).name
            for s in (".dng", ".exr", ".pfm", ".jpg", ".png")}
-    assert gpu == {".dng": "kpn-photo-nl.lut", ".exr": "kpn-photo-nl.lut",
-                   ".pfm": "kpn-photo-nl.lut", ".jpg": "unet-jpeg.lut",
+    assert gpu == {".dng": "kpn-photo-nl.lut", ".exr": "unet-photo.lut",
+                   ".pfm": "unet-photo.lut", ".jpg": "unet-jpeg.lut",
                    ".png": "kpn-photo.lut"}
     monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
     monkeypatch.setattr(cli_denoise, "WEIGHTS_LINEAR", ctx_weights)
@@ -442,7 +442,8 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     shipped = cli_denoise.ROOT / "graphs" / "weights"
     assert all((shipped / n).exists() for n in ("kpn-photo.lut", "kpn-photo-ctx.lut",
                                                   "kpn-jpeg-ctx.lut", "kpn-photo-nl.lut",
-                                                  "kpn-jpeg-nl.lut", "unet-jpeg.lut"))
+                                                  "kpn-jpeg-nl.lut", "unet-jpeg.lut",
+                                                  "unet-photo.lut"))
 
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())
