@@ -340,7 +340,7 @@ def check_up_front(args, weights: Path) -> None:
         raise GraphError(f"denoise: weights '{weights}' do not exist (the shipped weights are "
                          "missing from this checkout; give --weights W.lut)")
     try:
-        check_weights(weights, args.levels)
+        check_weights(weights, args.levels, ensemble=args.ensemble)
     except GraphError as e:
         raise GraphError(f"denoise: {e.line()}") from None
     if args.noise is not None:  # what kpn's (and unet's) params hold (a finite float32)
@@ -607,6 +607,9 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
     if is_raw(src):
         return denoise_raw_file(den, src, dst, noise, quality, strength)
+    if getattr(den, "cfa", False):
+        raise GraphError(f"the weights {den.weights.name} denoise camera raw files (RGGB "
+                         "mosaics: their .lut says 'cfa rggb'), and this is not one")
     t0 = time.perf_counter()
     if read is None:
         image, meta, (a, b), how = read_photo(src, noise, strength)

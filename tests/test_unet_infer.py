@@ -280,7 +280,7 @@ def test_cfa_output_matches_reference(device, tmp_path, size, width, scales, pre
 
 def test_cfa_weights_errors(device, tmp_path):
     """An odd-sized input, weights of the RGB network's count under a 'cfa rggb' text, another
-    cfa line, and the Denoiser (vkgraph denoise), which runs RGB weights only."""
+    cfa line; the Denoiser's odd-sized mosaic and ensemble."""
     lut, _ = write_weights(tmp_path / "w.lut", 2, 2, cfa=True)
     with pytest.raises(GraphError, match="RGGB mosaic, whose width and height must be even"):
         unet_run(device, lut, noisy(9, 8), tmp_path)
@@ -292,8 +292,29 @@ def test_cfa_weights_errors(device, tmp_path):
                              text=lut_text(2, 2) + "cfa grbg\n")
     with pytest.raises(GraphError, match="cfa grbg"):
         unet_run(device, other, noisy(8, 8), tmp_path)
-    with pytest.raises(GraphError, match="RGB images only"):
-        Denoiser(device, lut)
+    with pytest.raises(GraphError, match="a 9x8 mosaic: .* must be even"):
+        Denoiser(device, lut)(noisy(9, 8)[..., 0], A, B)
+    with pytest.raises(GraphError, match="ensemble 4: .* RGGB mosaics"):
+        Denoiser(device, lut, ensemble=4)
+
+
+def test_denoiser_runs_cfa_weights_whole_and_tiled(device, tmp_path):
+    """The Denoiser on weights of RGGB mosaics: a mosaic (h, w) in, its full-resolution rgb
+    out, equal to the reference's; tiled (max_pixels below the padded size) on the grid of
+    whole cells with forward.reach's margin for mosaics, the same numbers."""
+    lut, w = write_weights(tmp_path / "w.lut", 2, 3, cfa=True)
+    M = ref.mosaic(noisy(200, 150)).astype(np.float32)
+    whole = Denoiser(device, lut)
+    assert (whole.module, whole.net, whole.cfa) == ("unet", (2, 3), True)
+    out = whole(M[..., 0], A, B)  # red photosites' value in r: the mosaic itself
+    assert out.shape == (150, 200, 3)
+    np.testing.assert_allclose(out, expected_cfa(M, w, 2, 3), atol=1e-5)
+    tiled = Denoiser(device, lut, max_pixels=15000)
+    step = 8  # tiles start on whole cells of the network's grid: 2 * 2^(scales - 1)
+    assert tiled.margin == -(-reach(3, cfa=True) // step) * step == 48
+    cx, cy, _ = tiled.tiling(200, 150)
+    assert cx % step == 0 and cy % step == 0 and cx < 200 and cy < 150
+    assert np.array_equal(tiled(M, A, B), out)
 
 
 def test_cfa_reach_covers_what_a_pixel_depends_on():
@@ -313,3 +334,65 @@ def test_cfa_reach_covers_what_a_pixel_depends_on():
         got = expected_cfa(Y, w, width, scales)
         assert np.array_equal(got[y, x], O[y, x])
         assert np.abs(got - O).max() > 1e-3  # the rest changed
+
+
+def test_raw_bayer_phases_run_as_rggb(device, tmp_path):
+    """denoise_raw with weights of RGGB mosaics: the white-balanced mosaic brought to the RGGB
+    phase by a mirrored column (reflect keeps the colours) gives, away from that column, the
+    numbers of the same photosites read in RGGB phase; X-Trans is refused."""
+    from vkgraph.apps.rawdenoise import bayer_red, denoise_raw, rggb_mosaic
+    from vkgraph.pipeline.raw import RawImage, RawMeta
+
+    assert [bayer_red(c) for c in (((0, 1), (1, 2)), ((1, 0), (2, 1)), ((1, 2), (0, 1)),
+                                   ((2, 1), (1, 0)), ((0, 1), (2, 1)))] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), None]
+    lut, w = write_weights(tmp_path / "w.lut", 2, 2, cfa=True)
+    den = Denoiser(device, lut)
+    eye = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+    wb = (2.0, 1.0, 1.5)
+    M = ref.mosaic(noisy(64, 40))[..., 0].astype(np.float32)  # RGGB, 64 x 40
+    rggb = RawImage(M, RawMeta(((0, 1), (1, 2)), wb, eye))
+    grbg = RawImage(np.ascontiguousarray(M[:, 1:]), RawMeta(((1, 0), (2, 1)), wb, eye))
+    padded_m, origin = rggb_mosaic(grbg)
+    assert origin == (0, 1) and padded_m.shape == (40, 64)
+    gains = np.tile(np.array([[2.0, 1.0], [1.0, 1.5]], np.float32), (20, 32))
+    np.testing.assert_array_equal(padded_m[:, 1:], (M * gains)[:, 1:])
+    np.testing.assert_array_equal(padded_m[:, 0], padded_m[:, 2])  # reflected: same colours
+    out1, _, ab = denoise_raw(den, None, rggb, noise=(A, B))
+    out2, _, _ = denoise_raw(den, None, grbg, noise=(A, B))
+    assert out1.shape == (40, 64, 3) and out2.shape == (40, 63, 3)
+    r = reach(2, cfa=True)
+    np.testing.assert_allclose(out2[:, r + 1:], out1[:, r + 2:], atol=1e-6)
+    # the balanced profile's mean over r, g, b: a times the gains squared, b times the gains
+    np.testing.assert_allclose(ab, (A * (4 + 1 + 2.25) / 3, B * (2 + 1 + 1.5) / 3), rtol=1e-6)
+    xtrans = RawImage(np.zeros((12, 12), np.float32),
+                      RawMeta(tuple(tuple(int(v) for v in row) for row in np.zeros((6, 6))),
+                              wb, eye))
+    with pytest.raises(GraphError, match="RGGB \\(Bayer\\) mosaics; .* X-Trans"):
+        denoise_raw(den, None, xtrans, noise=(A, B))
+
+
+def test_denoise_command_on_a_raw_file_with_cfa_weights(device, tmp_path, capsys):
+    """`vkgraph denoise photo.dng --weights` of RGGB mosaics: the DNG (GBRG here) denoised and
+    demosaiced by the network, its camera matrix applied, written as EXR: denoise_raw's
+    numbers; a PNG or an ensemble with such weights is one clear error, nothing written."""
+    from test_raw import scene, write
+
+    from vkgraph.apps.rawdenoise import denoise_raw
+    from vkgraph.pipeline.raw import read_raw
+
+    lut, _ = write_weights(tmp_path / "raw.lut", 2, 2, cfa=True)
+    write(tmp_path / "a.dng", scene(36, 50), ((1, 2), (0, 1)), noise=(A, B))
+    code, out, err = run(capsys, tmp_path / "a.dng", "--weights", lut, "--noise", A, B)
+    assert code == 0, err
+    assert "50x36 Bayer" in out and "weights raw.lut" in out
+    got = read_image(tmp_path / "a-denoised.exr")[..., :3]
+    want, _, _ = denoise_raw(Denoiser(device, lut), None, read_raw(tmp_path / "a.dng"),
+                             noise=(A, B))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    write_png(tmp_path / "p.png", noisy(20, 16))
+    code, out, err = run(capsys, tmp_path / "p.png", "--weights", lut)
+    assert code != 0 and "denoise camera raw files" in err and "Traceback" not in err
+    code, out, err = run(capsys, tmp_path / "a.dng", "--weights", lut, "--ensemble", 2,
+                         "-o", tmp_path / "b.exr")
+    assert code == 2 and "RGGB mosaics" in err and not (tmp_path / "b.exr").exists()

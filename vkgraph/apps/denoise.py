@@ -40,6 +40,13 @@ it is always handed to kpn (`noise a`, `noise b`), and weights that do not use i
 (1: the image; 2: and its mirror; 4: its four rotations; 8: and their mirrors), each undone
 before the mean. The filter is not rotation-invariant, so the results differ and their mean
 is cleaner (measured: +0.13 dB with 4, bench/README.md) for n times kpn's time.
+
+unet-t's weights of RGGB mosaics (their .lut's text has the line `cfa rggb`; `cfa`) denoise
+and demosaic at once: the image is a mosaic, (h, w) or channels of which each photosite's own
+colour is read (red at even rows and columns), of even width and height, and the result is
+its full-resolution rgb. Tiles then start on the network's grid of 2 * 2^(scales - 1) pixels
+(whole cells: the colour phase stays), the margin is forward.reach's for mosaics, and an
+ensemble is refused (a flip or rotation changes the mosaic's phase).
 """
 
 from __future__ import annotations
@@ -86,19 +93,23 @@ class Denoiser:
         self.device = device
         self.weights = Path(weights)
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        self.net = unet_info(self.weights, levels)  # (width, scales) of unet-t's, else None
+        info = unet_info(self.weights, levels)  # (width, scales, cfa) of unet-t's, else None
+        self.net = info[:2] if info else None  # (width, scales)
+        self.cfa = bool(info and info[2])  # weights of RGGB mosaics
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
+        check_ensemble(self.weights, self.cfa, ensemble)
         if self.net is not None:
             from vkgraph.modules.unet_t.forward import bytes_per_pixel, reach
 
             self.module = "unet"
             self.levels, self.arch = None, 0
-            self.depth = self.net[1] - 1  # tiles' grid: 2^(scales - 1), unet's padding
+            # tiles' grid: 2^(scales - 1), unet's padding (of cells with cfa: twice that)
+            self.depth = self.net[1] - 1 + int(self.cfa)
             step = 1 << self.depth
-            self.margin = -(-reach(self.net[1]) // step) * step
+            self.margin = -(-reach(self.net[1], self.cfa) // step) * step
             self.pad = step  # unet runs at the size padded to it (max_pixels counts those)
-            largest, total = bytes_per_pixel(*self.net)
+            largest, total = bytes_per_pixel(*self.net, cfa=self.cfa)
             budget = int((getattr(getattr(device, "info", None), "memory_mib", 0) or 0)
                          * MEMORY_SHARE) << 20
             self.max_pixels = max_pixels or min(max_pixels_of(device, largest),
@@ -180,6 +191,13 @@ class Denoiser:
             image = image[:, :, None]
         if image.ndim != 3 or min(image.shape) < 1:
             raise GraphError(f"expected an image (h, w, channels), got shape {image.shape}")
+        if self.cfa:
+            if image.shape[0] % 2 or image.shape[1] % 2:
+                raise GraphError(f"a {image.shape[1]}x{image.shape[0]} mosaic: the weights "
+                                 f"{self.weights} are of RGGB mosaics, whose width and height "
+                                 "must be even (whole 2 x 2 cells)")
+            if image.shape[2] < 3:  # a mosaic: each photosite's value in every channel
+                image = np.repeat(image[:, :, :1], 3, axis=2)
         out = self._mean(image, a, b)
         finite = non_finite(out) is None  # its min and max (12 MP: 10-20 ms)
         if not self.fp32 and not finite and self._f16():
@@ -272,18 +290,31 @@ class Denoiser:
         return out
 
 
-def check_weights(weights: Path, levels: int | None = None, registry=None) -> int | None:
-    """kpn's pyramid levels for these weights (weights_info); None for unet-t's (unet_info)."""
-    if unet_info(weights, levels) is not None:
+def check_weights(weights: Path, levels: int | None = None, registry=None,
+                  ensemble: int = 1) -> int | None:
+    """kpn's pyramid levels for these weights (weights_info); None for unet-t's (unet_info,
+    and check_ensemble)."""
+    info = unet_info(weights, levels)
+    if info is not None:
+        check_ensemble(weights, info[2], ensemble)
         return None
     return weights_info(weights, levels, registry)[0]
 
 
-def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int] | None:
-    """(width, scales) of unet-t's weights (their .lut's text says "unet denoiser"), checked
-    as unet would at the first image: the text's shape, the weights' count, finite values;
-    None for other weights (kpn's). A given `levels` is an error: a U-Net has no pyramid.
-    GraphError, once, before any image is read."""
+def check_ensemble(weights: Path, cfa: bool, ensemble: int) -> None:
+    """Weights of RGGB mosaics take no ensemble: a flip or rotation changes the phase."""
+    if cfa and ensemble != 1:
+        raise GraphError(f"ensemble {ensemble}: the weights {weights} are of RGGB mosaics, "
+                         "whose flips and rotations change the colour phase; leave the "
+                         "ensemble out")
+
+
+def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool] | None:
+    """(width, scales, cfa) of unet-t's weights (their .lut's text says "unet denoiser"; cfa:
+    of RGGB mosaics, the line `cfa rggb`), checked as unet would at the first image: the
+    text's shape, the weights' count, finite values; None for other weights (kpn's). A given
+    `levels` is an error: a U-Net has no pyramid. GraphError, once, before any image is
+    read."""
     from vkgraph.modules.unet_t.forward import cfa_of_text, is_unet_text, shape_of_text
     from vkgraph.modules.unet_t.net import n_params
 
@@ -293,18 +324,17 @@ def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int] | Non
     if not is_unet_text(text):
         return None
     width, scales = shape_of_text(text, where=str(weights))
-    if cfa_of_text(text, where=str(weights)):
-        raise GraphError("these are unet-t's weights of RGGB mosaics (the .lut says 'cfa "
-                         "rggb'); denoise runs weights of RGB images only", where=str(weights))
-    if data.size != n_params(width, scales):
-        raise GraphError(f"holds {data.size} values, but a U-Net of width {width} and {scales} "
-                         f"scales (says the .lut's text) has {n_params(width, scales)}",
-                         where=str(weights))
+    cfa = cfa_of_text(text, where=str(weights))
+    if data.size != n_params(width, scales, cfa):
+        mosaic = " of RGGB mosaics" if cfa else ""
+        raise GraphError(f"holds {data.size} values, but a U-Net{mosaic} of width {width} and "
+                         f"{scales} scales (says the .lut's text) has "
+                         f"{n_params(width, scales, cfa)}", where=str(weights))
     if levels is not None:
         raise GraphError(f"levels {levels}: these are unet-t's weights (a U-Net of {scales} "
                          "scales), which have no pyramid levels; leave levels out",
                          where=str(weights))
-    return width, scales
+    return width, scales, cfa
 
 
 def weights_info(weights: Path, levels: int | None = None, registry=None) -> tuple[int, int]:

@@ -12,6 +12,13 @@ the balanced noise profile (vkgraph/apps/camnoise.py: a scales with gain^2, b wi
 over r, g, b), then taken to linear Rec.709 by the camera matrix (3 x 3 per pixel on the
 host). The denoiser sees white-balanced camera rgb, where the noise of the three channels is
 independent (the matrix mixes them).
+
+Weights of RGGB mosaics (unet-t's `cfa 1`, the Denoiser's `cfa`) take the mosaic itself and
+demosaic as they denoise: the mosaic is white-balanced on the host (each photosite times its
+colour's multiplier, as demosaic's `wb` does), brought to the RGGB phase and to an even size
+by mirrored rows and columns (numpy's "reflect": row -1 is row 1, of the same colours), run,
+and the result cropped back before the camera matrix. Bayer patterns only: X-Trans is an
+error with those weights.
 """
 
 from __future__ import annotations
@@ -101,11 +108,47 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(rgb, np.float32)[..., :3] @ m.T)
 
 
+def bayer_red(cfa) -> tuple[int, int] | None:
+    """(row, column) of red in a 2 x 2 Bayer pattern (green on the other diagonal, blue
+    opposite red); None for any other pattern (X-Trans, or a 2 x 2 that is not Bayer)."""
+    c = np.asarray(cfa)
+    if c.shape != (2, 2) or np.count_nonzero(c == 0) != 1:
+        return None
+    ry, rx = (int(v) for v in np.argwhere(c == 0)[0])
+    ok = c[1 - ry, 1 - rx] == 2 and c[ry, 1 - rx] == 1 and c[1 - ry, rx] == 1
+    return (ry, rx) if ok else None
+
+
+def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
+    """(the white-balanced mosaic in RGGB phase and of even size, (top, left): where the
+    raw's own mosaic starts in it). GraphError for a pattern that is not Bayer."""
+    red = bayer_red(raw.meta.cfa)
+    if red is None:
+        kind = "X-Trans" if raw.meta.period == 6 else "not a Bayer one"
+        raise GraphError(f"these weights denoise RGGB (Bayer) mosaics; this file's colour "
+                         f"pattern is {kind}")
+    ht, wd = raw.mosaic.shape
+    if min(ht, wd) < 2:
+        raise GraphError(f"a {wd}x{ht} mosaic holds no whole 2 x 2 Bayer cell")
+    cfa = np.asarray(raw.meta.cfa)
+    gains = np.asarray(raw.meta.wb, np.float32)[np.tile(cfa, (-(-ht // 2), -(-wd // 2)))]
+    balanced = raw.mosaic * gains[:ht, :wd]
+    top, left = red
+    pad = ((top, (ht + top) % 2), (left, (wd + left) % 2))
+    return np.pad(balanced, pad, mode="reflect"), (top, left)
+
+
 def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0
                 ) -> tuple[np.ndarray, NoiseProfile, tuple[float, float]]:
     """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
-    the white-balanced profile times `strength`)."""
+    the white-balanced profile times `strength`). With weights of RGGB mosaics (`den.cfa`)
+    the denoiser demosaics too (module docstring); else demosaic, then the denoiser."""
     profile = profile_for(raw, noise)
     a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
-    rgb = dem(raw, wb=True, colour=False)
-    return to_rec709(den(rgb, a, b), raw), profile, (a, b)
+    if getattr(den, "cfa", False):
+        mosaic, (top, left) = rggb_mosaic(raw)
+        ht, wd = raw.mosaic.shape
+        rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]
+    else:
+        rgb = den(dem(raw, wb=True, colour=False), a, b)
+    return to_rec709(rgb, raw), profile, (a, b)
