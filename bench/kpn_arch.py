@@ -474,6 +474,17 @@ def load_training(torch, dev):
     return imgs
 
 
+def orient(t, f: int, undo: bool = False):
+    """t (..., h, w) flipped along x (f & 1), along y (f & 2), then transposed (f & 4); undo:
+    the inverse, the same steps in reverse order."""
+    steps = [(1, lambda u: u.flip(-1)), (2, lambda u: u.flip(-2)),
+             (4, lambda u: u.transpose(-1, -2))]
+    for bit, step in reversed(steps) if undo else steps:
+        if f & bit:
+            t = step(t)
+    return t
+
+
 def dead_leaves(torch, imgs, rng, n=48, size=384, dev="cuda"):
     """Procedural training images: occluding discs (radii with density r^-3 between 1.5 and
     96 px, the scale-invariant dead-leaves model) in colours drawn from the training
@@ -515,13 +526,7 @@ def batch(torch, imgs, rng, n=16, tile=128, dev="cuda", aug=False, leaves=None, 
             t = torch.nn.functional.interpolate(t[None], size=(tile, tile), mode="bilinear",
                                                 antialias=True, align_corners=False)[0]
         geo = geo or aug
-        f = rng.integers(8 if geo else 4)
-        if f & 1:
-            t = t.flip(-1)
-        if f & 2:
-            t = t.flip(-2)
-        if f & 4:
-            t = t.transpose(-1, -2)
+        t = orient(t, int(rng.integers(8 if geo else 4)))
         if geo:
             t = torch.stack([t[int(i)] for i in rng.permutation(3)])
         t = t * float(2.0 ** rng.uniform(-2, 2))
@@ -586,24 +591,7 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
 
 def ensemble(torch, model, X, a, b):
     """The mean of the 8 flips and transposes' outputs (each undone)."""
-    acc = 0
-    for f in range(8):
-        t = X
-        if f & 1:
-            t = t.flip(-1)
-        if f & 2:
-            t = t.flip(-2)
-        if f & 4:
-            t = t.transpose(-1, -2)
-        y = model.forward(t, a, b)
-        if f & 4:
-            y = y.transpose(-1, -2)
-        if f & 2:
-            y = y.flip(-2)
-        if f & 1:
-            y = y.flip(-1)
-        acc = acc + y
-    return acc / 8
+    return sum(orient(model.forward(orient(X, f), a, b), f, undo=True) for f in range(8)) / 8
 
 
 def evaluate(torch, model, dev: str, ens: bool = False) -> dict:

@@ -296,11 +296,49 @@ def test_loss_by_hand():
 # ----------------------------------------------------------------- finite differences
 
 
-def _regime(w, X, R, a, b, th, width, scales):
+def _regime(w, X, R, a, b, th, width, scales, cfa=False):
     """The piece of the maths w lies in: every conv3's ReLU pattern and the signs of O - R."""
-    O, cache = ref.forward(w, X, a, b, th, width, scales)
-    conv3 = [x.name for x in ref.layers(width, scales) if x.kind == "conv3"]
+    O, cache = ref.forward(w, X, a, b, th, width, scales, cfa=cfa)
+    conv3 = [x.name for x in ref.layers(width, scales, cfa) if x.kind == "conv3"]
     return [cache.z[name] > 0 for name in conv3] + [np.sign(O - R)]
+
+
+def _check_backward(rng, w, X, R, a, b, th, width, scales, cfa=False):
+    """dE/dw of the reference (cfa: of the mosaic network) against central differences of
+    step 1e-6 at every bias and 200 random weights (and the largest |dw|), each step inside
+    the piece of the maths w lies in: max |fd - dw| <= 1e-6 max |dw| + 1e-9; no layer's
+    gradient is zero (the check reaches every one)."""
+    E, dw = ref.backward(w, X, R, a, b, th, width, scales, cfa=cfa)
+    O, _ = ref.forward(w, X, a, b, th, width, scales, cfa=cfa)
+    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
+    table = ref.layers(width, scales, cfa)
+    for layer in table:
+        W, bias = ref.unpack(dw, layer)
+        assert np.abs(W).max() > 1e-6 and np.abs(bias).max() > 1e-6, layer.name
+    is_bias = np.zeros(w.size, dtype=bool)
+    for layer in table:
+        is_bias[layer.offset + layer.weights: layer.end] = True
+    picks = np.concatenate([np.flatnonzero(is_bias),
+                            rng.choice(np.flatnonzero(~is_bias), 200, replace=False),
+                            [np.argmax(np.abs(dw))]])
+    base = _regime(w, X, R, a, b, th, width, scales, cfa)
+    eps = 1e-6
+    fd = np.zeros(picks.size)
+    for i, j in enumerate(picks):
+        e = []
+        for step in (eps, -eps):
+            wp = w.copy()
+            wp[j] += step
+            Op, _ = ref.forward(wp, X, a, b, th, width, scales, cfa=cfa)
+            e.append(ref.loss(Op, R)[0])
+            same = _regime(wp, X, R, a, b, th, width, scales, cfa)
+            assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
+                f"parameter {j}: the step crossed a kink, pick another seed")
+        fd[i] = (e[0] - e[1]) / (2 * eps)
+    err = np.abs(fd - dw[picks])
+    worst = int(np.argmax(err))
+    assert err.max() <= 1e-6 * np.abs(dw).max() + 1e-9, (
+        f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
 
 
 @pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 8, 16, 5)])
@@ -310,39 +348,7 @@ def test_backward_against_finite_differences(width, scales, n, th, Wd, seed):
     rng = np.random.default_rng(seed)
     X, R = _pair(rng, n, th, Wd)
     a, b = NOISE_A[:n], NOISE_B[:n]
-    w = _weights(rng, width, scales)
-    E, dw = ref.backward(w, X, R, a, b, th, width, scales)
-    O, _ = ref.forward(w, X, a, b, th, width, scales)
-    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
-    table = ref.layers(width, scales)
-    for layer in table:  # no layer is dead: the check below tests every one
-        W, bias = ref.unpack(dw, layer)
-        assert np.abs(W).max() > 1e-6 and np.abs(bias).max() > 1e-6, layer.name
-    is_bias = np.zeros(w.size, dtype=bool)
-    for layer in table:
-        first = layer.offset + layer.cout * layer.cin * layer.k**2
-        is_bias[first: first + layer.cout] = True
-    weights = np.flatnonzero(~is_bias)
-    picks = np.concatenate([np.flatnonzero(is_bias), rng.choice(weights, 200, replace=False),
-                            [np.argmax(np.abs(dw))]])  # fmt: skip
-    base = _regime(w, X, R, a, b, th, width, scales)
-    eps = 1e-6
-    fd = np.zeros(picks.size)
-    for i, j in enumerate(picks):
-        e = []
-        for step in (eps, -eps):
-            wp = w.copy()
-            wp[j] += step
-            Op, _ = ref.forward(wp, X, a, b, th, width, scales)
-            e.append(ref.loss(Op, R)[0])
-            same = _regime(wp, X, R, a, b, th, width, scales)
-            assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
-                f"parameter {j}: the step crossed a kink, pick another seed")
-        fd[i] = (e[0] - e[1]) / (2 * eps)
-    err = np.abs(fd - dw[picks])
-    worst = int(np.argmax(err))
-    assert err.max() <= 1e-6 * np.abs(dw).max() + 1e-9, (
-        f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
+    _check_backward(rng, _weights(rng, width, scales), X, R, a, b, th, width, scales)
 
 
 def test_relu_grad_at_zero():
@@ -518,12 +524,6 @@ def test_cfa_reads_each_photosites_own_colour():
     assert np.array_equal(c1.F, c2.F) and np.array_equal(O1, O2)
 
 
-def _cfa_regime(w, X, R, a, b, th, width, scales):
-    O, cache = ref.forward(w, X, a, b, th, width, scales, cfa=True)
-    conv3 = [x.name for x in ref.layers(width, scales, True) if x.kind == "conv3"]
-    return [cache.z[name] > 0 for name in conv3] + [np.sign(O - R)]
-
-
 @pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
 def test_cfa_backward_against_finite_differences(width, scales, n, th, Wd, seed):
     """test_backward_against_finite_differences for the cfa network: every bias and 200
@@ -531,38 +531,8 @@ def test_cfa_backward_against_finite_differences(width, scales, n, th, Wd, seed)
     rng = np.random.default_rng(seed)
     X, R = _cfa_pair(rng, n, th, Wd)
     a, b = NOISE_A[:n], NOISE_B[:n]
-    w = _cfa_weights(rng, width, scales)
-    E, dw = ref.backward(w, X, R, a, b, th, width, scales, cfa=True)
-    O, _ = ref.forward(w, X, a, b, th, width, scales, cfa=True)
-    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
-    table = ref.layers(width, scales, True)
-    for layer in table:
-        W, bias = ref.unpack(dw, layer)
-        assert np.abs(W).max() > 1e-6 and np.abs(bias).max() > 1e-6, layer.name
-    is_bias = np.zeros(w.size, dtype=bool)
-    for layer in table:
-        is_bias[layer.offset + layer.weights: layer.end] = True
-    picks = np.concatenate([np.flatnonzero(is_bias),
-                            rng.choice(np.flatnonzero(~is_bias), 200, replace=False),
-                            [np.argmax(np.abs(dw))]])
-    base = _cfa_regime(w, X, R, a, b, th, width, scales)
-    eps = 1e-6
-    fd = np.zeros(picks.size)
-    for i, j in enumerate(picks):
-        e = []
-        for step in (eps, -eps):
-            wp = w.copy()
-            wp[j] += step
-            Op, _ = ref.forward(wp, X, a, b, th, width, scales, cfa=True)
-            e.append(ref.loss(Op, R)[0])
-            same = _cfa_regime(wp, X, R, a, b, th, width, scales)
-            assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
-                f"parameter {j}: the step crossed a kink, pick another seed")
-        fd[i] = (e[0] - e[1]) / (2 * eps)
-    err = np.abs(fd - dw[picks])
-    worst = int(np.argmax(err))
-    assert err.max() <= 1e-6 * np.abs(dw).max() + 1e-9, (
-        f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
+    _check_backward(rng, _cfa_weights(rng, width, scales), X, R, a, b, th, width, scales,
+                    cfa=True)
 
 
 def test_cfa_bad_shapes():
