@@ -250,10 +250,10 @@ def run_losses(device, graph, frames, params, others=()):
 
 
 @pytest.mark.parametrize("graph,frames,params,others", [
-    # kpn-t's losses are of new tiles each frame (0.3-1.0 apart): it takes tens of frames, at
+    # kpn-t's losses are of new tiles each frame (0.1-1.0 apart): the run takes 15 frames, at
     # ~1 s a frame on the CPU, so only Muon (its own matrix kernel) runs here; SGD-momentum
     # is the element step that fit-poly runs below and test_optimizer_step_* checks
-    ("train-kpn.cfg", 30, {"opt": 4, "alpha": 0.002}, ()),
+    ("train-kpn.cfg", 15, {"opt": 4, "alpha": 0.002}, ()),
     ("fit-poly.cfg", 150, {"opt": "momentum", "alpha": 0.01}, ()),
     ("fit-poly.cfg", 150, {"opt": "muon", "alpha": 0.01}, ()),
 ])
