@@ -58,7 +58,7 @@ def images(tmp_path_factory):
     return out
 
 
-def build_graph(img_path, ref_path, generate, tiles, seed=0):
+def build_graph(img_path, ref_path, generate, tiles, seed=0, params=()):
     registry = Registry([ROOT / "modules", FIXTURES])
     g = Graph(registry=registry)
     for inst, path in (("img", img_path), ("ref", ref_path)):
@@ -67,6 +67,8 @@ def build_graph(img_path, ref_path, generate, tiles, seed=0):
     gen.set_param("generate", generate)
     gen.set_param("tiles", tiles)
     gen.set_param("seed", seed)
+    for name, value in params:
+        gen.set_param(name, value)
     g.connect("i-pfm", "img", "output", "cnngenin", "01", "imgi")
     g.connect("i-pfm", "ref", "output", "cnngenin", "01", "refi")
     for conn in ("imgo", "refo", "noiseab"):
@@ -78,13 +80,14 @@ def build_graph(img_path, ref_path, generate, tiles, seed=0):
 _runs: dict = {}
 
 
-def run(device, images, generate, tiles, seed=0, frames=FRAMES, cache=True):
-    """{frame: (imgo, refo, noiseab)} from the device."""
-    key = (generate, tiles, seed, frames)
+def run(device, images, generate, tiles, seed=0, frames=FRAMES, cache=True, params=()):
+    """{frame: (imgo, refo, noiseab)} from the device; params: (name, value) of more of
+    cnngenin's params."""
+    key = (generate, tiles, seed, frames, tuple(params))
     if cache and key in _runs:
         return _runs[key]
     img_path, ref_path = images["large" if tiles else "small"][:2]
-    g, registry = build_graph(img_path, ref_path, generate, tiles, seed)
+    g, registry = build_graph(img_path, ref_path, generate, tiles, seed, params)
     captured = registry.get("capture").hooks.CAPTURED
     captured.clear()
     run_graph(g, device, frames=frames)
@@ -196,6 +199,28 @@ def test_noiseab(device, images):
     assert run(device, images, 2, 1)[0][2][0] != run(device, images, 2, 0)[0][2][0]
     for generate in (0, 1, 3):
         assert not np.any(run(device, images, generate, 1)[0][2][:2])
+
+
+@pytest.mark.parametrize("params,lo,hi", [
+    ((("noise", 0.1),), (0, 0), (6553500, 100)),
+    ((("noise", 0.1), ("nlog", 1)), (6553.5, 0.1), (6553500, 100)),
+    ((("amax", 1e4), ("bmax", 120.0), ("nlog", 1)), (10, 0.12), (1e4, 120)),
+    ((("noise", 5.0), ("amax", 1e4)), (0, 0), (1e4, 5000)),
+])
+def test_noise_range_params(device, images, params, lo, hi):
+    """noise scales vkdt's maxima, nlog draws log-uniformly over the three decades below
+    them, amax and bmax replace them: noiseab and the noisy image are the reference's with
+    those params, and a, b fall in [lo, hi)."""
+    _, _, img, ref = images["large"]
+    out = run(device, images, 2, 1, params=params, cache=False)
+    kw = dict(params)
+    for f in range(FRAMES):
+        imgo, refo, nab = out[f]
+        want_img, want_ref, want_nab = reference(img, ref, 2, 1, f, **kw)
+        np.testing.assert_allclose(nab, want_nab, rtol=1e-6)
+        assert lo[0] <= nab[0] < hi[0] and lo[1] <= nab[1] < hi[1], nab
+        assert_close(imgo, want_img, True, f"imgo frame {f}")
+        assert_close(refo, want_ref, False, f"refo frame {f}")
 
 
 def test_seed_param_adds_to_frame_seed(device, images):

@@ -52,9 +52,10 @@ def hash32(x: int) -> int:
 
 
 def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int,
-                  t: int = 0):
+                  t: int = 0, noise: float = 1.0, nlog: int = 0, amax: float = 0.0,
+                  bmax: float = 0.0):
     """Per-frame draws of tile t: (ev, flip, (offx, offy), noise a, noise b, state after
-    them, camera)."""
+    them, camera). noise, nlog, amax, bmax: the module's params (README.md, step 2)."""
     s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
     s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
     ev, flip, off = F32(0), 0, (0, 0)
@@ -69,10 +70,13 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
     a = b = F32(0)
     camera = False
     if generate in (2, 4, 5, 6):
-        s, u = mrand(s)
-        a = F32(65535000) * u[0]
-        s, u = mrand(s)
-        b = F32(1000) * u[0]
+        s, ua = mrand(s)
+        s, ub = mrand(s)
+        if nlog:  # log-uniform over the three decades below the maximum
+            ua, ub = (np.power(F32(10), F32(-3) * u, dtype=F32) for u in (ua, ub))
+        amax = F32(amax) if amax > 0 else F32(noise) * F32(65535000)
+        bmax = F32(bmax) if bmax > 0 else F32(noise) * F32(1000)
+        a, b = F32(amax * ua[0]), F32(bmax * ub[0])
     if generate in (5, 6):  # half the tiles: the noise on the mosaic, demosaiced
         s, u = mrand(s)
         camera = bool(u[0] < F32(0.5))
@@ -121,13 +125,14 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
 
 
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
-              t=0, origin=(0, 0)):
+              t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
-    output coordinates)."""
+    output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers)."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
-    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t)
+    ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
+                                                   noise, nlog, amax, bmax)
     x, y = np.arange(ow), np.arange(oh)
     qx = (ow - 1 - x if flip & 1 else x) + off[0]
     qy = (oh - 1 - y if flip & 2 else y) + off[1]

@@ -21,6 +21,7 @@
 //   tile      tile size (vkdt: 64)
 //   nlog      1: a and b log-uniform over three decades below their maximum
 //   qlo, qhi  generate 6: the JPEG quality range (uniform integers, inclusive)
+//   amax, bmax  the largest a and b drawn where > 0 (else noise times vkdt's 65535000, 1000)
 #include "params.gen"
 #include "jpeg.glsl"
 
@@ -179,8 +180,9 @@ void main() {
       ua = pow(10.0, -3.0 * ua);
       ub = pow(10.0, -3.0 * ub);
     }
-    noise_a = params.noise * 65535000.0 * ua;  // 1000 * 65535 * u (vkdt, noise 1)
-    noise_b = params.noise * 1000.0 * ub;
+    // 1000 * 65535 * u and 1000 * u (vkdt, noise 1), or amax u and bmax u
+    noise_a = (params.amax > 0.0 ? params.amax : params.noise * 65535000.0) * ua;
+    noise_b = (params.bmax > 0.0 ? params.bmax : params.noise * 1000.0) * ub;
     // generate 5 and 6: a drawn half of the tiles gets the noise on the mosaic, demosaiced
     bool camera = params.generate >= 5 && mrand(s) < 0.5;
     if (params.generate == 6) quality = draw_quality(s);
