@@ -19,7 +19,9 @@ photographs):
   `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
 * demosaic, noisy: the noisy DNG the same way, no denoising;
 * demosaic + kpn: `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py: demosaic on the device,
-  kpn with the given weights and the balanced true profile, the camera matrix);
+  kpn with the given weights and the balanced true profile, the camera matrix); with weights
+  of RGGB mosaics (unet-t `cfa 1`, graphs/train-raw.cfg) the row is unet on the white-balanced
+  mosaic, which demosaics as it denoises, then the camera matrix;
 * VST-BM3D (CFA) + demosaic: the generalized Anscombe transform of the true (a, b)
   (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
   the exact unbiased inverse, then the same demosaicer and matrix.
@@ -56,8 +58,7 @@ BLACK, WHITE = 512, 16383
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"  # what vkgraph denoise uses for raw
 ROWS = ("clean", "noisy", "kpn", "bm3d")
 TITLES = {"clean": "demosaic, noise-free", "noisy": "demosaic, noisy",
-          "kpn": "demosaic + kpn (vkgraph denoise)",
-          "bm3d": "VST-BM3D (CFA planes) + demosaic"}
+          "bm3d": "VST-BM3D (CFA planes) + demosaic"}  # the "kpn" row names the weights
 
 
 def write_raw(folder: Path, name: str, mosaic: np.ndarray) -> Path:
@@ -138,12 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     head = "| | " + " | ".join(f"{n} (a {a:g}, b {b:g})" for n, a, b in LEVELS) + " | mean |"
     print(head)
     print("|---" * (len(LEVELS) + 2) + "|")
+    # weights of RGGB mosaics (unet-t cfa 1) denoise and demosaic at once: no demosaic first
+    ours = (f"{den.module} on the mosaic (vkgraph denoise, {args.weights.name})" if den.cfa
+            else f"demosaic + {den.module} (vkgraph denoise, {args.weights.name})")
     for row in ROWS:
         per = [float(np.mean(scores[(row, li)])) for li in range(len(LEVELS))]
-        print(f"| {TITLES[row]} | " + " | ".join(f"{v:.2f}" for v in per)
-              + f" | {np.mean(per):.2f} |")
-    print(f"demosaic + kpn: {kpn_seconds:.1f} s for all {len(scores[('kpn', 0)]) * len(LEVELS)} "
-          f"files (demosaic, denoise, matrix; BM3D ran beside it on {args.jobs} processes)")
+        print(f"| {ours if row == 'kpn' else TITLES[row]} | "
+              + " | ".join(f"{v:.2f}" for v in per) + f" | {np.mean(per):.2f} |")
+    print(f"{ours}: {kpn_seconds:.1f} s for all {len(scores[('kpn', 0)]) * len(LEVELS)} "
+          f"files (denoise with its demosaic, matrix; BM3D ran beside it on {args.jobs} "
+          "processes)")
     return 0 if all(math.isfinite(v) for vs in scores.values() for v in vs) else 1
 
 
