@@ -76,6 +76,33 @@ def graph_from_lines(text: str, registry=None) -> Graph:
     return g
 
 
+def noisy_training_graph(tmp_path, R, trainer: str, lut: str, extra: str = "") -> Graph:
+    """R (written as r.pfm) -> cnngenin's synthetic noise (generate 2, noise 0.05) -> the
+    trainer module `trainer` (kpn-t or unet-t, instance 01, from scratch: init 1) -> o-lut
+    writing tmp_path / `lut`; `extra`: more cfg lines (cnngenin's grid, the trainer's params;
+    later lines win)."""
+    from vkgraph.pipeline.formats import write_pfm
+
+    write_pfm(tmp_path / "r.pfm", R)
+    return graph_from_lines(f"""
+        module:i-pfm:ref
+        module:cnngenin:01
+        module:{trainer}:01
+        module:o-lut:w
+        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
+        param:cnngenin:01:generate:2
+        param:cnngenin:01:noise:0.05
+        connect:i-pfm:ref:output:cnngenin:01:imgi
+        connect:i-pfm:ref:output:cnngenin:01:refi
+        connect:cnngenin:01:imgo:{trainer}:01:input
+        connect:cnngenin:01:refo:{trainer}:01:ref
+        connect:cnngenin:01:noiseab:{trainer}:01:noiseab
+        connect:{trainer}:01:w:o-lut:w:input
+        param:o-lut:w:filename:{tmp_path / lut}
+        param:{trainer}:01:init:1
+        {extra}""")
+
+
 ROOT = Path(__file__).resolve().parent.parent
 # `vkgraph` as a subprocess: the module, so tests need no console script on PATH
 VKGRAPH = [sys.executable, "-m", "vkgraph"]

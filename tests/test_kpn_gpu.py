@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import graph_from_lines
+from conftest import graph_from_lines, noisy_training_graph
 
 from vkgraph.modules.kpn_t import forward as kpn_t_forward
 from vkgraph.modules.kpn_t import reference as kpn_t_reference
@@ -196,24 +196,7 @@ def test_band_noise_matches_monte_carlo():
 def noise_feature_graph(tmp_path, R, extra=""):
     """cnngenin (synthetic noise on R, the whole image) -> kpn-t with feat 1 (the noise
     profile from noiseab); `extra`: more cfg lines."""
-    write_pfm(tmp_path / "r.pfm", R)
-    return graph_from_lines(f"""
-        module:i-pfm:ref
-        module:cnngenin:01
-        module:kpn-t:01
-        module:o-lut:w
-        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
-        param:cnngenin:01:generate:2
-        param:cnngenin:01:tiles:0
-        param:cnngenin:01:noise:0.05
-        connect:i-pfm:ref:output:cnngenin:01:imgi
-        connect:i-pfm:ref:output:cnngenin:01:refi
-        connect:cnngenin:01:imgo:kpn-t:01:input
-        connect:cnngenin:01:refo:kpn-t:01:ref
-        connect:cnngenin:01:noiseab:kpn-t:01:noiseab
-        connect:kpn-t:01:w:o-lut:w:input
-        param:o-lut:w:filename:{tmp_path / 'mlp-w'}
-        param:kpn-t:01:init:1
+    return noisy_training_graph(tmp_path, R, "kpn-t", "mlp-w", f"""param:cnngenin:01:tiles:0
         param:kpn-t:01:alpha:0
         param:kpn-t:01:feat:1
         {extra}""")

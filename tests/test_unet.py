@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import graph_from_lines
+from conftest import noisy_training_graph
 
 from vkgraph.modules.unet_t import reference as ref
 from vkgraph.modules.unet_t.net import layers
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.runner import Build
 
 
@@ -27,26 +26,9 @@ def clean(w, h, seed=0):
 def unet_graph(tmp_path, R, width, scales, tiles=None, extra=""):
     """cnngenin's noise on R (tiles: (batch, tile) of its tile grid, or the whole image) ->
     unet-t -> o-lut."""
-    write_pfm(tmp_path / "r.pfm", R)
     grid = (f"param:cnngenin:01:batch:{tiles[0]}\nparam:cnngenin:01:tile:{tiles[1]}"
             if tiles else "param:cnngenin:01:tiles:0")
-    return graph_from_lines(f"""
-        module:i-pfm:ref
-        module:cnngenin:01
-        module:unet-t:01
-        module:o-lut:w
-        param:i-pfm:ref:filename:{tmp_path / 'r.pfm'}
-        param:cnngenin:01:generate:2
-        param:cnngenin:01:noise:0.05
-        {grid}
-        connect:i-pfm:ref:output:cnngenin:01:imgi
-        connect:i-pfm:ref:output:cnngenin:01:refi
-        connect:cnngenin:01:imgo:unet-t:01:input
-        connect:cnngenin:01:refo:unet-t:01:ref
-        connect:cnngenin:01:noiseab:unet-t:01:noiseab
-        connect:unet-t:01:w:o-lut:w:input
-        param:o-lut:w:filename:{tmp_path / 'unet'}
-        param:unet-t:01:init:1
+    return noisy_training_graph(tmp_path, R, "unet-t", "unet", f"""{grid}
         param:unet-t:01:width:{width}
         param:unet-t:01:scales:{scales}
         {extra}""")
