@@ -607,7 +607,7 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
     if is_raw(src):
         return denoise_raw_file(den, src, dst, noise, quality, strength)
-    if getattr(den, "cfa", False):
+    if den.cfa:
         raise GraphError(f"the weights {den.weights.name} denoise camera raw files (RGGB "
                          "mosaics: their .lut says 'cfa rggb'), and this is not one")
     t0 = time.perf_counter()

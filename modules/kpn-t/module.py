@@ -355,8 +355,6 @@ def _backward_coopmat(graph, module, n, i, adam, dap):
     return mulw, chunks
 
 
-
-
 def views(graph, module):
     """graph (the loss plot, the scaffold's loss_plot), vis (weights and gradients), debug
     (kernels), each only when something reads it. The vis bars get a small reduction pass

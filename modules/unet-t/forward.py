@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from vkgraph.modules.unet_t.net import Layer, layers
+from vkgraph.modules.unet_t.net import Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
 
@@ -204,6 +204,20 @@ def cfa_of_text(text: str | None, where: str = "") -> bool:
                          f"{', '.join(repr('cfa' + f) for f in found)}; the one mosaic these "
                          f"weights can be of is the line '{CFA_LINE}'", where=where)
     return True
+
+
+def network_of_text(text: str | None, count: int, where: str = "") -> tuple[int, int, bool]:
+    """(width, scales, cfa) of the network a unet-t .lut's text names (shape_of_text,
+    cfa_of_text), checked against the `count` weights the .lut holds: GraphError where they
+    are not that network's."""
+    width, scales = shape_of_text(text, where=where)
+    cfa = cfa_of_text(text, where=where)
+    want = n_params(width, scales, cfa)
+    if count != want:
+        raise GraphError(f"holds {count} values, but a U-Net of width {width} and {scales} "
+                         f"scales{' of RGGB mosaics' if cfa else ''} (says the .lut's text) "
+                         f"has {want}", where=where, hint="a .lut that unet-t's w output wrote")
+    return width, scales, cfa
 
 
 def is_unet_text(text: str | None) -> bool:

@@ -70,15 +70,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vkgraph.modules.unet_t.net import Layer, layers, n_params  # noqa: F401
+from vkgraph.modules.unet_t.net import KSIZE, Layer, layers, n_params  # noqa: F401
 
 LUMA = np.array([0.2627, 0.6780, 0.0593])
 RANGE = 65535.0  # cnngenin's units: noise variance (a + RANGE b x) / RANGE^2
 MID_GREY = 0.18  # s_t is the noise std at this value
 S_FLOOR = 1e-5  # s_t = max(., S_FLOOR)
-N_FEATURES = 4
-N_OUT = 3
-KINDS = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}  # kind -> k (taps a side)
 
 
 # the layout (Layer, layers, n_params) is net.py's, which module.py builds the kernels from
@@ -93,9 +90,9 @@ def _check_net(width: int, scales: int) -> None:
 
 def unpack(w: np.ndarray, layer: Layer) -> tuple[np.ndarray, np.ndarray]:
     """(W (cout, cin, k, k), b (cout,)) of `layer`: views into the flat array w."""
-    n = layer.cout * layer.cin * layer.k * layer.k
-    W = w[layer.offset: layer.offset + n].reshape(layer.cout, layer.cin, layer.k, layer.k)
-    return W, w[layer.offset + n: layer.offset + n + layer.cout]
+    end = layer.offset + layer.weights
+    W = w[layer.offset: end].reshape(layer.cout, layer.cin, layer.k, layer.k)
+    return W, w[end: layer.end]
 
 
 # --------------------------------------------------------------------------------- layers
@@ -130,7 +127,7 @@ def conv(kind: str, W: np.ndarray, b: np.ndarray, I: np.ndarray, th: int) -> np.
     W = np.asarray(W, dtype=np.float64)
     I = np.asarray(I, dtype=np.float64)
     cout, cin = W.shape[:2]
-    if kind not in KINDS or W.shape[2:] != (KINDS[kind],) * 2 or I.shape[0] != cin:
+    if kind not in KSIZE or W.shape[2:] != (KSIZE[kind],) * 2 or I.shape[0] != cin:
         raise ValueError(f"unet-t: {kind} with weights {W.shape} cannot read input {I.shape}")
     C, H, Wd = I.shape
     if kind == "conv3":
@@ -355,9 +352,8 @@ def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.n
             g = g * relu_grad(cache.z[name])
         W, _ = unpack(w, layer)
         dI, dW, db = conv_backward(layer.kind, W, cache.inputs[name], g, th_k)
-        n = dW.size
-        dw[layer.offset: layer.offset + n] = dW.ravel()
-        dw[layer.offset + n: layer.offset + n + layer.cout] = db
+        dw[layer.offset: layer.offset + layer.weights] = dW.ravel()
+        dw[layer.offset + layer.weights: layer.end] = db
         return dI
 
     if cfa:

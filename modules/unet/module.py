@@ -13,8 +13,7 @@ multiple of 2^(scales - 1) cells with the cells mirrored (the colour phase kept)
 
 from __future__ import annotations
 
-from vkgraph.modules.unet_t.forward import cfa_of_text, forward_nodes, padded, shape_of_text
-from vkgraph.modules.unet_t.net import n_params
+from vkgraph.modules.unet_t.forward import forward_nodes, network_of_text, padded
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
 
@@ -23,18 +22,9 @@ def network(graph, module) -> tuple[int, int, bool]:
     """(width, scales, cfa) of the weights on `w`, from the .lut's text (unet-t's o-lut writes
     it; i-lut publishes it as the metadata "text"); GraphError where the text is missing or
     not a unet's, or the weights' count is not that network's."""
-    text = graph.meta(module, "w").get("text")
-    where = f"{module}: input 'w'"
-    width, scales = shape_of_text(text, where=where)
-    cfa = cfa_of_text(text, where=where)
     w = module.connector("w")
-    have, want = w.roi.wd * w.roi.ht, n_params(width, scales, cfa)
-    if have != want:
-        raise GraphError(f"{module}: input 'w' holds {have} values, but a U-Net of width "
-                         f"{width} and {scales} scales{' of RGGB mosaics' if cfa else ''} "
-                         f"(says the .lut's text) has {want}",
-                         hint="a .lut that unet-t's w output wrote")
-    return width, scales, cfa
+    return network_of_text(graph.meta(module, "w").get("text"), w.roi.wd * w.roi.ht,
+                           where=f"{module}: input 'w'")
 
 
 def modify_roi_out(graph, module) -> None:

@@ -315,21 +315,14 @@ def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool]
     text's shape, the weights' count, finite values; None for other weights (kpn's). A given
     `levels` is an error: a U-Net has no pyramid. GraphError, once, before any image is
     read."""
-    from vkgraph.modules.unet_t.forward import cfa_of_text, is_unet_text, shape_of_text
-    from vkgraph.modules.unet_t.net import n_params
+    from vkgraph.modules.unet_t.forward import is_unet_text, network_of_text
 
     if not weights.exists():
         raise GraphError(f"weights '{weights}' do not exist")
     data, info, text = read_lut(weights, finite=True)
     if not is_unet_text(text):
         return None
-    width, scales = shape_of_text(text, where=str(weights))
-    cfa = cfa_of_text(text, where=str(weights))
-    if data.size != n_params(width, scales, cfa):
-        mosaic = " of RGGB mosaics" if cfa else ""
-        raise GraphError(f"holds {data.size} values, but a U-Net{mosaic} of width {width} and "
-                         f"{scales} scales (says the .lut's text) has "
-                         f"{n_params(width, scales, cfa)}", where=str(weights))
+    width, scales, cfa = network_of_text(text, data.size, where=str(weights))
     if levels is not None:
         raise GraphError(f"levels {levels}: these are unet-t's weights (a U-Net of {scales} "
                          "scales), which have no pyramid levels; leave levels out",

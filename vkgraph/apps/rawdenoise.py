@@ -145,7 +145,7 @@ def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float
     the denoiser demosaics too (module docstring); else demosaic, then the denoiser."""
     profile = profile_for(raw, noise)
     a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
-    if getattr(den, "cfa", False):
+    if den.cfa:
         mosaic, (top, left) = rggb_mosaic(raw)
         ht, wd = raw.mosaic.shape
         rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]
