@@ -41,10 +41,11 @@ void main() {
     real a, b;
     profile(2 * cell, a, b);
     real s = scale_of(a, b);
+    vec4 x = photosites(k, push.wo);
     real base[3];
-    base[0] = real(inp[k].r);
-    base[1] = (real(inp[k + 1].g) + real(inp[k + push.wo].g)) * real(0.5);
-    base[2] = real(inp[k + push.wo + 1].b);
+    base[0] = real(x[0]);
+    base[1] = (real(x[1]) + real(x[2])) * real(0.5);
+    base[2] = real(x[3]);
     real o[3];
     for (int c = 0; c < 3; c++) o[c] = base[c] - s * N[(plane + c) * nn + j];
     outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), 1.0);

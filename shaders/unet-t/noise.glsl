@@ -2,7 +2,8 @@
 // per-tile records on noiseab, (a, b, tile size T or 0 for the whole image, tile columns),
 // tile t = p.x / T + (p.y / T) columns; with FROM_PARAMS the module's params `noise a`,
 // `noise b` for every pixel (unet, the inference module: they may change between frames
-// without a rebuild). Include after unet.glsl's `real` and the binding noiseab.
+// without a rebuild); with CFA, a cell's photosites. Include after unet.glsl's `real` and the
+// bindings noiseab (and inp).
 #ifdef FROM_PARAMS
 #include "params.gen"  // unet's params block (modules/unet/params): noise_a, noise_b, ...
 #endif
@@ -26,3 +27,12 @@ void profile(ivec2 p, out real a, out real b) {
 real scale_of(real a, real b) {
   return max(sqrt(max(a + real(65535.0 * 0.18) * b, real(0))) / real(65535), real(1e-5));
 }
+
+#ifdef CFA
+// The photosites (R, G1, G2, B) of the RGGB cell whose red photosite is inp[k], rows of w
+// pixels, each read from its own colour's channel (prep.comp, loss.comp; an RGB image reads
+// as its mosaic). Needs the binding inp too.
+vec4 photosites(int k, int w) {
+  return vec4(inp[k].r, inp[k + 1].g, inp[k + w].g, inp[k + w + 1].b);
+}
+#endif

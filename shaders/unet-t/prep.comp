@@ -29,11 +29,10 @@ void main() {
 #ifdef CFA
   profile(2 * p, a, b);
   real s = scale_of(a, b);
-  int w0 = node.roi[0].x;
   ivec2 q = 2 * mirror2(p, node.roi[0].xy / 2);  // the cell's red photosite
-  int k = q.x + q.y * w0;
-  real r = real(inp[k].r), g1 = real(inp[k + 1].g), g2 = real(inp[k + w0].g);
-  real bl = real(inp[k + w0 + 1].b), g = (g1 + g2) * real(0.5);
+  vec4 x = photosites(q.x + q.y * node.roi[0].x, node.roi[0].x);
+  real r = real(x[0]), g1 = real(x[1]), g2 = real(x[2]), bl = real(x[3]);
+  real g = (g1 + g2) * real(0.5);
 #else
   profile(p, a, b);
   real s = scale_of(a, b);
