@@ -7,7 +7,11 @@ is not counted), --repeat times; each row is one run: read (LibRaw), noise profi
 kpn, camera matrix, EXR write. A last row times the same stages one by one.
 
     python bench/raw_speed.py [--size 6000x4000] [--repeat 3] [--noise] [--stages-only]
+                              [--weights W.lut]
 
+--weights: the denoiser's weights (default: what `vkgraph denoise` uses for raw files on this
+device); with weights of RGGB mosaics (unet-t `cfa 1`) the "kpn" stage is the network on the
+white-balanced mosaic, which demosaics as it denoises, and there is no demosaic stage.
 --noise gives the true profile (skips the estimate from the mosaic); --stages-only times the
 stages without kpn and without the whole runs (what the CPU driver can do in minutes).
 """
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--noise", action="store_true")
     p.add_argument("--stages-only", action="store_true")
+    p.add_argument("--weights", type=Path, default=None)
     args = p.parse_args(argv)
     wd, ht = (int(v) for v in args.size.split("x"))
 
@@ -57,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{wd}x{ht} RGGB DNG ({src.stat().st_size / 1e6:.0f} MB) on {device.info.name}")
         noise = (800.0, 15.0) if args.noise else None
         # what the command uses for raw files on this device
-        den = Denoiser(device, default_weights(src, on_gpu(device)))
+        den = Denoiser(device, args.weights or default_weights(src, on_gpu(device)))
+        print(f"weights {den.weights}")
         if not args.stages_only:
             denoise_raw_file(den, src, dst, noise)  # builds and compiles: not counted
             for i in range(args.repeat):
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
     """The chain of denoise_raw_file one stage at a time (the demosaic build made first)."""
     from vkgraph.apps.camnoise import profile_for
-    from vkgraph.apps.rawdenoise import demosaicer_of, to_rec709
+    from vkgraph.apps.rawdenoise import demosaicer_of, rggb_mosaic, to_rec709
     from vkgraph.pipeline import raw as rawmod
     from vkgraph.pipeline.formats import ImageMeta, write_like
 
@@ -92,14 +98,25 @@ def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
     lap("read")
     a, b = profile_for(raw, noise).balanced(raw.meta.wb).scalar()
     lap("profile")
-    dem = demosaicer_of(den)
-    dem(raw)
-    t = time.perf_counter()
-    rgb = dem(raw)
-    lap("demosaic")
-    if kpn:
-        rgb = den(rgb, a, b)
-        lap("kpn")
+    if den.cfa:  # the network demosaics: the white-balanced mosaic in RGGB phase
+        mosaic, (top, left) = rggb_mosaic(raw)
+        lap("mosaic")
+        if not kpn:
+            return out
+        ht, wd = raw.mosaic.shape
+        den(mosaic, a, b)  # the first call at this size builds: not counted
+        t = time.perf_counter()
+        rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]
+        lap("unet")
+    else:
+        dem = demosaicer_of(den)
+        dem(raw)
+        t = time.perf_counter()
+        rgb = dem(raw)
+        lap("demosaic")
+        if kpn:
+            rgb = den(rgb, a, b)
+            lap("kpn")
     rgb = to_rec709(rgb, raw)
     lap("matrix")
     write_like(dst, rgb, ImageMeta("raw", "u16"))
