@@ -44,15 +44,16 @@ WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
 # through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
 WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
-# on a GPU, better weights in their place (bench/README.md): for raw files arch 2 (arch 1 with
-# nonlocal taps: block matching at every level), +0.0 to +0.13 dB (raw_quality.py); for EXR
+# on a GPU, better weights in their place (bench/README.md): for raw files the U-Net of RGGB
+# mosaics (unet-t cfa 1, graphs/train-raw.cfg), which denoises and demosaics the mosaic at
+# once, 1.9 to 7.8 dB above demosaicing first and then arch 2 (raw_quality.py); for EXR
 # and PFM the U-Net (modules/unet-t, graphs/train-unet.cfg), +0.35 to +0.49 dB over arch 2
 # on linear photographs with the estimated profile (quality.py --estimate); for JPEGs the
 # U-Net trained on camera-pipeline JPEGs (graphs/train-unet-jpeg.cfg), +0.65 to +1.04 dB
 # over arch 2's JPEG weights on phone-like JPEGs and +0.95 to +1.24 dB on white noise through
 # JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block matching; the
 # U-Net's 0.49M weights), so CPU devices keep arch 1.
-GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
+GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
                "linear": ROOT / "graphs" / "weights" / "unet-photo.lut",
                "jpeg": ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
@@ -340,7 +341,7 @@ def check_up_front(args, weights: Path) -> None:
         raise GraphError(f"denoise: weights '{weights}' do not exist (the shipped weights are "
                          "missing from this checkout; give --weights W.lut)")
     try:
-        check_weights(weights, args.levels, ensemble=args.ensemble)
+        check_weights(weights, args.levels)
     except GraphError as e:
         raise GraphError(f"denoise: {e.line()}") from None
     if args.noise is not None:  # what kpn's (and unet's) params hold (a finite float32)

@@ -420,13 +420,13 @@ def test_ensemble_option(device, tmp_path, capsys, weights):
 def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
     """Without --weights: raw files, EXR and PFM get the arch 1 weights, JPEGs the arch 1
     weights trained on JPEGs, the other display-referred formats the arch 0 ones; on a GPU
-    raw files get their arch 2 version, EXR and PFM the U-Net and JPEGs the U-Net trained on
-    JPEGs; each file's line names the weights it used."""
+    raw files get the U-Net of RGGB mosaics, EXR and PFM the U-Net and JPEGs the U-Net
+    trained on JPEGs; each file's line names the weights it used."""
     from vkgraph.cli import denoise as cli_denoise
 
     gpu = {s: cli_denoise.default_weights(Path(f"x{s}"), gpu=True).name
            for s in (".dng", ".exr", ".pfm", ".jpg", ".png")}
-    assert gpu == {".dng": "kpn-photo-nl.lut", ".exr": "unet-photo.lut",
+    assert gpu == {".dng": "unet-raw.lut", ".exr": "unet-photo.lut",
                    ".pfm": "unet-photo.lut", ".jpg": "unet-jpeg.lut",
                    ".png": "kpn-photo.lut"}
     monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
@@ -443,11 +443,13 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     assert all((shipped / n).exists() for n in ("kpn-photo.lut", "kpn-photo-ctx.lut",
                                                   "kpn-jpeg-ctx.lut", "kpn-photo-nl.lut",
                                                   "kpn-jpeg-nl.lut", "unet-jpeg.lut",
-                                                  "unet-photo.lut"))
+                                                  "unet-photo.lut", "unet-raw.lut"))
 
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())
     write_jpg(tmp_path / "c.jpg", picture(), 95)
+    # the command with the CPU's choice on any device (a GPU's is the dict above)
+    monkeypatch.setattr(cli_denoise, "on_gpu", lambda device: False)
     code, out, err = run(capsys, tmp_path / "a.png", tmp_path / "b.pfm", tmp_path / "c.jpg",
                          "--noise", "1e6", "100", "--outdir", tmp_path / "o")
     assert code == 0, err
