@@ -280,7 +280,7 @@ def test_cfa_output_matches_reference(device, tmp_path, size, width, scales, pre
 
 def test_cfa_weights_errors(device, tmp_path):
     """An odd-sized input, weights of the RGB network's count under a 'cfa rggb' text, another
-    cfa line; the Denoiser's odd-sized mosaic and ensemble."""
+    cfa line; the Denoiser's odd-sized mosaic."""
     lut, _ = write_weights(tmp_path / "w.lut", 2, 2, cfa=True)
     with pytest.raises(GraphError, match="RGGB mosaic, whose width and height must be even"):
         unet_run(device, lut, noisy(9, 8), tmp_path)
@@ -294,8 +294,49 @@ def test_cfa_weights_errors(device, tmp_path):
         unet_run(device, other, noisy(8, 8), tmp_path)
     with pytest.raises(GraphError, match="a 9x8 mosaic: .* must be even"):
         Denoiser(device, lut)(noisy(9, 8)[..., 0], A, B)
-    with pytest.raises(GraphError, match="ensemble 4: .* RGGB mosaics"):
-        Denoiser(device, lut, ensemble=4)
+
+
+def test_ensemble_phase_puts_red_where_the_flip_takes_it():
+    """ensemble_phase against the flip of a labelled RGGB mosaic of another even size."""
+    from vkgraph.apps.denoise import ENSEMBLES, ensemble_phase
+
+    labels = np.tile(np.array([[0, 1], [1, 2]]), (3, 5))  # 6 x 10 photosites
+    phases = set()
+    for rot, mirror in ENSEMBLES[8]:
+        x = np.rot90(labels, rot)
+        x = x[:, ::-1] if mirror else x
+        ry, rx = ensemble_phase(rot, mirror)
+        assert x[ry, rx] == 0 and x[1 - ry, 1 - rx] == 2  # red there, blue opposite
+        phases.add((ry, rx))
+    assert phases == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+def test_cfa_ensemble_is_the_mean_over_phase_kept_flips(device, tmp_path):
+    """The Denoiser's ensemble with weights of RGGB mosaics: the mean over the 8 flips and
+    rotations of the reference on each flipped mosaic brought back to RGGB phase by mirrored
+    rows and columns, each result cropped and flipped back; not the plain network's."""
+    from vkgraph.apps.denoise import ENSEMBLES
+
+    lut, w = write_weights(tmp_path / "w.lut", 2, 2, cfa=True)
+    M = ref.mosaic(noisy(22, 14)).astype(np.float32)[..., 0]
+    want = np.zeros((14, 22, 3))
+    for rot, mirror in ENSEMBLES[8]:
+        x = np.rot90(M, rot)
+        x = x[:, ::-1] if mirror else x
+        # where red went, found by hand: a flip of rows or columns moves it one photosite
+        lab = np.rot90(np.tile(np.array([[0, 1], [1, 2]]), (7, 11)), rot)
+        lab = lab[:, ::-1] if mirror else lab
+        ry, rx = (int(v) for v in np.argwhere(lab[:2, :2] == 0)[0])
+        h, wd = x.shape
+        xp = np.pad(x, ((ry, ry), (rx, rx)), mode="reflect")
+        assert (np.argwhere(np.pad(lab, ((ry, ry), (rx, rx)), mode="reflect")[:2, :2] == 0)
+                == [[0, 0]]).all()
+        y = expected_cfa(np.repeat(xp[..., None], 3, 2), w, 2, 2)[ry:ry + h, rx:rx + wd]
+        y = y[:, ::-1] if mirror else y
+        want += np.rot90(y, -rot) / 8
+    got = Denoiser(device, lut, ensemble=8)(M, A, B)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got - expected_cfa(np.repeat(M[..., None], 3, 2), w, 2, 2)).max() > 1e-3
 
 
 def test_denoiser_runs_cfa_weights_whole_and_tiled(device, tmp_path):
@@ -375,7 +416,7 @@ def test_raw_bayer_phases_run_as_rggb(device, tmp_path):
 def test_denoise_command_on_a_raw_file_with_cfa_weights(device, tmp_path, capsys):
     """`vkgraph denoise photo.dng --weights` of RGGB mosaics: the DNG (GBRG here) denoised and
     demosaiced by the network, its camera matrix applied, written as EXR: denoise_raw's
-    numbers; a PNG or an ensemble with such weights is one clear error, nothing written."""
+    numbers; a PNG with such weights is one clear error, nothing written; an ensemble runs."""
     from test_raw import scene, write
 
     from vkgraph.apps.rawdenoise import denoise_raw
@@ -394,5 +435,7 @@ def test_denoise_command_on_a_raw_file_with_cfa_weights(device, tmp_path, capsys
     code, out, err = run(capsys, tmp_path / "p.png", "--weights", lut)
     assert code != 0 and "denoise camera raw files" in err and "Traceback" not in err
     code, out, err = run(capsys, tmp_path / "a.dng", "--weights", lut, "--ensemble", 2,
-                         "-o", tmp_path / "b.exr")
-    assert code == 2 and "RGGB mosaics" in err and not (tmp_path / "b.exr").exists()
+                         "--noise", A, B, "-o", tmp_path / "b.exr")
+    assert code == 0, err
+    flipped = read_image(tmp_path / "b.exr")[..., :3]
+    assert flipped.shape == got.shape and 0 < np.abs(flipped - got).max() < 0.5

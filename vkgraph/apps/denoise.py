@@ -98,7 +98,6 @@ class Denoiser:
         self.cfa = bool(info and info[2])  # weights of RGGB mosaics
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
-        check_ensemble(self.weights, self.cfa, ensemble)
         if self.net is not None:
             from vkgraph.modules.unet_t.forward import bytes_per_pixel, reach
 
@@ -214,14 +213,23 @@ class Denoiser:
         return out
 
     def _mean(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
-        """kpn's result, or the mean over the ensemble's flips and rotations (each undone)."""
+        """kpn's result, or the mean over the ensemble's flips and rotations (each undone).
+        A flipped or rotated RGGB mosaic has another colour phase (where red is in its 2 x 2
+        cells, ensemble_phase): it is brought back to RGGB by mirrored rows and columns
+        (numpy's "reflect" keeps the colours) and the result cropped before it is undone."""
         if self.ensemble == 1:
             return self._denoise(image, a, b)
         out = None
         for rot, mirror in ENSEMBLES[self.ensemble]:
             x = np.rot90(image, rot)
-            x = np.ascontiguousarray(x[:, ::-1] if mirror else x)
-            y = self._denoise(x, a, b)
+            x = x[:, ::-1] if mirror else x
+            if self.cfa:
+                ry, rx = ensemble_phase(rot, mirror)
+                h, w = x.shape[:2]
+                x = np.pad(x, ((ry, ry), (rx, rx), (0, 0)), mode="reflect")
+                y = self._denoise(np.ascontiguousarray(x), a, b)[ry:ry + h, rx:rx + w]
+            else:
+                y = self._denoise(np.ascontiguousarray(x), a, b)
             y = np.rot90(y[:, ::-1] if mirror else y, -rot)
             out = y.copy() if out is None else out + y
         return np.ascontiguousarray(out / self.ensemble)
@@ -290,23 +298,22 @@ class Denoiser:
         return out
 
 
-def check_weights(weights: Path, levels: int | None = None, registry=None,
-                  ensemble: int = 1) -> int | None:
-    """kpn's pyramid levels for these weights (weights_info); None for unet-t's (unet_info,
-    and check_ensemble)."""
-    info = unet_info(weights, levels)
-    if info is not None:
-        check_ensemble(weights, info[2], ensemble)
+def check_weights(weights: Path, levels: int | None = None, registry=None) -> int | None:
+    """kpn's pyramid levels for these weights (weights_info); None for unet-t's
+    (unet_info)."""
+    if unet_info(weights, levels) is not None:
         return None
     return weights_info(weights, levels, registry)[0]
 
 
-def check_ensemble(weights: Path, cfa: bool, ensemble: int) -> None:
-    """Weights of RGGB mosaics take no ensemble: a flip or rotation changes the phase."""
-    if cfa and ensemble != 1:
-        raise GraphError(f"ensemble {ensemble}: the weights {weights} are of RGGB mosaics, "
-                         "whose flips and rotations change the colour phase; leave the "
-                         "ensemble out")
+def ensemble_phase(rot: int, mirror: bool) -> tuple[int, int]:
+    """(row, column) of red in the 2 x 2 cells of an RGGB mosaic of even size after
+    np.rot90(., rot) and then (mirror) a left-right flip: the same for every even size, so a
+    2 x 2 cell shows it."""
+    cell = np.rot90(np.array([[0, 1], [1, 2]]), rot)
+    cell = cell[:, ::-1] if mirror else cell
+    ry, rx = np.argwhere(cell == 0)[0]
+    return int(ry), int(rx)
 
 
 def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool] | None:
