@@ -18,7 +18,8 @@ photographs):
 * demosaic, noise-free: the noise-free mosaic's DNG demosaiced (Malvar-He-Cutler, the
   `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
 * demosaic, noisy: the noisy DNG the same way, no denoising;
-* demosaic + kpn: `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py: demosaic on the device,
+* one row per weights (--weights, any number of them; default: what `vkgraph denoise` uses
+  for raw files on this device), demosaic + kpn: `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py: demosaic on the device,
   kpn with the given weights and the balanced true profile, the camera matrix); with weights
   of RGGB mosaics (unet-t `cfa 1`, graphs/train-raw.cfg) the row is unet on the white-balanced
   mosaic, which demosaics as it denoises, then the camera matrix;
@@ -26,7 +27,14 @@ photographs):
   (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
   the exact unbiased inverse, then the same demosaicer and matrix.
 
-    python bench/raw_quality.py [--weights W.lut] [--crop N] [--jobs J]
+    python bench/raw_quality.py [--weights W.lut [W2.lut ...]] [--ensemble N] [--crop N]
+                                [--jobs J]
+
+--ensemble N adds a row per weights: the mean over N flips and rotations (`vkgraph denoise
+--ensemble N`).
+
+A second table gives each photograph's PSNR per row and level (`camera` is a grey photograph:
+its mosaic holds every colour at every photosite, which a demosaicer that learned so can use).
 
 --crop N takes a centred N x N crop of each photograph (quick runs; not comparable with
 full-size figures). BM3D runs on --jobs processes (default: the CPU count).
@@ -55,10 +63,8 @@ from vkgraph.apps import dng, heldout  # noqa: E402
 LEVELS = [("ISO 1600", 50.0, 2.0), ("ISO 12800", 800.0, 15.0), ("phone", 1.0e4, 100.0)]
 CFA = dng.BAYER["RGGB"]
 BLACK, WHITE = 512, 16383
-WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"  # what vkgraph denoise uses for raw
-ROWS = ("clean", "noisy", "kpn", "bm3d")
 TITLES = {"clean": "demosaic, noise-free", "noisy": "demosaic, noisy",
-          "bm3d": "VST-BM3D (CFA planes) + demosaic"}  # the "kpn" row names the weights
+          "bm3d": "VST-BM3D (CFA planes) + demosaic"}  # and a row per weights, named by them
 
 
 def write_raw(folder: Path, name: str, mosaic: np.ndarray) -> Path:
@@ -94,21 +100,33 @@ def bm3d_cfa(path: str, a: float, b: float) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--weights", type=Path, default=WEIGHTS)
+    p.add_argument("--weights", type=Path, nargs="+", default=None, metavar="W.lut")
+    p.add_argument("--ensemble", type=int, choices=(2, 4, 8), default=None, metavar="N")
     p.add_argument("--crop", type=int, default=None, metavar="N")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = p.parse_args(argv)
 
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
+    from vkgraph.cli.denoise import default_weights, on_gpu
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.testing import session_device
 
     device = session_device()
-    den = Denoiser(device, args.weights)
+    weights = args.weights or [default_weights(Path("x.dng"), on_gpu(device))]
+    dens = {}
+    for w in weights:
+        for n in (1, args.ensemble) if args.ensemble else (1,):
+            den = Denoiser(device, w, ensemble=n)
+            # weights of RGGB mosaics (unet-t cfa 1) denoise and demosaic at once: no
+            # demosaic first
+            title = (f"{den.module} on the mosaic ({w.name}" if den.cfa
+                     else f"demosaic + {den.module} ({w.name}")
+            dens[title + (f", ensemble {n})" if n > 1 else ")")] = den
+    rows = ["clean", "noisy", *dens, "bm3d"]
     dem = Demosaicer(device)
     scores: dict[tuple[str, int], list[float]] = {}
-    kpn_seconds = 0.0
+    seconds = dict.fromkeys(dens, 0.0)
     # spawned workers: rawpy's LibRaw (OpenMP) can deadlock in a forked process
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
             args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -127,28 +145,34 @@ def main(argv: list[str] | None = None) -> int:
                 noisy = read_raw(noisy_dng)
                 scores.setdefault(("noisy", li), []).append(
                     heldout.psnr(develop(noisy.mosaic, noisy), clean))
-                t0 = time.perf_counter()
-                out, _, _ = denoise_raw(den, dem, noisy, (a, b))
-                kpn_seconds += time.perf_counter() - t0
-                scores.setdefault(("kpn", li), []).append(heldout.psnr(out, clean))
+                for title, den in dens.items():
+                    t0 = time.perf_counter()
+                    out, _, _ = denoise_raw(den, dem, noisy, (a, b))
+                    seconds[title] += time.perf_counter() - t0
+                    scores.setdefault((title, li), []).append(heldout.psnr(out, clean))
         for li, clean, job in jobs:
             scores.setdefault(("bm3d", li), []).append(heldout.psnr(job.result(), clean))
     size = f"{args.crop}x{args.crop} centre crops" if args.crop else "full size"
     print(f"held-out photographs ({len(heldout.photos())}, {size}) as RGGB DNGs; mean PSNR "
           f"in dB, linear Rec.709; device {device.info.name}")
-    head = "| | " + " | ".join(f"{n} (a {a:g}, b {b:g})" for n, a, b in LEVELS) + " | mean |"
-    print(head)
+    levels = " | ".join(f"{n} (a {a:g}, b {b:g})" for n, a, b in LEVELS)
+    print(f"| | {levels} | mean |")
     print("|---" * (len(LEVELS) + 2) + "|")
-    # weights of RGGB mosaics (unet-t cfa 1) denoise and demosaic at once: no demosaic first
-    ours = (f"{den.module} on the mosaic (vkgraph denoise, {args.weights.name})" if den.cfa
-            else f"demosaic + {den.module} (vkgraph denoise, {args.weights.name})")
-    for row in ROWS:
+    for row in rows:
         per = [float(np.mean(scores[(row, li)])) for li in range(len(LEVELS))]
-        print(f"| {ours if row == 'kpn' else TITLES[row]} | "
-              + " | ".join(f"{v:.2f}" for v in per) + f" | {np.mean(per):.2f} |")
-    print(f"{ours}: {kpn_seconds:.1f} s for all {len(scores[('kpn', 0)]) * len(LEVELS)} "
-          f"files (denoise with its demosaic, matrix; BM3D ran beside it on {args.jobs} "
-          "processes)")
+        print(f"| {TITLES.get(row, row)} | " + " | ".join(f"{v:.2f}" for v in per)
+              + f" | {np.mean(per):.2f} |")
+    files = len(heldout.photos()) * len(LEVELS)
+    for title, s in seconds.items():
+        print(f"{title}: {s:.1f} s for all {files} files (vkgraph denoise's chain: the "
+              f"denoiser, any demosaic, the matrix; BM3D ran beside it on {args.jobs} "
+              "processes)")
+    print(f"\nper photograph: | photograph | row | {levels} |")
+    for pi, path in enumerate(heldout.photos()):
+        for row in rows:
+            per = [scores[(row, li)][pi] for li in range(len(LEVELS))]
+            print(f"| {path.stem} | {TITLES.get(row, row)} | "
+                  + " | ".join(f"{v:.2f}" for v in per) + " |")
     return 0 if all(math.isfinite(v) for vs in scores.values() for v in vs) else 1
 
 
