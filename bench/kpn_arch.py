@@ -109,6 +109,9 @@ VARIANTS = {
     "unetgl": dict(cnn="unet", width=32, lr=1e-3, norm="mid", geo=True, leaves=0.25),
     "unetgl2": dict(cnn="unet", width=32, lr=1e-3, norm="mid", geo=True, leaves=0.25,
                     loss="l2"),
+    # larger tiles, fewer of them (the same pixels a step): context beyond 128 pixels
+    "unet256": dict(cnn="unet", width=32, lr=1e-3, norm="mid", tile=256, n=4),
+    "unet4256": dict(cnn="unet", width=32, lr=1e-3, norm="mid", scales=4, tile=256, n=4),
     "dncnn": dict(cnn="dncnn", width=64, depth=17, lr=1e-3),
     "nlvst": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
                   vst=True),
@@ -517,7 +520,7 @@ def batch(torch, imgs, rng, n=16, tile=128, dev="cuda", aug=False, leaves=None, 
         img = (leaves[rng.integers(len(leaves))] if leaves and rng.random() < frac
                else imgs[rng.integers(len(imgs))])
         h, w = img.shape[-2:]
-        c = tile
+        c = min(tile, h, w)  # an image smaller than the tile: its whole side, upscaled
         if aug and rng.random() < 0.5:  # a downscaled crop: more scales, a cleaner target
             c = min(int(tile * 2 ** rng.random()), h, w)
         y, x = rng.integers(h - c + 1), rng.integers(w - c + 1)
@@ -570,7 +573,8 @@ def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | Non
             if fit < total[0]:
                 print(f"{name}: {fit} steps fit the budget of {budget:.0f} s", flush=True)
                 total[0] = max(fit, 400)
-        X, R, A, B = batch(torch, imgs, rng, dev=dev, aug=cfg.get("aug", False), leaves=leaves,
+        X, R, A, B = batch(torch, imgs, rng, n=cfg.get("n", 16), tile=cfg.get("tile", 128),
+                           dev=dev, aug=cfg.get("aug", False), leaves=leaves,
                            frac=cfg.get("leaves", 0.0), geo=cfg.get("geo", False))
         loss = 0
         for out in model.outputs(X, A, B):
