@@ -898,15 +898,33 @@ def _read_exr(path: PathLike, raw: bytes, finite: bool) -> tuple[np.ndarray, boo
 def exr_bytes(array, half: bool = False, compression: str = "zip") -> list[bytes]:
     """A single-part scanline OpenEXR file: channels R G B (alpha dropped), or Y for
     one-channel arrays; half or float pixels; compression one of EXR_COMPRESSIONS."""
+    return [_exr_encode(_exr_pixels(array, half), compression).getvalue()]
+
+
+def write_exr(path: PathLike, array, half: bool = False, compression: str = "zip") -> None:
+    """Write linear float rgb (alpha dropped) as OpenEXR, f32 or f16 pixels (beyond f16's
+    range: inf, refused)."""
+    px = _exr_pixels(array, half)
+    atomic_write(path, [_exr_encode(px, compression).getbuffer()], px)
+
+
+def _exr_pixels(array, half: bool) -> np.ndarray:
+    """What an EXR holds: rgb (alpha dropped) or grey, f16 or f32, C-contiguous (the binding
+    reads an (h, w, 3) array as R, G, B only so: it writes a strided view's memory as it
+    lies); no copy where the array already is that (a 24 MP image: each copy is 0.1-0.4 s)."""
+    arr = _rgb_or_grey(_as_image(array, "EXR"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.ascontiguousarray(arr, dtype=np.float16 if half else np.float32)
+
+
+def _exr_encode(px: np.ndarray, compression: str) -> io.BytesIO:
+    """_exr_pixels' array encoded: one "RGB" array (the binding splits it into R, G, B
+    itself, so no per-channel copies) or Y."""
     if compression not in EXR_COMPRESSIONS:
         raise GraphError(f"cannot write OpenEXR compression '{compression}': expected one "
                          f"of {', '.join(EXR_COMPRESSIONS)}")
     OpenEXR = _openexr()
-    arr = _rgb_or_grey(_as_image(array, "EXR"))
-    with np.errstate(over="ignore", invalid="ignore"):
-        px = arr.astype(np.float16 if half else np.float32)
-    names = ["R", "G", "B"] if px.shape[2] == 3 else ["Y"]
-    channels = {n: np.ascontiguousarray(px[:, :, c]) for c, n in enumerate(names)}
+    channels = {"RGB": px} if px.shape[2] == 3 else {"Y": px[:, :, 0]}
     codec = getattr(OpenEXR, "NO_COMPRESSION" if compression == "none"
                     else f"{compression.upper()}_COMPRESSION")
     header = {"compression": codec, "type": OpenEXR.scanlineimage}
@@ -914,14 +932,7 @@ def exr_bytes(array, half: bool = False, compression: str = "zip") -> list[bytes
     _, error, said = _quietly(lambda: OpenEXR.File(header, channels).write(out))
     if error is not None:
         raise RuntimeFailure(f"cannot encode OpenEXR file: {_exr_reason(error, said)}")
-    return [out.getvalue()]
-
-
-def write_exr(path: PathLike, array, half: bool = False, compression: str = "zip") -> None:
-    """Write linear float rgb (alpha dropped) as OpenEXR, f32 or f16 pixels."""
-    with np.errstate(over="ignore", invalid="ignore"):  # beyond f16: inf, refused
-        values = _rgb_or_grey(_as_image(array, "EXR")).astype("<f2" if half else "<f4")
-    atomic_write(path, exr_bytes(array, half, compression), values)
+    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -457,6 +457,22 @@ def test_exr_round_trip(tmp_path, half):
     assert np.array_equal(got[:, :, 1], img[:, :, 0])
 
 
+@pytest.mark.parametrize("half", [False, True])
+def test_exr_writes_strided_arrays_as_their_pixels(tmp_path, half):
+    """Views whose memory is not their pixels in order (the rgb of rgba, a transpose, every
+    other row, a float64 array) are written as the pixels they show: the encoder takes one
+    rgb array and reads its memory as it lies."""
+    img = image(18, 11).astype(np.float32)
+    views = {"rgba": img, "transposed": img[:, :, :3].transpose(1, 0, 2),
+             "rows": img[::2, :, :3], "float64": img[:, :, :3].astype(np.float64)}
+    for name, view in views.items():
+        assert name == "float64" or not view[:, :, :3].flags.c_contiguous
+        path = tmp_path / f"{name}.exr"
+        F.write_exr(path, view, half=half)
+        want = view[:, :, :3].astype(np.float16 if half else np.float32).astype(np.float32)
+        assert np.array_equal(F.read_exr(path)[:, :, :3], want), name
+
+
 # written by the OpenEXR library (3.5.3): 3x2 rgba half, no compression / RLE; 8x20 rgb ZIP
 EXR_NONE = (
     "di8xAQIAAABjaGFubmVscwBjaGxpc3QASQAAAEEAAQAAAAAAAAABAAAAAQAAAEIAAQAAAAAAAAABAAAAAQAAAEcA"
