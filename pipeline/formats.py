@@ -329,21 +329,21 @@ def output_path(filename: str, ext: str, frame: int = 0) -> Path:
 def fit_channels(image: np.ndarray, nchan: int) -> np.ndarray:
     """float32 (ht, wd, nchan) from an image with any channel count: grey is repeated into
     rgb, missing alpha is 1, extra channels are dropped."""
-    image = np.asarray(image, dtype=np.float32)
+    image = np.asarray(image)
     if image.ndim == 2:
         image = image[:, :, None]
     c = image.shape[2]
     if c == nchan:
-        return image
-    if c == 1 and nchan > 1:
-        image = np.repeat(image, min(nchan, 3), axis=2)
-        c = image.shape[2]
-    if c < nchan:
-        pad = np.zeros(image.shape[:2] + (nchan - c,), np.float32)
+        return np.asarray(image, dtype=np.float32)
+    # one pass into the result (a 24 MP rgba is 384 MB: each array between costs a pass)
+    out = np.empty(image.shape[:2] + (nchan,), np.float32)
+    k = min(nchan, 3) if c == 1 else min(c, nchan)  # grey fills r, g and b
+    out[:, :, :k] = image if c == 1 else image[:, :, :k]
+    if k < nchan:
+        out[:, :, k:] = 0.0
         if nchan == 4:
-            pad[:, :, -1] = 1.0
-        image = np.concatenate([image, pad], axis=2)
-    return np.ascontiguousarray(image[:, :, :nchan])
+            out[:, :, 3] = 1.0
+    return out
 
 
 # ------------------------------------------------------------------------------------------
