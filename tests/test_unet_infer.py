@@ -399,6 +399,9 @@ def test_raw_bayer_phases_run_as_rggb(device, tmp_path):
     gains = np.tile(np.array([[2.0, 1.0], [1.0, 1.5]], np.float32), (20, 32))
     np.testing.assert_array_equal(padded_m[:, 1:], (M * gains)[:, 1:])
     np.testing.assert_array_equal(padded_m[:, 0], padded_m[:, 2])  # reflected: same colours
+    same, origin = rggb_mosaic(rggb)  # already RGGB and even: balanced, not padded
+    assert origin == (0, 0)
+    np.testing.assert_array_equal(same, M * gains)
     out1, _, ab = denoise_raw(den, None, rggb, noise=(A, B))
     out2, _, _ = denoise_raw(den, None, grbg, noise=(A, B))
     assert out1.shape == (40, 64, 3) and out2.shape == (40, 63, 3)

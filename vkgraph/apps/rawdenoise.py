@@ -131,11 +131,16 @@ def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     if min(ht, wd) < 2:
         raise GraphError(f"a {wd}x{ht} mosaic holds no whole 2 x 2 Bayer cell")
     cfa = np.asarray(raw.meta.cfa)
-    gains = np.asarray(raw.meta.wb, np.float32)[np.tile(cfa, (-(-ht // 2), -(-wd // 2)))]
-    balanced = raw.mosaic * gains[:ht, :wd]
+    gains = np.asarray(raw.meta.wb, np.float32)
+    mosaic = np.asarray(raw.mosaic, np.float32)
+    balanced = np.empty_like(mosaic)
+    for dy in range(2):  # each photosite of the 2 x 2 pattern times its colour's gain
+        for dx in range(2):
+            np.multiply(mosaic[dy::2, dx::2], gains[cfa[dy, dx]], out=balanced[dy::2, dx::2])
     top, left = red
     pad = ((top, (ht + top) % 2), (left, (wd + left) % 2))
-    return np.pad(balanced, pad, mode="reflect"), (top, left)
+    return (np.pad(balanced, pad, mode="reflect") if any(map(any, pad)) else balanced,
+            (top, left))
 
 
 def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0
