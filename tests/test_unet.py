@@ -108,6 +108,33 @@ def test_frame_matches_reference(device, tmp_path, width, scales, size, tiles, p
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 
 
+@pytest.mark.parametrize("block", ["64,4,8", "16,2,2"])
+def test_block_shapes_match_reference(device, tmp_path, monkeypatch, block):
+    """The layer kernels with other block shapes ($VKGRAPH_UNET_BLOCK: wider and narrower
+    blocks, more and fewer sums a thread; layers of 5 to 20 channels, so blocks of 8 to 32
+    rows): the reference's frame, as with the default shape."""
+    monkeypatch.setenv("VKGRAPH_UNET_BLOCK", block)
+    g = unet_graph(tmp_path, clean(32, 32), 5, 2, (4, 16), "param:unet-t:01:alpha:0")
+    g.frames = 2
+    w = random_weights(5, 2)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), 5, 2)
+    assert abs(E - Eref) <= 1e-5 * Eref
+    assert np.abs(view(O) - Oref).max() <= 1e-5
+    assert np.abs(dw - dwref).max() <= 2e-4 * np.abs(dwref).max()
+
+
+@pytest.mark.parametrize("block,match", [("64,4", "three integers"), ("48,4,4", "powers"),
+                                         ("32,4,64", "RN at most TN"),
+                                         ("1024,1,1", "at most 1024")])
+def test_bad_block_shapes_are_errors(monkeypatch, block, match):
+    from vkgraph.modules.unet_t.forward import block_of
+
+    monkeypatch.setenv("VKGRAPH_UNET_BLOCK", block)
+    with pytest.raises(GraphError, match=match):
+        block_of(32)
+
+
 def test_training_denoises_and_writes_lut(device, tmp_path):
     """120 frames of fresh noise: the output ends closer to the clean tiles than the noisy
     input is (the loss of the identity, on the same frame), and o-lut writes the weights and

@@ -11,7 +11,9 @@ network; sizes given here stay the full-resolution image's, which must be even."
 from __future__ import annotations
 
 import math
+import os
 import re
+from typing import NamedTuple
 
 from vkgraph.modules.unet_t.net import Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
@@ -21,11 +23,57 @@ SHADER = "unet-t"
 KIND = "unet denoiser"  # the .lut's text names the network so (module.lut_text)
 
 
+BLOCK_ENV = "VKGRAPH_UNET_BLOCK"  # "TN,RM,RN": another block shape, for bench/unet_train.py
+BLOCK = (32, 4, 4)  # TN, RM, RN when the environment names none
+TK = 16  # unet.glsl's step
+
+
+class Block(NamedTuple):
+    """The shape of a layer kernel's blocks (conv.comp, convb.comp, convw.comp; unet.glsl): a
+    workgroup of `threads` sums a tm x tn block of its matrix product, rm x rn a thread."""
+
+    tm: int
+    tn: int
+    rm: int
+    rn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.tm // self.rm) * (self.tn // self.rn)
+
+    def defines(self) -> dict:
+        return {"TM": self.tm, "TN": self.tn, "RM": self.rm, "RN": self.rn}
+
+    def groups(self, rows: int, columns: int) -> tuple[int, int]:
+        """A node's dispatch size (invocations along x, workgroups along y) for a matrix
+        product of `rows` x `columns`: columns over x, rows over y."""
+        return self.threads * tiles(columns, self.tn), tiles(rows, self.tm)
+
+
 def block_rows(channels: int) -> int:
-    """The rows TM of a layer kernel's blocks (conv.comp, convb.comp, convw.comp: a
-    workgroup of 2 TM threads sums a TM x 32 block of its matrix product, 4 x 4 a thread):
-    the channels rounded up to 4, 8, 16 or 32, so that narrow layers waste no rows."""
+    """The rows TM of a layer kernel's blocks: the channels rounded up to 4, 8, 16 or 32, so
+    that narrow layers waste no rows."""
     return next(t for t in (4, 8, 16, 32) if channels <= t or t == 32)
+
+
+def block_of(channels: int) -> Block:
+    """The block of a layer kernel whose rows are `channels`: block_rows of them, and TN, RM,
+    RN from $VKGRAPH_UNET_BLOCK ("TN,RM,RN", powers of two; RM is at most TM) or BLOCK. Any
+    shape gives the same sums in the same order within a thread's block, not across blocks'
+    steps: the results agree to rounding."""
+    text = os.environ.get(BLOCK_ENV, "")
+    try:
+        tn, rm, rn = (int(v) for v in text.split(",")) if text else BLOCK
+    except ValueError:
+        raise GraphError(f"{BLOCK_ENV}={text!r}: expected TN,RM,RN (three integers)") from None
+    tm = block_rows(channels)
+    block = Block(tm, tn, min(rm, tm), rn)
+    if not (all(v > 0 and v & (v - 1) == 0 for v in (tn, rm, rn)) and rn <= tn
+            and block.threads <= min(1024, TK * tn)):
+        raise GraphError(f"{BLOCK_ENV}={text!r}: TN, RM and RN must be powers of two, RN at "
+                         f"most TN, and a workgroup ((TM / RM) (TN / RN) threads) at most "
+                         f"{min(1024, TK * tn)}")
+    return block
 
 
 def tiles(n: int, size: int = 32) -> int:
@@ -135,12 +183,12 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     conv = {}
     for L in ls:
         wo, ho = sizes[L.scale_out]
-        tm = block_rows(L.cout)
-        node = graph.add_node(module, "conv", (2 * tm * tiles(wo * ho), tiles(L.cout, tm)), [
+        blk = block_of(L.cout)
+        node = graph.add_node(module, "conv", blk.groups(L.cout, wo * ho), [
             ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
             ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
-            shader=SHADER, local=(2 * tm, 1, 1), push=layer_push(L, sizes, cfa),
-            defines={**layer_defines(L, precise), "TM": tm})
+            shader=SHADER, local=(blk.threads, 1, 1), push=layer_push(L, sizes, cfa),
+            defines={**layer_defines(L, precise), **blk.defines()})
         feed_weights(node)
         connect_inputs(graph, node, L, made)
         noiseab(node)

@@ -22,7 +22,7 @@ import numpy as np
 from vkgraph.modules.unet_t.forward import (
     CFA_LINE,
     SHADER,
-    block_rows,
+    block_of,
     connect_inputs,
     forward_nodes,
     layer_defines,
@@ -147,13 +147,13 @@ def network(graph, module, scaffold) -> Network:
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
         push = layer_push(L, size, cfa)
         if L.a != "F":
-            tm = block_rows(L.cin)
-            node = graph.add_node(module, "convb", (2 * tm * tiles(wi * hi), tiles(L.cin, tm)), [
+            blk = block_of(L.cin)
+            node = graph.add_node(module, "convb", blk.groups(L.cin, wi * hi), [
                 ssbo("w", "read"), ssbo("gA", "read"), ssbo("gB", "read"), ssbo("outp", "read"),
                 ssbo("dA", "write", words * L.cina * wi * hi),
                 ssbo("dB", "write", words * max(L.cin - L.cina, 1) * wi * hi),
-                ssbo("noiseab", "read")], shader=SHADER, local=(2 * tm, 1, 1), push=push,
-                defines={**ldefs, "TM": tm})
+                ssbo("noiseab", "read")], shader=SHADER, local=(blk.threads, 1, 1), push=push,
+                defines={**ldefs, **blk.defines()})
             graph.node_connect(adam, "w", node, "w")
             _grads(graph, module, node, g, conv[L.name])
             grads.setdefault(L.a, []).append((node, "dA"))
@@ -161,13 +161,15 @@ def network(graph, module, scaffold) -> Network:
                 grads.setdefault(L.b, []).append((node, "dB"))
         chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
-        tm = block_rows(L.cout)
-        node = graph.add_node(module, "convw", (2 * tm * tiles(L.cout, tm),
-                                                tiles(L.cin * L.k * L.k + 1), chunks), [
+        blk = block_of(L.cout)
+        # convw's blocks: output channels over x, the columns (inputs and taps, the bias) over y
+        ncol = L.cin * L.k * L.k + 1
+        node = graph.add_node(module, "convw", (blk.threads * tiles(L.cout, blk.tm),
+                                                tiles(ncol, blk.tn), chunks), [
             ssbo("inA", "read"), ssbo("inB", "read"), ssbo("gA", "read"), ssbo("gB", "read"),
             ssbo("outp", "read"), ssbo("part", "write", words * chunks * lw),
-            ssbo("noiseab", "read")], shader=SHADER, local=(2 * tm, 1, 1), push=push,
-            defines={**ldefs, "CHUNKS": chunks, "TM": tm})
+            ssbo("noiseab", "read")], shader=SHADER, local=(blk.threads, 1, 1), push=push,
+            defines={**ldefs, "CHUNKS": chunks, **blk.defines()})
         connect_inputs(graph, node, L, made)
         _grads(graph, module, node, g, conv[L.name])
         wsum = graph.add_node(module, "wsum", (L.end, 1), [

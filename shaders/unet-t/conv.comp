@@ -25,7 +25,7 @@ void main() {
   int lid = int(gl_LocalInvocationIndex);
   int ni = push.wi * push.hi, no = push.wo * push.ho, T = tile_at(noiseab[2]);
   int p0 = int(gl_WorkGroupID.x) * TN, co0 = int(gl_WorkGroupID.y) * TM;
-  int tm = (lid / (TN / 4)) * 4, tn = (lid % (TN / 4)) * 4;
+  BLOCK_AT(lid)
   ivec2 sp[NP];
   ivec4 sb[NP];
   bool sv[NP];
@@ -37,10 +37,10 @@ void main() {
     sb[s] = box_of(sp[s], T);
 #endif
   }
-  real acc[16];
-  for (int i = 0; i < 4; i++) {
+  real acc[ACC];
+  for (int i = 0; i < RM; i++) {
     real b = co0 + tm + i < COUT ? real(w[bidx(co0 + tm + i)]) : real(0);
-    for (int j = 0; j < 4; j++) acc[i * 4 + j] = b;
+    for (int j = 0; j < RN; j++) acc[i * RN + j] = b;
   }
   for (int c0 = 0; c0 < NCOL; c0 += TK) {
     for (int e = lid; e < TK * TM; e += THREADS) {
@@ -61,16 +61,16 @@ void main() {
     BLOCK_STEP(sw, sx)
     barrier();
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < RM; i++) {
     int co = co0 + tm + i;
     if (co >= COUT) continue;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < RN; j++) {
       int ip = p0 + tn + j;
       if (ip >= no) continue;
 #if RELU
-      outp[co * no + ip] = max(acc[i * 4 + j], real(0));
+      outp[co * no + ip] = max(acc[i * RN + j], real(0));
 #else
-      outp[co * no + ip] = acc[i * 4 + j];
+      outp[co * no + ip] = acc[i * RN + j];
 #endif
     }
   }

@@ -27,7 +27,7 @@ void main() {
   int lid = int(gl_LocalInvocationIndex);
   int ni = push.wi * push.hi, no = push.wo * push.ho, T = tile_at(noiseab[2]);
   int q0 = int(gl_WorkGroupID.x) * TN, ci0 = int(gl_WorkGroupID.y) * TM;
-  int tm = (lid / (TN / 4)) * 4, tn = (lid % (TN / 4)) * 4;
+  BLOCK_AT(lid)
   ivec2 sq[NP];
   ivec4 sb[NP];
   bool sv[NP];
@@ -39,8 +39,8 @@ void main() {
     sb[s] = box_of(sq[s], T);
 #endif
   }
-  real acc[16];
-  for (int v = 0; v < 16; v++) acc[v] = real(0);
+  real acc[ACC];
+  for (int v = 0; v < ACC; v++) acc[v] = real(0);
   for (int r0 = 0; r0 < NROW; r0 += TK) {
     for (int e = lid; e < TK * TM; e += THREADS) {
       int row = r0 + e / TM, ci = ci0 + e % TM;
@@ -58,14 +58,14 @@ void main() {
     BLOCK_STEP(sw, sg)
     barrier();
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < RM; i++) {
     int ci = ci0 + tm + i;
     if (ci >= CIN) continue;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < RN; j++) {
       int iq = q0 + tn + j;
       if (iq >= ni) continue;
-      if (ci < CINA) dA[ci * ni + iq] = acc[i * 4 + j];
-      else dB[(ci - CINA) * ni + iq] = acc[i * 4 + j];
+      if (ci < CINA) dA[ci * ni + iq] = acc[i * RN + j];
+      else dB[(ci - CINA) * ni + iq] = acc[i * RN + j];
     }
   }
 }

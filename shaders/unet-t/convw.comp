@@ -35,9 +35,9 @@ void main() {
   int co0 = int(gl_WorkGroupID.x) * TM, col0 = int(gl_WorkGroupID.y) * TN;
   int run = (no + CHUNKS - 1) / CHUNKS, z = int(gl_WorkGroupID.z);
   int start = z * run, end = min(no, start + run);
-  int tm = (lid / (TN / 4)) * 4, tn = (lid % (TN / 4)) * 4;
-  real acc[16];
-  for (int v = 0; v < 16; v++) acc[v] = real(0);
+  BLOCK_AT(lid)
+  real acc[ACC];
+  for (int v = 0; v < ACC; v++) acc[v] = real(0);
   for (int p0 = start; p0 < end; p0 += TK) {
     for (int k = lid; k < TK; k += THREADS) {
       int ip = p0 + k;
@@ -70,14 +70,14 @@ void main() {
     barrier();
   }
   int o = z * (COUT * CIN * KK + COUT) - WOFF;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < RM; i++) {
     int co = co0 + tm + i;
     if (co >= COUT) continue;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < RN; j++) {
       int col = col0 + tn + j;
       if (col >= NCOL) continue;
-      if (col == NCOL - 1) part[o + bidx(co)] = acc[i * 4 + j];
-      else part[o + widx(co, col / KK, col % KK)] = acc[i * 4 + j];
+      if (col == NCOL - 1) part[o + bidx(co)] = acc[i * RN + j];
+      else part[o + widx(co, col / KK, col % KK)] = acc[i * RN + j];
     }
   }
 }

@@ -90,23 +90,34 @@ bool target(ivec2 q, int t, ivec4 box, out ivec2 p) {
 }
 
 // The layer kernels' matrix products (conv.comp, convb.comp, convw.comp): a workgroup of
-// THREADS = 2 TM threads sums a block of TM rows x TN columns over steps of TK, staged in
-// shared memory as [k][row] and [k][column], a 4 x 4 block of sums a thread. NP: the
-// columns a thread stages (the same ones every step).
+// THREADS = (TM / RM) (TN / RN) threads sums a block of TM rows x TN columns over steps of
+// TK, staged in shared memory as [k][row] and [k][column], an RM x RN block of sums a thread
+// (forward.py's Block picks TM, TN, RM, RN; all powers of two). NP: the columns a thread
+// stages (the same ones every step).
+#ifndef TN
 #define TN 32
+#endif
+#ifndef RM
+#define RM 4
+#endif
+#ifndef RN
+#define RN 4
+#endif
 #define TK 16
-#define THREADS (TM * TN / 16)
+#define THREADS ((TM / RM) * (TN / RN))
 #define NP ((TN + THREADS - 1) / THREADS)
+#define ACC (RM * RN)
 
-// one step of a block's sums: acc (16, this thread's 4 x 4 block at rows tm, columns tn) +=
+// the rows tm and columns tn of this thread's RM x RN block of sums
+#define BLOCK_AT(lid) int tm = ((lid) / (TN / RN)) * RM, tn = ((lid) % (TN / RN)) * RN;
+
+// one step of a block's sums: acc (this thread's RM x RN block at rows tm, columns tn) +=
 // the step's A (TK x TM rows, shared) times B (TK x TN columns, shared)
 #define BLOCK_STEP(A, B)                                                            \
   for (int k = 0; k < TK; k++) {                                                    \
-    real a_[4], b_[4];                                                              \
-    for (int i = 0; i < 4; i++) {                                                   \
-      a_[i] = A[k * TM + tm + i];                                                   \
-      b_[i] = B[k * TN + tn + i];                                                   \
-    }                                                                               \
-    for (int i = 0; i < 4; i++)                                                     \
-      for (int j = 0; j < 4; j++) acc[i * 4 + j] += a_[i] * b_[j];                  \
+    real a_[RM], b_[RN];                                                            \
+    for (int i = 0; i < RM; i++) a_[i] = A[k * TM + tm + i];                        \
+    for (int j = 0; j < RN; j++) b_[j] = B[k * TN + tn + j];                        \
+    for (int i = 0; i < RM; i++)                                                    \
+      for (int j = 0; j < RN; j++) acc[i * RN + j] += a_[i] * b_[j];                \
   }
