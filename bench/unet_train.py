@@ -9,14 +9,19 @@ batch drawn on the GPU) with Adam and clip_grad_norm_, eager and through torch.c
 its default precision (TF32 convolutions). ms/frame: the median over --repeats blocks of
 --frames frames after warm-up (wall time, synchronised at each block's end); "x" = the row's
 time / vkgraph's. --profile adds vkgraph's GPU time per kernel (timestamps, summed over a
-frame's nodes of that kernel), which says where a frame goes.
+frame's nodes of that kernel), which says where a frame goes. --blocks times vkgraph with
+each of the layer kernels' block shapes given ("TN,RM,RN": a workgroup sums TM x TN of its
+matrix product, RM x RN a thread; modules/unet-t/forward.py's Block), a row each, the first
+the one the x column divides by.
 
     python bench/unet_train.py [--frames 30] [--repeats 3] [--profile] [--torch eager,compile]
+                               [--blocks 32,4,4 64,4,8 ...] [--batch N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import defaultdict
@@ -35,10 +40,12 @@ from vkgraph.pipeline.vk import Device  # noqa: E402
 WARM = 10
 
 
-def run_vkgraph(frames: int, repeats: int, profile: bool) -> dict:
+def run_vkgraph(frames: int, repeats: int, profile: bool, batch: int | None = None) -> dict:
     dev = Device.open()
     try:
         g = read_cfg(ROOT / "graphs" / "train-unet.cfg")
+        if batch:  # fewer tiles a frame: a quick check of the bench itself (the CPU driver)
+            g.modules[("cnngenin", "01")].set_param("batch", batch)
         g.frames = WARM + repeats * frames + 5
         b = Session(g, dev).prepare()
         b.run_frames(0, WARM, last_frame_only=True, write_sinks=False)
@@ -108,19 +115,30 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--torch", default="eager,compile")
+    ap.add_argument("--blocks", nargs="+", metavar="TN,RM,RN")
+    ap.add_argument("--batch", type=int, help="vkgraph's tiles a frame (default the cfg's 16; "
+                    "fewer only to check the bench on a slow device)")
     args = ap.parse_args()
-    rows = {"vkgraph": run_vkgraph(args.frames, args.repeats, args.profile)}
+    rows = {}
+    for block in args.blocks or [None]:
+        if block:
+            os.environ["VKGRAPH_UNET_BLOCK"] = block
+        rows[f"vkgraph {block}" if block else "vkgraph"] = run_vkgraph(
+            args.frames, args.repeats, args.profile, args.batch)
     for mode in filter(None, args.torch.split(",")):
         rows[f"torch {mode}"] = run_torch(mode, args.frames, args.repeats)
-    base = rows["vkgraph"]["ms"]
+    first = next(iter(rows))
+    base = rows[first]["ms"]
     print("| run | ms/frame | frames/s | x vkgraph's time |")
     print("|---|---|---|---|")
     for name, r in rows.items():
         print(f"| {name} | {r['ms']:.2f} | {1e3 / r['ms']:.1f} | {r['ms'] / base:.2f} |")
-    if args.profile:
-        ks = rows["vkgraph"]["kernels"]
+    for name, r in rows.items() if args.profile else ():
+        if "kernels" not in r:
+            continue
+        ks = r["kernels"]
         total = sum(ks.values())
-        print(f"\nvkgraph GPU time per kernel (ms a frame, {total:.2f} in all):")
+        print(f"\n{name} GPU time per kernel (ms a frame, {total:.2f} in all):")
         print("| kernel | ms | share |")
         print("|---|---|---|")
         for k, t in sorted(ks.items(), key=lambda kv: -kv[1]):
