@@ -195,8 +195,8 @@ class Denoiser:
                 raise GraphError(f"a {image.shape[1]}x{image.shape[0]} mosaic: the weights "
                                  f"{self.weights} are of RGGB mosaics, whose width and height "
                                  "must be even (whole 2 x 2 cells)")
-            # a mosaic (h, w, 1): unet's upload repeats it into r, g and b, of which each
-            # photosite's own colour is read
+            if image.shape[2] < 3:  # a mosaic: its upload repeats it into r, g and b, of
+                image = image[:, :, :1]  # which each photosite's own colour is read
         out = self._mean(image, a, b)
         finite = non_finite(out) is None  # its min and max (12 MP: 10-20 ms)
         if not self.fp32 and not finite and self._f16():
