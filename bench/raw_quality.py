@@ -19,10 +19,11 @@ photographs):
   `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
 * demosaic, noisy: the noisy DNG the same way, no denoising;
 * one row per weights (--weights, any number of them; default: what `vkgraph denoise` uses
-  for raw files on this device), demosaic + kpn: `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py: demosaic on the device,
-  kpn with the given weights and the balanced true profile, the camera matrix); with weights
-  of RGGB mosaics (unet-t `cfa 1`, graphs/train-raw.cfg) the row is unet on the white-balanced
-  mosaic, which demosaics as it denoises, then the camera matrix;
+  for raw files on this device): `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py:
+  demosaic on the device, the denoiser with the weights and the balanced true profile, the
+  camera matrix); with weights of RGGB mosaics (unet-t `cfa 1`, graphs/train-raw.cfg) the row
+  is unet on the white-balanced mosaic, which demosaics as it denoises, then the camera
+  matrix;
 * VST-BM3D (CFA) + demosaic: the generalized Anscombe transform of the true (a, b)
   (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
   the exact unbiased inverse, then the same demosaicer and matrix.

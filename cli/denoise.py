@@ -53,7 +53,10 @@ WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
 # over arch 2's JPEG weights on phone-like JPEGs and +0.95 to +1.24 dB on white noise through
 # JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block matching; the
 # U-Net's 0.49M weights), so CPU devices keep arch 1.
+# The mosaic U-Net reads Bayer patterns only: raw files of other patterns (X-Trans) get arch 2
+# after the demosaic ("raw-other").
 GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
+               "raw-other": ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
                "linear": ROOT / "graphs" / "weights" / "unet-photo.lut",
                "jpeg": ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
@@ -226,6 +229,8 @@ def cmd_denoise(args) -> int:
     check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else None
     shipped = {default_weights(p, gpu) for p in inputs for gpu in (False, True)}
+    if any(is_raw(p) for p in inputs):
+        shipped.add(GPU_WEIGHTS["raw-other"])
     for w in {weights} if weights else shipped:
         check_up_front(args, w)
     if args.outdir is not None:
@@ -284,15 +289,20 @@ def shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def default_weights(src: Path, gpu: bool = False) -> Path:
+def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
     linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
-    better ones of GPU_WEIGHTS for the first three kinds."""
+    better ones of GPU_WEIGHTS for the first three kinds. pattern: a raw file's colour
+    pattern where it is known (RawMeta.cfa): one that is not Bayer gets "raw-other"."""
     from vkgraph.pipeline.raw import is_raw
 
     suffix = src.suffix.lower()
     if is_raw(src):
         kind, w = "raw", WEIGHTS_LINEAR
+        if pattern is not None:
+            from vkgraph.apps.rawdenoise import bayer_red
+
+            kind = "raw" if bayer_red(pattern) is not None else "raw-other"
     elif suffix in LINEAR_FORMATS:
         kind, w = "linear", WEIGHTS_LINEAR
     elif suffix in JPEG_FORMATS:
@@ -320,7 +330,14 @@ class Denoisers:
     def for_file(self, src: Path):
         from vkgraph.apps.denoise import Denoiser
 
-        w = self.weights or default_weights(src, on_gpu(self.device))
+        w = self.weights
+        if w is None:
+            from vkgraph.pipeline.raw import is_raw, read_raw
+
+            gpu = on_gpu(self.device)
+            # a raw file's pattern picks the GPU weights (read once: the decode reuses it)
+            pattern = read_raw(src).meta.cfa if gpu and is_raw(src) else None
+            w = default_weights(src, gpu, pattern)
         if w not in self.made:
             self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
             self.made[w].on_tile = self.on_tile

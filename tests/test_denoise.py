@@ -426,6 +426,15 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
 
     gpu = {s: cli_denoise.default_weights(Path(f"x{s}"), gpu=True).name
            for s in (".dng", ".exr", ".pfm", ".jpg", ".png")}
+    # the mosaic U-Net reads Bayer patterns: X-Trans raw files get arch 2 after the demosaic
+    from vkgraph.apps import dng
+
+    assert cli_denoise.default_weights(Path("x.raf"), True, dng.XTRANS).name == \
+        "kpn-photo-nl.lut"
+    assert cli_denoise.default_weights(Path("x.raf"), True, dng.BAYER["GBRG"]).name == \
+        "unet-raw.lut"
+    assert cli_denoise.default_weights(Path("x.raf"), False, dng.XTRANS).name == \
+        "kpn-photo-ctx.lut"
     assert gpu == {".dng": "unet-raw.lut", ".exr": "unet-photo.lut",
                    ".pfm": "unet-photo.lut", ".jpg": "unet-jpeg.lut",
                    ".png": "kpn-photo.lut"}

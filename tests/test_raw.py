@@ -338,6 +338,26 @@ def test_denoise_a_dng(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "photo-denoised.exr").is_file()
 
 
+def test_gpu_default_weights_follow_the_pattern(tmp_path, capsys, monkeypatch):
+    """Without --weights on a GPU (here the CPU driver taken for one), a Bayer raw file gets
+    the mosaic U-Net and an X-Trans one arch 2 after the demosaic (the U-Net reads Bayer
+    mosaics only): both files denoised in one command, each line naming its weights."""
+    from vkgraph.cli import denoise as cli_denoise
+
+    monkeypatch.setattr(cli_denoise, "on_gpu", lambda device: True)
+    write(tmp_path / "b.dng", scene(24, 30), dng.BAYER["RGGB"], noise=(1e3, 10.0))
+    write(tmp_path / "x.dng", scene(24, 30), dng.XTRANS, noise=(1e3, 10.0))
+    code = main(["denoise", str(tmp_path / "b.dng"), str(tmp_path / "x.dng"), "--outdir",
+                 str(tmp_path / "o"), "--noise", "1e3", "10"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = {line.split(" -> ")[0]: line for line in out.splitlines() if " -> " in line}
+    assert "Bayer" in lines[str(tmp_path / "b.dng")]
+    assert "weights unet-raw.lut" in lines[str(tmp_path / "b.dng")]
+    assert "X-Trans" in lines[str(tmp_path / "x.dng")]
+    assert "weights kpn-photo-nl.lut" in lines[str(tmp_path / "x.dng")]
+
+
 def test_raw_graph_matches_reference(tmp_path):
     """i-raw -> demosaic (camera rgb) -> colour (the raw's matrix through its `raw` input)
     as a cfg, against the numpy reference."""
