@@ -116,8 +116,10 @@ def add_parser(sub) -> None:
                    "unet; the .lut's text tells them apart) (default: the shipped "
                    f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
                    f"for JPEG, {shown(WEIGHTS)} for the rest; on a GPU "
-                   f"{shown(GPU_WEIGHTS['raw'])} for raw files, {shown(GPU_WEIGHTS['linear'])} "
-                   f"for EXR and PFM, {shown(GPU_WEIGHTS['jpeg'])} for JPEG)")
+                   f"{shown(GPU_WEIGHTS['raw'])} for Bayer raw files "
+                   f"({shown(GPU_WEIGHTS['raw-other'])} for X-Trans), "
+                   f"{shown(GPU_WEIGHTS['linear'])} for EXR and PFM, "
+                   f"{shown(GPU_WEIGHTS['jpeg'])} for JPEG)")
     p.add_argument("--noise", nargs=2, type=float, metavar=("A", "B"),
                    help="noise profile in cnngenin's units (default: estimated per image)")
     p.add_argument("--quality", type=integer(1, 100), metavar="Q", help="JPEG/WebP output "
