@@ -302,7 +302,7 @@ def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
     if is_raw(src):
         kind, w = "raw", WEIGHTS_LINEAR
         if pattern is not None:
-            from vkgraph.apps.rawdenoise import bayer_red
+            from vkgraph.apps.denoise import bayer_red
 
             kind = "raw" if bayer_red(pattern) is not None else "raw-other"
     elif suffix in LINEAR_FORMATS:

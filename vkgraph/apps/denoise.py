@@ -45,8 +45,9 @@ unet-t's weights of RGGB mosaics (their .lut's text has the line `cfa rggb`; `cf
 and demosaic at once: the image is a mosaic, (h, w) or channels of which each photosite's own
 colour is read (red at even rows and columns), of even width and height, and the result is
 its full-resolution rgb. Tiles then start on the network's grid of 2 * 2^(scales - 1) pixels
-(whole cells: the colour phase stays), the margin is forward.reach's for mosaics, and an
-ensemble is refused (a flip or rotation changes the mosaic's phase).
+(whole cells: the colour phase stays), the margin is forward.reach's for mosaics, and each
+flip or rotation of an ensemble, which moves red within the cells, is brought back to RGGB
+(rggb_phase) and cropped after.
 """
 
 from __future__ import annotations
@@ -215,8 +216,8 @@ class Denoiser:
     def _mean(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """kpn's result, or the mean over the ensemble's flips and rotations (each undone).
         A flipped or rotated RGGB mosaic has another colour phase (where red is in its 2 x 2
-        cells, ensemble_phase): it is brought back to RGGB by mirrored rows and columns
-        (numpy's "reflect" keeps the colours) and the result cropped before it is undone."""
+        cells, ensemble_phase): it is brought back to RGGB (rggb_phase) and the result
+        cropped before it is undone."""
         if self.ensemble == 1:
             return self._denoise(image, a, b)
         out = None
@@ -226,7 +227,7 @@ class Denoiser:
             if self.cfa:
                 ry, rx = ensemble_phase(rot, mirror)
                 h, w = x.shape[:2]
-                x = np.pad(x, ((ry, ry), (rx, rx), (0, 0)), mode="reflect")
+                x = rggb_phase(x, (ry, rx))
                 y = self._denoise(np.ascontiguousarray(x), a, b)[ry:ry + h, rx:rx + w]
             else:
                 y = self._denoise(np.ascontiguousarray(x), a, b)
@@ -306,14 +307,37 @@ def check_weights(weights: Path, levels: int | None = None, registry=None) -> in
     return weights_info(weights, levels, registry)[0]
 
 
+RGGB = ((0, 1), (1, 2))  # colour indices (r 0, g 1, b 2) of a 2 x 2 cell, red first
+
+
+def bayer_red(cfa) -> tuple[int, int] | None:
+    """(row, column) of red in a 2 x 2 Bayer pattern (green on the other diagonal, blue
+    opposite red); None for any other pattern (X-Trans, or a 2 x 2 that is not Bayer)."""
+    c = np.asarray(cfa)
+    if c.shape != (2, 2) or np.count_nonzero(c == 0) != 1:
+        return None
+    ry, rx = (int(v) for v in np.argwhere(c == 0)[0])
+    ok = c[1 - ry, 1 - rx] == 2 and c[ry, 1 - rx] == 1 and c[1 - ry, rx] == 1
+    return (ry, rx) if ok else None
+
+
 def ensemble_phase(rot: int, mirror: bool) -> tuple[int, int]:
     """(row, column) of red in the 2 x 2 cells of an RGGB mosaic of even size after
     np.rot90(., rot) and then (mirror) a left-right flip: the same for every even size, so a
     2 x 2 cell shows it."""
-    cell = np.rot90(np.array([[0, 1], [1, 2]]), rot)
-    cell = cell[:, ::-1] if mirror else cell
-    ry, rx = np.argwhere(cell == 0)[0]
-    return int(ry), int(rx)
+    cell = np.rot90(np.array(RGGB), rot)
+    return bayer_red(cell[:, ::-1] if mirror else cell)
+
+
+def rggb_phase(mosaic: np.ndarray, red: tuple[int, int]) -> np.ndarray:
+    """A Bayer mosaic (h, w[, channels]) whose red is at `red` (row, column) in its cells,
+    brought to the RGGB phase and to an even size by mirrored rows and columns in front of
+    and after it (numpy's "reflect": row -1 is row 1, of the same colours); it starts at
+    `red` in the result. The mosaic itself where it already is so."""
+    top, left = red
+    h, w = mosaic.shape[:2]
+    pad = ((top, (h + top) % 2), (left, (w + left) % 2)) + ((0, 0),) * (mosaic.ndim - 2)
+    return np.pad(mosaic, pad, mode="reflect") if any(map(any, pad)) else mosaic
 
 
 def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool] | None:

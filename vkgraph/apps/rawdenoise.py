@@ -33,7 +33,7 @@ from ..pipeline.graph import Graph
 from ..pipeline.raw import RawImage
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from .camnoise import NoiseProfile, profile_for
-from .denoise import max_pixels_of, spans, tile_length
+from .denoise import bayer_red, max_pixels_of, rggb_phase, spans, tile_length
 
 
 class Demosaicer:
@@ -108,17 +108,6 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(rgb, np.float32)[..., :3] @ m.T)
 
 
-def bayer_red(cfa) -> tuple[int, int] | None:
-    """(row, column) of red in a 2 x 2 Bayer pattern (green on the other diagonal, blue
-    opposite red); None for any other pattern (X-Trans, or a 2 x 2 that is not Bayer)."""
-    c = np.asarray(cfa)
-    if c.shape != (2, 2) or np.count_nonzero(c == 0) != 1:
-        return None
-    ry, rx = (int(v) for v in np.argwhere(c == 0)[0])
-    ok = c[1 - ry, 1 - rx] == 2 and c[ry, 1 - rx] == 1 and c[1 - ry, rx] == 1
-    return (ry, rx) if ok else None
-
-
 def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     """(the white-balanced mosaic in RGGB phase and of even size, (top, left): where the
     raw's own mosaic starts in it). GraphError for a pattern that is not Bayer."""
@@ -137,10 +126,7 @@ def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     for dy in range(2):  # each photosite of the 2 x 2 pattern times its colour's gain
         for dx in range(2):
             np.multiply(mosaic[dy::2, dx::2], gains[cfa[dy, dx]], out=balanced[dy::2, dx::2])
-    top, left = red
-    pad = ((top, (ht + top) % 2), (left, (wd + left) % 2))
-    return (np.pad(balanced, pad, mode="reflect") if any(map(any, pad)) else balanced,
-            (top, left))
+    return rggb_phase(balanced, red), red
 
 
 def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0
