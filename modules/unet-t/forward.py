@@ -142,10 +142,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     ls = layers(width, scales, cfa)
     W, H = size
     m = multiple(scales, cfa)
-    inp = module.connector("input").roi
-    if cfa and (inp.wd % 2 or inp.ht % 2):
-        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; an RGGB mosaic (cfa 1) "
-                         "needs an even width and height (whole cells of 2 x 2 photosites)")
+    inp = module.connector("input").roi  # of even size with cfa (the modules' modify_roi_out)
     if W % m or H % m:
         raise GraphError(f"{module}: the network runs at {W}x{H}; with scales {scales}"
                          f"{' and cfa 1' if cfa else ''} its width and height must be "
@@ -211,7 +208,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
         graph.bind(module, "ref", loss, "ref")
     graph.bind(module, "output", loss, "output")
     return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups,
-            "sizes": sizes, "cfa": cfa}
+            "sizes": sizes}
 
 
 def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
