@@ -70,6 +70,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from vkgraph.modules.cnngenin.reference import cfa as rggb_colours
 from vkgraph.modules.unet_t.net import KSIZE, Layer, layers, n_params  # noqa: F401
 
 LUMA = np.array([0.2627, 0.6780, 0.0593])
@@ -210,9 +211,7 @@ def mosaic(img: np.ndarray) -> np.ndarray:
     """The RGGB mosaic of an RGB image (H, W, 3), each photosite's value in r, g and b (as
     cnngenin's generate 3 writes it)."""
     img = np.asarray(img)
-    yy, xx = np.mgrid[0:img.shape[0], 0:img.shape[1]]
-    c = np.where((xx + yy) % 2 == 1, 1, np.where(yy % 2 == 1, 2, 0))
-    v = np.take_along_axis(img, c[..., None], -1)
+    v = np.take_along_axis(img, rggb_colours(img.shape[1], img.shape[0])[..., None], -1)
     return np.repeat(v, 3, -1)
 
 
