@@ -112,6 +112,10 @@ VARIANTS = {
     # larger tiles, fewer of them (the same pixels a step): context beyond 128 pixels
     "unet256": dict(cnn="unet", width=32, lr=1e-3, norm="mid", tile=256, n=4),
     "unet4256": dict(cnn="unet", width=32, lr=1e-3, norm="mid", scales=4, tile=256, n=4),
+    # 32 tiles a step instead of 16
+    "unetb32": dict(cnn="unet", width=32, lr=1e-3, norm="mid", n=32),
+    # a nonlocal-means estimate of the noisy tile as 3 more input channels (Cnn.nlmeans)
+    "unetnl": dict(cnn="unet", width=32, lr=1e-3, norm="mid", nl=5),
     "dncnn": dict(cnn="dncnn", width=64, depth=17, lr=1e-3),
     "nlvst": dict(chroma=True, ctx=True, taps=STAR, width=64, signed=True, nl=12, disc=True,
                   vst=True),
@@ -391,7 +395,8 @@ class Cnn:
         if cfg["cnn"] == "unet":
             n = cfg.get("scales", 3)
             ws = [w << s for s in range(n)]
-            self.enc = [block(4 if s == 0 else ws[s - 1], ws[s]) for s in range(n)]
+            cin = 7 if cfg.get("nl") else 4
+            self.enc = [block(cin if s == 0 else ws[s - 1], ws[s]) for s in range(n)]
             self.down = [nn.Conv2d(ws[s], ws[s], 2, stride=2) for s in range(n - 1)]
             self.up = [nn.ConvTranspose2d(ws[s + 1], ws[s], 2, stride=2) for s in range(n - 1)]
             self.dec = [block(2 * ws[s], ws[s]) for s in range(n - 1)]
@@ -461,7 +466,37 @@ class Cnn:
             s = s.view(-1, 1, 1, 1)
         else:
             s = sig.mean((1, 2, 3), keepdim=True)
-        return [X - s * self.net_out(self.t.cat([X / s, sig / s], 1))]
+        F = [X / s, sig / s]
+        if self.cfg.get("nl"):
+            with self.t.no_grad():
+                F.append(self.nlmeans(X, sig, self.cfg["nl"]) / s)
+        return [X - s * self.net_out(self.t.cat(F, 1))]
+
+    def nlmeans(self, X, sig, r: int, pr: int = 2, h: float = 0.5):
+        """Nonlocal means of X (B, 3, H, W) inside each tile: every pixel q within r of p
+        (q in the tile) weighs exp(-max(d / (2 sigma(p)^2) - 1, 0) / h), d the mean squared
+        difference of the (2 pr + 1)^2 patches around p and q over the three channels (the
+        tile's edge replicated), p itself 1."""
+        t = self.t
+        F = t.nn.functional
+        B, _, H, W = X.shape
+        P = F.pad(X, (r + pr,) * 4, mode="replicate")
+        ones = t.zeros(B, 1, H + 2 * r, W + 2 * r, device=X.device)
+        ones[..., r:r + H, r:r + W] = 1
+        inv = 1.0 / (2.0 * sig.clamp_min(1e-6) ** 2)
+        num, den = X.clone(), t.ones_like(sig)
+        for dy in range(-r, r + 1):
+            for dx in range(-r, r + 1):
+                if dx == 0 and dy == 0:
+                    continue
+                Q = P[..., r + dy:r + dy + H + 2 * pr, r + dx:r + dx + W + 2 * pr]
+                E = ((P[..., r:r + H + 2 * pr, r:r + W + 2 * pr] - Q) ** 2).mean(1, keepdim=True)
+                d = F.avg_pool2d(E, 2 * pr + 1, stride=1)
+                w = t.exp(-(d * inv - 1.0).clamp_min(0) / h)
+                w = w * ones[..., r + dy:r + dy + H, r + dx:r + dx + W]
+                num += w * Q[..., pr:pr + H, pr:pr + W]
+                den += w
+        return num / den
 
     def forward(self, X, a, b):
         return self.outputs(X, a, b)[-1]
