@@ -65,9 +65,9 @@ class Buffers:
         """Does the host map a buffer the kernels write (CPU drivers)?"""
         return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
 
-    def new(self, nbytes: int, host: bool = False, near: bool = False):
-        """A buffer of this build (freed with it)."""
-        buf = self.device.buffer(nbytes, host, near)
+    def new(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True):
+        """A buffer of this build (freed with it); zero=False: not zeroed (Buffer's)."""
+        buf = self.device.buffer(nbytes, host, near, zero)
         self.owned.append(buf)
         return buf
 
@@ -119,11 +119,17 @@ class Buffers:
         self.zeros = self.new(16)
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
-            self.buffers[(id(node), c.name)] = [self.new(c.nbytes()) for _ in range(n)]
+            self.buffers[(id(node), c.name)] = [self.new(c.nbytes(), zero=False)
+                                                for _ in range(n)]
+        # the outputs start zero, all cleared in one submission (a U-Net's dozens of
+        # buffers: one wait instead of one each)
+        self.device.zero_all([b for bufs in self.buffers.values() for b in bufs])
         for node in self.schedule:
             if node.kernel is None:
                 c0 = node.connectors[0]
-                self.staging[id(node)] = self.new(c0.nbytes(), host=True)
+                # not zeroed: a source's is written whole before it is copied, a sink's
+                # copied into whole before the host reads it
+                self.staging[id(node)] = self.new(c0.nbytes(), host=True, zero=False)
         for node in self.schedule:
             if node.kernel is None:
                 continue

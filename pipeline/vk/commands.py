@@ -201,12 +201,6 @@ class CommandList:
         self.copy(src, dst, size, src_offset, dst_offset)
         self.end().run()
 
-    def fill_now(self, buffer) -> None:
-        self.begin()
-        self.barrier(first=True)
-        self.fill(buffer)
-        self.end().run()
-
     def _free_pools(self) -> None:
         dev = self.device.handle
         if self.desc_pool is not None:

@@ -484,9 +484,14 @@ class Device:
         return cls(info, pds[info.index], surface)
 
     # factories (each child registers itself for teardown)
-    def buffer(self, nbytes: int, host: bool = False, near: bool = False):
+    def buffer(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True):
         from .memory import Buffer
-        return self._own(Buffer(self, nbytes, host, near))
+        return self._own(Buffer(self, nbytes, host, near, zero))
+
+    def zero_all(self, buffers) -> None:
+        """Every byte of these buffers (made with zero=False) 0, in one submission."""
+        from .memory import zero_all
+        zero_all(self, buffers)
 
     def kernel(self, spirv: bytes, nconn: int, push_size: int = 0, local=(8, 8, 1)):
         """A compute pipeline; identical requests share one pipeline."""

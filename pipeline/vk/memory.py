@@ -28,11 +28,32 @@ def _staging(device, nbytes: int):
     return Buffer(device, nbytes, host=True), True
 
 
+def zero_all(device, buffers) -> None:
+    """Every byte of the buffers 0: mapped ones by the host, the others by one submission
+    (a build's dozens of buffers: one wait instead of one per buffer)."""
+    rest = []
+    for buf in buffers:
+        if buf.mapped is not None:
+            np.frombuffer(buf.mapped, np.uint8)[:] = 0
+        else:
+            rest.append(buf)
+    if rest:
+        cl = device.oneshot()
+        cl.begin()
+        cl.barrier(first=True)
+        for buf in rest:
+            cl.fill(buf)
+        cl.end().run()
+
+
 class Buffer:
     """host=True: mapped host-visible memory; near=True as well: prefer memory that is also
     device-local (a GPU reads it at its own memory's speed), and say so in `device_local`."""
 
-    def __init__(self, device, nbytes: int, host: bool = False, near: bool = False):
+    def __init__(self, device, nbytes: int, host: bool = False, near: bool = False,
+                 zero: bool = True):
+        """zero=False: the contents are left as the driver gives them (the caller fills
+        them, or zeroes many buffers at once with zero_all)."""
         self.device = device
         self.nbytes = max(16, (int(nbytes) + 3) // 4 * 4)
         dev = device.handle
@@ -63,9 +84,8 @@ class Buffer:
         self.mapped = None
         if self.host:
             self.mapped = vk.vkMapMemory(dev, self.memory, 0, self.nbytes, 0)
-            np.frombuffer(self.mapped, np.uint8)[:] = 0
-        else:
-            self.fill_zero()
+        if zero:
+            zero_all(device, [self])
 
     def view(self, dtype=np.uint8) -> np.ndarray:
         """The mapped bytes as a numpy array (host-visible buffers only)."""
@@ -111,9 +131,6 @@ class Buffer:
                                 vk.VkBufferViewCreateInfo(buffer=self.handle, format=TEXEL_FORMAT,
                                                           offset=0, range=16 * n), None)
         return self._texels
-
-    def fill_zero(self) -> None:
-        self.device.oneshot().fill_now(self)
 
     def destroy(self) -> None:
         if self.handle is None:
