@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from vkgraph.api import run_graph
-from vkgraph.modules.cnngenin.reference import TILE, frame_numbers, reference, to_half
+from vkgraph.modules.cnngenin.reference import (TILE, frame_numbers, misreport, reference,
+                                               to_half)
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
@@ -221,6 +222,25 @@ def test_noise_range_params(device, images, params, lo, hi):
         assert lo[0] <= nab[0] < hi[0] and lo[1] <= nab[1] < hi[1], nab
         assert_close(imgo, want_img, True, f"imgo frame {f}")
         assert_close(refo, want_ref, False, f"refo frame {f}")
+
+
+def test_nerr_misreports_the_profile_only(device, images):
+    """nerr > 0: noiseab's a and b are the drawn ones each times a factor within
+    exp(+-nerr), as the reference draws them, and the noisy image is nerr 0's (the noise is
+    the drawn one): the network is told the level as an estimate would tell it."""
+    _, _, img, ref = images["large"]
+    plain = run(device, images, 6, 1, cache=False)
+    off = run(device, images, 6, 1, params=(("nerr", 1.5),), cache=False)
+    ratios = []
+    for f in range(FRAMES):
+        np.testing.assert_array_equal(off[f][0], plain[f][0])
+        np.testing.assert_array_equal(off[f][1], plain[f][1])
+        _, _, _, a, b, s, _ = frame_numbers(6, 1, f, 0, img.shape[1], img.shape[0])
+        np.testing.assert_allclose(off[f][2][:2], misreport(a, b, s, 1.5), rtol=1e-5)
+        r = off[f][2][:2] / plain[f][2][:2]
+        assert np.all((r > np.exp(-1.5) * 0.999) & (r < np.exp(1.5) * 1.001)), r
+        ratios += list(r)
+    assert np.ptp(np.log(ratios)) > 0.5  # the factors vary
 
 
 def test_seed_param_adds_to_frame_seed(device, images):

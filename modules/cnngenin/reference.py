@@ -84,6 +84,21 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
 
 
 QUALITY_SALT = 0x4A504547  # "JPEG"
+ERR_SALT = 0x4E455252  # "NERR"
+
+
+def misreport(a, b, s, nerr: float) -> tuple:
+    """nerr > 0: (a, b) each times exp(nerr (2u - 1)), the two u drawn by mrand from
+    s ^ ERR_SALT (s the state after the camera draw); what noiseab reports, the noise itself
+    stays (a, b)."""
+    if nerr <= 0:
+        return a, b
+    se = np.array([int(s) ^ ERR_SALT], np.uint32)
+    out = []
+    for v in (a, b):
+        se, u = mrand(se)
+        out.append(F32(v * np.exp(F32(nerr) * (F32(2) * u[0] - F32(1)), dtype=F32)))
+    return tuple(out)
 
 
 def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
@@ -125,10 +140,11 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
 
 
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
-              t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0):
+              t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
-    output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers)."""
+    output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers); nerr:
+    noiseab's misreport (misreport)."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
     ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
@@ -164,6 +180,7 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
         im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
     rf[..., 3] = 1
+    a, b = misreport(a, b, s, nerr)
     nab = np.array([a, b, tile if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)
     return to_half(im), to_half(rf), nab
 

@@ -22,6 +22,8 @@
 //   nlog      1: a and b log-uniform over three decades below their maximum
 //   qlo, qhi  generate 6: the JPEG quality range (uniform integers, inclusive)
 //   amax, bmax  the largest a and b drawn where > 0 (else noise times vkdt's 65535000, 1000)
+//   nerr      > 0: noiseab reports a and b each times exp(nerr (2u - 1)), u drawn from
+//             s ^ ERR_SALT (the noise itself stays the drawn one)
 #include "params.gen"
 #include "jpeg.glsl"
 
@@ -33,6 +35,7 @@ SSBO_OUT(4, float, noiseab)
 
 const float NOISE_SCALE = 65535.0;
 const uint QUALITY_SALT = 0x4A504547u;  // "JPEG"
+const uint ERR_SALT = 0x4E455252u;  // "NERR"
 
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
 // that s, and with it the per-pixel noise, stays generate 5's
@@ -200,6 +203,11 @@ void main() {
   }
 
   if (lp.x == 0 && lp.y == 0) {  // the tile's record
+    if (params.nerr > 0.0) {  // the profile as an estimate might give it: off by a drawn factor
+      uint se = s ^ ERR_SALT;
+      noise_a *= exp(params.nerr * (2.0 * mrand(se) - 1.0));
+      noise_b *= exp(params.nerr * (2.0 * mrand(se) - 1.0));
+    }
     noiseab[4 * t] = noise_a;
     noiseab[4 * t + 1] = noise_b;
     noiseab[4 * t + 2] = float(T);
