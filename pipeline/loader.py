@@ -97,6 +97,9 @@ class _Package(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self):
+        self.folders = _FOLDERS  # what install() in another copy of this file shares
+
     def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith(PREFIX) or fullname.count(".") != 2:
             return None
@@ -110,9 +113,19 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Put the finder first on sys.meta_path (once): it answers `vkgraph.modules.<name>`
-    before the path finder, which would not find folders with dashes."""
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    before the path finder, which would not find folders with dashes. A second copy of this
+    file (a module.py that imports the tree as the top-level `pipeline` beside
+    `vkgraph.pipeline`) adds no finder of its own: it shares the installed finder's folder
+    map, so a name registered through either copy imports from the same folder (two maps
+    let the first finder import a name from the folder it knew, after the second copy had
+    mapped it to another)."""
+    global _FOLDERS
+    for finder in sys.meta_path:
+        shared = getattr(finder, "folders", None)
+        if type(finder).__name__ == "_Finder" and isinstance(shared, dict):
+            _FOLDERS = shared
+            return
+    sys.meta_path.insert(0, _Finder())
 
 
 install()

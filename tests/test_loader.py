@@ -68,6 +68,35 @@ def test_another_folder_for_the_same_name_is_loaded_afresh(tmp_path):
     assert Registry([two]).get("my-mod").hooks.Plan(1).scaled() == 10
 
 
+def test_a_second_copy_of_the_loader_shares_the_finder(tmp_path):
+    """A module.py that imports the tree as the top-level `pipeline` makes a second copy of
+    loader.py: it adds no second finder and shares the first one's folder map, so a folder
+    registered after it is the one a name imports from (two maps made the first finder
+    import the folder it knew before)."""
+    import importlib.util
+
+    from vkgraph.pipeline import loader
+
+    spec = importlib.util.spec_from_file_location("vkgraph.pipeline._loader_copy",
+                                                  loader.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    try:
+        finders = [f for f in sys.meta_path if type(f).__name__ == "_Finder"]
+        assert len(finders) == 1
+        assert copy._FOLDERS is loader._FOLDERS
+        one, two = tmp_path / "one", tmp_path / "two"
+        write(one)
+        write(two, {**USER, "my-mod/helper.py": "SCALE = 10\n"})
+        assert Registry([one]).get("my-mod").hooks.Plan(1).scaled() == 7
+        copy.register("my-mod", two / "my-mod")
+        import vkgraph.modules.my_mod.module as hooks
+
+        assert hooks.Plan(1).scaled() == 10
+    finally:
+        sys.modules.pop("vkgraph.pipeline._loader_copy", None)
+
+
 def test_kpn_imports_kpn_t_once():
     reg = Registry()
     kpn, kpn_t = reg.get("kpn").hooks, reg.get("kpn-t").hooks
