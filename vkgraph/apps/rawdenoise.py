@@ -108,7 +108,7 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
     each output channel the sum of the three inputs times its row, in bands of rows on the
     host's threads (formats.in_parts; a 24 MP image: 0.67 -> 0.11 s on 2 cores against one
     matrix product)."""
-    m = np.asarray(raw.meta.rgb_cam, np.float64)
+    m = np.asarray(raw.meta.rgb_cam, np.float32)
     x = np.asarray(rgb, np.float32)
     out = np.empty(x.shape[:2] + (3,), np.float32)
 
@@ -116,9 +116,9 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
         band = x[r0:r1]
         for c in range(3):
             o = out[r0:r1, :, c]
-            np.multiply(band[..., 0], np.float32(m[c, 0]), out=o)
-            o += band[..., 1] * np.float32(m[c, 1])
-            o += band[..., 2] * np.float32(m[c, 2])
+            np.multiply(band[..., 0], m[c, 0], out=o)
+            o += band[..., 1] * m[c, 1]
+            o += band[..., 2] * m[c, 2]
 
     in_parts(rows, x.shape[0], max(1, PART // max(1, x.shape[1])))
     return out
