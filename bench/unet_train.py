@@ -12,9 +12,13 @@ time / vkgraph's. --profile adds vkgraph's GPU time per kernel (timestamps, summ
 frame's nodes of that kernel), which says where a frame goes. --blocks times vkgraph with
 each of the layer kernels' block shapes given ("TN,RM,RN": a workgroup sums TM x TN of its
 matrix product, RM x RN a thread; modules/unet-t/forward.py's Block), a row each, the first
-the one the x column divides by.
+the one the x column divides by. --kernels times each of the layer kernels' variants
+(modules/unet-t/forward.py's `kernels`: coopmat, f16 operands with f32 sums on tensor cores,
+or portable, fp32; the blocks apply to portable), a row each. PyTorch's `amp` row is eager
+with autocast to f16 and a GradScaler: the mixed precision the coopmat kernels use.
 
-    python bench/unet_train.py [--frames 30] [--repeats 3] [--profile] [--torch eager,compile]
+    python bench/unet_train.py [--frames 30] [--repeats 3] [--profile]
+                               [--torch eager,compile,amp] [--kernels coopmat portable]
                                [--blocks 32,4,4 64,4,8 ...] [--batch N]
 """
 
@@ -93,6 +97,21 @@ def run_torch(mode: str, frames: int, repeats: int) -> dict:
         opt.step()
         return loss
 
+    scaler = torch.amp.GradScaler("cuda")
+
+    def step_amp(X, R, A, B):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = (model.forward(X, A, B) - R).abs().sum(1).mean()
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.W, 1.0)
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    if mode == "amp":
+        step = step_amp
     if mode == "compile":
         step = torch.compile(step)
     data = [batch(torch, imgs, rng, dev=dev) for _ in range(8)]  # drawn outside the timing
@@ -116,15 +135,20 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--torch", default="eager,compile")
     ap.add_argument("--blocks", nargs="+", metavar="TN,RM,RN")
+    ap.add_argument("--kernels", nargs="+", choices=("coopmat", "portable"))
     ap.add_argument("--batch", type=int, help="vkgraph's tiles a frame (default the cfg's 16; "
                     "fewer only to check the bench on a slow device)")
     args = ap.parse_args()
     rows = {}
-    for block in args.blocks or [None]:
+    runs = [(k, b) for k in args.kernels or [None]
+            for b in (args.blocks if k != "coopmat" and args.blocks else [None])]
+    for kern, block in runs:
+        if kern:
+            os.environ["VKGRAPH_UNET_KERNELS"] = kern
         if block:
             os.environ["VKGRAPH_UNET_BLOCK"] = block
-        rows[f"vkgraph {block}" if block else "vkgraph"] = run_vkgraph(
-            args.frames, args.repeats, args.profile, args.batch)
+        name = " ".join(["vkgraph"] + [v for v in (kern, block) if v])
+        rows[name] = run_vkgraph(args.frames, args.repeats, args.profile, args.batch)
     for mode in filter(None, args.torch.split(",")):
         rows[f"torch {mode}"] = run_torch(mode, args.frames, args.repeats)
     first = next(iter(rows))

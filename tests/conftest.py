@@ -21,6 +21,8 @@ from vkgraph.pipeline.graph import Graph
 os.environ.setdefault("VKGRAPH_KPN_MLP", "portable")
 # likewise mlp-t's fp32 kernels (tests/test_mlp_coopmat.py picks the coopmat one itself)
 os.environ.setdefault("VKGRAPH_MLP", "portable")
+# and unet's fp32 layer kernels (tests/test_unet_coopmat.py picks the coopmat ones itself)
+os.environ.setdefault("VKGRAPH_UNET_KERNELS", "portable")
 
 ROOT = Path(__file__).resolve().parent.parent
 

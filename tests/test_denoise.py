@@ -237,8 +237,7 @@ def test_denoiser_reruns_in_fp32_when_the_f16_kernels_overflow(device, weights, 
         got = den(img, 2e5, 20)
     np.testing.assert_array_equal(got, want)
     assert [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()] == [
-        f"kpn: the f16 MLP kernels overflowed with the weights {weights}; running the fp32 "
-        "ones"]
+        f"kpn: the f16 kernels overflowed with the weights {weights}; running the fp32 ones"]
     assert den.builds[(W, H, True)][1].modules[("kpn", "01")].param("fp32") == 1
     np.testing.assert_array_equal(den(img, 2e5, 20), want)  # fp32 from now on
     monkeypatch.setattr(Denoiser, "_run", lambda self, image, a, b: np.full(

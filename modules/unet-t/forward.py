@@ -18,6 +18,7 @@ from typing import NamedTuple
 from vkgraph.modules.unet_t.net import Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
+from vkgraph.pipeline.variants import cm_available, cm_defines, env_choice, portable_forced
 
 SHADER = "unet-t"
 KIND = "unet denoiser"  # the .lut's text names the network so (module.lut_text)
@@ -76,6 +77,48 @@ def block_of(channels: int) -> Block:
     return block
 
 
+KERNELS_ENV = "VKGRAPH_UNET_KERNELS"  # auto (default), coopmat or portable
+CM_WARPS = 4  # cm.glsl's warps a workgroup
+CM_FN = 2  # conv_cm / convb_cm: a warp's fragments of 16 pixels
+CM_FW = 2  # convw_cm: a warp's fragments of 16 columns
+CM_KP = 32  # convw_cm: the pixels a step
+
+
+def kernels(graph, precise: bool = False) -> str:
+    """The layer kernels of a build: "coopmat" (conv_cm, convb_cm, convw_cm: f16 operands,
+    f32 sums, on tensor cores) where the device runs cooperative matrices (or
+    VKGRAPH_COOPMAT_EMULATE emulates them), else "portable" (conv, convb, convw: fp32).
+    $VKGRAPH_UNET_KERNELS = auto (that choice), coopmat (portable where the device cannot)
+    or portable; `precise` (float64) and VKGRAPH_PORTABLE=1 are always portable."""
+    want = env_choice(KERNELS_ENV, ("auto", "coopmat", "portable"))
+    if portable_forced(precise) or want == "portable":
+        return "portable"
+    return "coopmat" if cm_available(graph) else "portable"
+
+
+def cm_rows(channels: int) -> int:
+    """A cooperative-matrix kernel's block rows: the channels rounded up to 16, 32 or 64."""
+    return next(t for t in (16, 32, 64) if channels <= t or t == 64)
+
+
+def cm_layer(graph, kind: str, L: Layer, rows: int, columns: int, **extra) -> dict:
+    """A cooperative-matrix layer node's dispatch size, workgroup and defines: `kind` conv
+    or convb, a product of `rows` channels by `columns` pixels (workgroups of cm_rows(rows)
+    by 16 CM_FN CM_WARPS)."""
+    tm, threads = cm_rows(rows), 32 * CM_WARPS
+    return {"kernel": kind + "_cm", "groups": (threads * tiles(columns, 16 * CM_FN * CM_WARPS),
+                                               tiles(rows, tm)),
+            "local": (threads, 1, 1),
+            "defines": cm_defines(graph, **layer_defines(L, False), CM_TM=tm,
+                                  CM_WARPS=CM_WARPS, CM_FN=CM_FN, **extra)}
+
+
+def gscale(pixels: int) -> str:
+    """cm.glsl's GSCALE for a loss over `pixels` pixels: 16 times the power of two at or
+    above them (dE/dY ~ s / pixels then becomes ~16 s in f16), as a GLSL float."""
+    return f"{float(2 ** (max(pixels - 1, 0).bit_length() + 4))!r}"
+
+
 def tiles(n: int, size: int = 32) -> int:
     """The blocks of `size` that cover n rows or columns."""
     return -(-n // size)
@@ -121,7 +164,7 @@ def connect_inputs(graph, node, L: Layer, made: dict) -> None:
 
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
                   noise: str = "noiseab", precise: bool = False, ref: bool = False,
-                  cfa: bool = False) -> dict:
+                  cfa: bool = False, fp32: bool = False) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
     network `net` (width, scales), run at `size` (wd, ht: multiples of
     2^(scales - 1)) on the module input `input` (at most `size`; prep reads it mirrored to
@@ -137,9 +180,12 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     loss's partials), "sizes" (wd, ht of every scale)}.
     `cfa`: the input is an RGGB mosaic of even width and height; `size` is then the
     full-resolution size (multiples of 2 2^(scales - 1)), the network runs on its cells (half
-    of it: "sizes" are the cells') and `loss` writes the full-resolution RGB."""
+    of it: "sizes" are the cells') and `loss` writes the full-resolution RGB.
+    The layer kernels are `kernels`' choice ("kernels" in the result), portable with `fp32`."""
     width, scales = net
     ls = layers(width, scales, cfa)
+    kind = kernels(graph, precise or fp32)
+    cm = kind == "coopmat"
     W, H = size
     m = multiple(scales, cfa)
     inp = module.connector("input").roi  # of even size with cfa (the modules' modify_roi_out)
@@ -180,12 +226,18 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     conv = {}
     for L in ls:
         wo, ho = sizes[L.scale_out]
-        blk = block_of(L.cout)
-        node = graph.add_node(module, "conv", blk.groups(L.cout, wo * ho), [
+        if cm:
+            k = cm_layer(graph, "conv", L, L.cout, wo * ho)
+        else:
+            blk = block_of(L.cout)
+            k = {"kernel": "conv", "groups": blk.groups(L.cout, wo * ho),
+                 "local": (blk.threads, 1, 1),
+                 "defines": {**layer_defines(L, precise), **blk.defines()}}
+        node = graph.add_node(module, k["kernel"], k["groups"], [
             ssbo("w", "read"), ssbo("inA", "read"), ssbo("inB", "read"),
             ssbo("outp", "write", words * L.cout * wo * ho), ssbo("noiseab", "read")],
-            shader=SHADER, local=(blk.threads, 1, 1), push=layer_push(L, sizes, cfa),
-            defines={**layer_defines(L, precise), **blk.defines()})
+            shader=SHADER, local=k["local"], push=layer_push(L, sizes, cfa),
+            defines=k["defines"])
         feed_weights(node)
         connect_inputs(graph, node, L, made)
         noiseab(node)
@@ -208,7 +260,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
         graph.bind(module, "ref", loss, "ref")
     graph.bind(module, "output", loss, "output")
     return {"prep": prep, "conv": conv, "made": made, "loss": loss, "groups": groups,
-            "sizes": sizes}
+            "sizes": sizes, "kernels": kind}
 
 
 def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:

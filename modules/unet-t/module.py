@@ -10,7 +10,9 @@ feedback edges and the trainer hooks. Nodes, for the layers of net.py in order:
             the layer over runs of pixels), wsum (-> the layer's dE/dW after the layers
             before it's: the last layer's is dw)
   update    (scaffold) norm, adam
-Every kernel is fp32 (float64 with `precise`, the gradient check's forward and backward).
+The layer kernels (conv, convb, convw) are fp32 (float64 with `precise`, the gradient check's
+forward and backward), or their cooperative-matrix versions (conv_cm, convb_cm, convw_cm: f16
+operands, f32 sums; forward.kernels picks them where the device runs them).
 The forward nodes (prep, conv, loss) are forward.py's `forward_nodes`, which the inference
 module unet (modules/unet) builds too.
 """
@@ -21,10 +23,17 @@ import numpy as np
 
 from vkgraph.modules.unet_t.forward import (
     CFA_LINE,
+    CM_FW,
+    CM_KP,
+    CM_WARPS,
     SHADER,
     block_of,
+    cm_layer,
+    cm_rows,
     connect_inputs,
     forward_nodes,
+    gscale,
+    kernels,
     layer_defines,
     layer_push,
     multiple,
@@ -34,6 +43,7 @@ from vkgraph.modules.unet_t.net import layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
+from vkgraph.pipeline.variants import cm_defines
 
 
 def shape(module) -> tuple[int, int]:
@@ -132,6 +142,8 @@ def network(graph, module, scaffold) -> Network:
     defs = {"PRECISE": 1} if precise else {}
     W, H = module.connector("input").roi.wd, module.connector("input").roi.ht
     adam = scaffold.adam
+    cm = kernels(graph, precise) == "coopmat"
+    gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa)
@@ -147,13 +159,19 @@ def network(graph, module, scaffold) -> Network:
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
         push = layer_push(L, size, cfa)
         if L.a != "F":
-            blk = block_of(L.cin)
-            node = graph.add_node(module, "convb", blk.groups(L.cin, wi * hi), [
+            if cm:
+                k = cm_layer(graph, "convb", L, L.cin, wi * hi, GSCALE=gs,
+                             **({"DOUT2": 1} if len(g) > 1 else {}))
+            else:
+                blk = block_of(L.cin)
+                k = {"kernel": "convb", "groups": blk.groups(L.cin, wi * hi),
+                     "local": (blk.threads, 1, 1), "defines": {**ldefs, **blk.defines()}}
+            node = graph.add_node(module, k["kernel"], k["groups"], [
                 ssbo("w", "read"), ssbo("gA", "read"), ssbo("gB", "read"), ssbo("outp", "read"),
                 ssbo("dA", "write", words * L.cina * wi * hi),
                 ssbo("dB", "write", words * max(L.cin - L.cina, 1) * wi * hi),
-                ssbo("noiseab", "read")], shader=SHADER, local=(blk.threads, 1, 1), push=push,
-                defines={**ldefs, **blk.defines()})
+                ssbo("noiseab", "read")], shader=SHADER, local=k["local"], push=push,
+                defines=k["defines"])
             graph.node_connect(adam, "w", node, "w")
             _grads(graph, module, node, g, conv[L.name])
             grads.setdefault(L.a, []).append((node, "dA"))
@@ -161,15 +179,24 @@ def network(graph, module, scaffold) -> Network:
                 grads.setdefault(L.b, []).append((node, "dB"))
         chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
-        blk = block_of(L.cout)
-        # convw's blocks: output channels over x, the columns (inputs and taps, the bias) over y
-        ncol = L.cin * L.k * L.k + 1
-        node = graph.add_node(module, "convw", (blk.threads * tiles(L.cout, blk.tm),
-                                                tiles(ncol, blk.tn), chunks), [
+        if cm:  # output channels over x, fragments of 16 input channels at a tap over y
+            tm, frags = cm_rows(L.cout), L.k * L.k * tiles(L.cin, 16)
+            k = {"kernel": "convw_cm", "local": (32 * CM_WARPS, 1, 1),
+                 "groups": (32 * CM_WARPS * tiles(L.cout, tm),
+                            tiles(frags, CM_FW * CM_WARPS), chunks),
+                 "defines": cm_defines(graph, **ldefs, CM_TM=tm, CM_WARPS=CM_WARPS,
+                                       CM_FW=CM_FW, CM_KP=CM_KP, CHUNKS=chunks, GSCALE=gs)}
+        else:  # output channels over x, the columns (inputs and taps, the bias) over y
+            blk = block_of(L.cout)
+            k = {"kernel": "convw", "local": (blk.threads, 1, 1),
+                 "groups": (blk.threads * tiles(L.cout, blk.tm),
+                            tiles(L.cin * L.k * L.k + 1, blk.tn), chunks),
+                 "defines": {**ldefs, "CHUNKS": chunks, **blk.defines()}}
+        node = graph.add_node(module, k["kernel"], k["groups"], [
             ssbo("inA", "read"), ssbo("inB", "read"), ssbo("gA", "read"), ssbo("gB", "read"),
             ssbo("outp", "read"), ssbo("part", "write", words * chunks * lw),
-            ssbo("noiseab", "read")], shader=SHADER, local=(blk.threads, 1, 1), push=push,
-            defines={**ldefs, "CHUNKS": chunks, **blk.defines()})
+            ssbo("noiseab", "read")], shader=SHADER, local=k["local"], push=push,
+            defines=k["defines"])
         connect_inputs(graph, node, L, made)
         _grads(graph, module, node, g, conv[L.name])
         wsum = graph.add_node(module, "wsum", (L.end, 1), [
@@ -186,7 +213,7 @@ def network(graph, module, scaffold) -> Network:
             graph.node_connect(wgrad[before.name], "dw", node, "prev")
     return Network(dw=wgrad[ls[-1].name], used=np.ones(ls[-1].end, bool),
                    layout=(len(ls), 1), groups=[(f"layer {L.name}", L.offset, L.end) for L in ls],
-                   kernels="portable kernels")
+                   kernels="cooperative-matrix kernels" if cm else "portable kernels")
 
 
 def _grads(graph, module, node, g: list, conv) -> None:

@@ -42,5 +42,7 @@ def create_nodes(graph, module) -> None:
     inp = module.connector("input").roi
     size = padded(inp.wd, inp.ht, scales, cfa)
     module.data["size"] = size  # the network's (padded) size, full resolution
-    forward_nodes(graph, module, (width, scales), "w", size, noise="params",
-                  precise=int(module.param("precise")) != 0, cfa=cfa)
+    fwd = forward_nodes(graph, module, (width, scales), "w", size, noise="params",
+                        precise=int(module.param("precise")) != 0, cfa=cfa,
+                        fp32=int(module.param("fp32")) != 0)
+    module.data["kernels"] = fwd["kernels"]  # coopmat or portable (vkgraph denoise's fallback)

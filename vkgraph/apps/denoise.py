@@ -127,7 +127,7 @@ class Denoiser:
         self.profile = profile
         self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
-        self.fp32 = False  # kpn's fp32 MLP kernels (after the f16 ones overflowed)
+        self.fp32 = False  # the fp32 kernels (after the f16 ones overflowed)
 
     def pixels(self, wd: int, ht: int) -> int:
         """The pixels the module runs at for a wd x ht image (unet: its padded size)."""
@@ -201,10 +201,11 @@ class Denoiser:
         out = self._mean(image, a, b)
         finite = non_finite(out) is None  # its min and max (12 MP: 10-20 ms)
         if not self.fp32 and not finite and self._f16():
-            # f16 activations overflow with weights that grew large in training: the same
-            # maths in fp32 (slower; kept for this denoiser's later images too)
-            log.warning("kpn: the f16 MLP kernels overflowed with the weights %s; running the "
-                        "fp32 ones", self.weights)
+            # f16 activations overflow with weights that grew large in training (kpn) or an
+            # input far outside the trained range (unet): the same maths in fp32 (slower;
+            # kept for this denoiser's later images too)
+            log.warning("%s: the f16 kernels overflowed with the weights %s; running the "
+                        "fp32 ones", self.module, self.weights)
             self.fp32 = True
             out = self._mean(image, a, b)
             finite = non_finite(out) is None
@@ -236,10 +237,10 @@ class Denoiser:
         return np.ascontiguousarray(out / self.ensemble)
 
     def _f16(self) -> bool:
-        """Whether the builds so far ran f16 MLP kernels (unet's are fp32)."""
-        return self.module == "kpn" and any(
-            s.module("kpn:01").data.get("mlp") in ("fused", "coopmat")
-            for s in self.sessions.values())
+        """Whether the builds so far ran f16 kernels (kpn's MLP, unet's layers)."""
+        key = "mlp" if self.module == "kpn" else "kernels"
+        return any(s.module(f"{self.module}:01").data.get(key) in ("fused", "coopmat")
+                   for s in self.sessions.values())
 
     def _denoise(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         ht, wd = image.shape[:2]
