@@ -13,8 +13,9 @@
 // CM_WF - 1 (warp v: CM_FW of them) over chunk z of the output pixels (CHUNKS equal runs of
 // the pixel index), CM_KP pixels a step; the workgroups of y = 0 sum db too. A thread stages
 // one pixel of a step (lid % CM_KP) for every CM_THREADS / CM_KP-th fragment: it finds the
-// pixel's source once a fragment, for the fragment's 16 channels. No atomics: runs are
-// bit-reproducible. Out: part[z LW + (index - WOFF)], LW the layer's weights and bias.
+// pixel's source once a fragment, for the fragment's 16 channels, and reads the next step's
+// values while the warps multiply this step's. No atomics: runs are bit-reproducible. Out:
+// part[z LW + (index - WOFF)], LW the layer's weights and bias.
 #ifndef CM_FW
 #define CM_FW 2
 #endif
@@ -34,45 +35,66 @@ SSBO_OUT(5, float, part)
 SSBO_IN(6, float, noiseab)
 #include "grad.glsl"
 shared float16_t sg[CM_TM * KPP];       // GSCALE dY[co0 + r, p0 + k] at KPP r + k
-shared float16_t sx[CM_WF * 16 * KPP];  // column n (fragment n / 16): X[.., source(p0 + k)] at KPP n + k
+// column n (of fragment n / 16, channel n % 16 of it): X[ci, source(p0 + k, tap)] at KPP n + k
+shared float16_t sx[CM_WF * 16 * KPP];
+
+#define CM_NA (CM_TM / CM_FSTEP)  // the gradients a thread stages a step
+#define CM_NB (CM_WF / CM_FSTEP)  // the fragments a thread stages a step
+
+int lid, ni, no, T, co0, f0, end, k;
+
+// the step from pixel p0's gradients (ga[i]: sg[(lid / CM_KP + i CM_FSTEP) KPP + k]) and
+// inputs (xb[16 i + c]: sx[(16 (lid / CM_KP + i CM_FSTEP) + c) KPP + k]) of this thread
+void fetch(int p0, out float ga[CM_NA], out float xb[16 * CM_NB]) {
+  int ip = p0 + k;
+  for (int i = 0; i < CM_NA; i++) {
+    int co = co0 + lid / CM_KP + i * CM_FSTEP;
+    ga[i] = co < COUT && ip < end ? GSCALE * grad_out(co, ip, no) : 0.0;
+  }
+  ivec2 px = ivec2(ip % push.wo, ip / push.wo);
+  ivec4 box;
+#if KIND == 0
+  box = box_of(px, T);
+#endif
+  for (int i = 0; i < CM_NB; i++) {
+    int f = f0 + lid / CM_KP + i * CM_FSTEP, c0 = (f % CG) * 16;
+    ivec2 q;
+    bool ok = ip < end && f < KK * CG && source(px, f / CG, box, q);
+    int iq = q.x + q.y * push.wi;
+    for (int c = 0; c < 16; c++) {
+      int ci = c0 + c;
+      float x = 0.0;
+      if (ok && ci < CIN) x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
+      xb[16 * i + c] = x;
+    }
+  }
+}
 
 void main() {
-  int lid = int(gl_LocalInvocationIndex);
-  int ni = push.wi * push.hi, no = push.wo * push.ho, T = tile_at(noiseab[2]);
-  int co0 = int(gl_WorkGroupID.x) * CM_TM, f0 = int(gl_WorkGroupID.y) * CM_WF;
+  lid = int(gl_LocalInvocationIndex);
+  ni = push.wi * push.hi;
+  no = push.wo * push.ho;
+  T = tile_at(noiseab[2]);
+  co0 = int(gl_WorkGroupID.x) * CM_TM;
+  f0 = int(gl_WorkGroupID.y) * CM_WF;
   int run = (no + CHUNKS - 1) / CHUNKS, z = int(gl_WorkGroupID.z);
-  int start = z * run, end = min(no, start + run);
+  int start = z * run;
+  end = min(no, start + run);
+  k = lid % CM_KP;  // this thread's pixel of every step
   uint v = cm_warp();
   bool bias = gl_WorkGroupID.y == 0u && lid < CM_TM;
   float db = 0.0;
   CM_ACC acc[CM_FM * CM_FW];
   CM_UNROLL for (int f = 0; f < CM_FM * CM_FW; f++) CM_ZERO(acc[f]);
-  int k = lid % CM_KP;  // this thread's pixel of every step
+  float ga[CM_NA], xb[16 * CM_NB];
+  fetch(start, ga, xb);
   for (int p0 = start; p0 < end; p0 += CM_KP) {
-    for (int r = lid / CM_KP; r < CM_TM; r += CM_FSTEP) {
-      int co = co0 + r;
-      sg[r * KPP + k] =
-          cm_half(co < COUT && p0 + k < end ? GSCALE * grad_out(co, p0 + k, no) : 0.0);
-    }
-    int ip = p0 + k;
-    ivec2 px = ivec2(ip % push.wo, ip / push.wo);
-    ivec4 box;
-#if KIND == 0
-    box = box_of(px, T);
-#endif
-    for (int n = lid / CM_KP; n < CM_WF; n += CM_FSTEP) {
-      int f = f0 + n, c0 = (f % CG) * 16;
-      ivec2 q;
-      bool ok = ip < end && f < KK * CG && source(px, f / CG, box, q);
-      int iq = q.x + q.y * push.wi;
-      for (int c = 0; c < 16; c++) {
-        int ci = c0 + c;
-        float x = 0.0;
-        if (ok && ci < CIN) x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
-        sx[(16 * n + c) * KPP + k] = cm_half(x);
-      }
-    }
+    for (int i = 0; i < CM_NA; i++) sg[(lid / CM_KP + i * CM_FSTEP) * KPP + k] = cm_half(ga[i]);
+    for (int i = 0; i < CM_NB; i++)
+      for (int c = 0; c < 16; c++)
+        sx[(16 * (lid / CM_KP + i * CM_FSTEP) + c) * KPP + k] = cm_half(xb[16 * i + c]);
     barrier();
+    if (p0 + CM_KP < end) fetch(p0 + CM_KP, ga, xb);
     if (bias)
       for (int j = 0; j < CM_KP; j++) db += float(sg[lid * KPP + j]);
     CM_UNROLL for (int s = 0; s < CM_KP / 16; s++) {
