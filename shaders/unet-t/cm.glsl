@@ -1,7 +1,8 @@
-// unet-t's cooperative-matrix layer kernels' shared part (conv_cm.comp, convb_cm.comp,
-// convw_cm.comp: the products of conv.comp, convb.comp and convw.comp on tensor cores, f16
-// operands and f32 sums; shaders/include/mlp_coopmat.glsl has the operations). Include after
-// mlp_coopmat.glsl and unet.glsl (the layer, `real` = float: these kernels have no PRECISE).
+// unet-t's cooperative-matrix layer kernels' shared part (conv_cm.comp and convb_cm.comp,
+// whose main is cm_rows.glsl's, and convw_cm.comp: the products of conv.comp, convb.comp and
+// convw.comp on tensor cores, f16 operands and f32 sums; shaders/include/mlp_coopmat.glsl has
+// the operations). Include after mlp_coopmat.glsl and unet.glsl (the layer, `real` = float:
+// these kernels have no PRECISE).
 // A workgroup is CM_WARPS warps of 32; its block of the product is CM_TM rows (16 CM_FM: the
 // output channels, or the input channels for convb) by columns that each kernel says. The
 // products run over their inner index in steps of 16, tap-major: step t of a layer with C
