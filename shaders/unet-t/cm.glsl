@@ -32,6 +32,12 @@ float16_t cm_half(float x) {
   return abs(x) <= CM_F16_MAX ? float16_t(x) : float16_t(x * uintBitsToFloat(0x7f800000u));
 }
 
+// dst[off + c] = the layer's input channel c0 + c at pixel index iq (unet.glsl's INPUT_AT), 0
+// where !ok or past CIN, for c = 0 .. 15: a step's gather of one pixel (conv_cm, convw_cm)
+#define CM_GATHER16(dst, off, ok, c0, iq) \
+  for (int c_ = 0; c_ < 16; c_++)         \
+    dst[(off) + c_] = (ok) && (c0) + c_ < CIN ? INPUT_AT((c0) + c_, iq) : 0.0;
+
 // a layer's output y from f32 sums that overflowed f16 operands may be inf or NaN, and a ReLU
 // (max(y, 0)) would turn NaN into 0: an output not finite is NaN, and cm_relu keeps it, so
 // that it reaches the loss (training skips the update) or the image (inference reruns).

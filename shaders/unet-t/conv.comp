@@ -53,7 +53,7 @@ void main() {
       ivec2 q;
       if (sv[s] && col < NCOL && source(sp[s], col % KK, sb[s], q)) {
         int ci = col / KK, iq = q.x + q.y * push.wi;
-        x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
+        x = INPUT_AT(ci, iq);
       }
       sx[e] = x;
     }

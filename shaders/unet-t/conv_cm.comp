@@ -27,12 +27,7 @@ void fetch(int t, out float wr[CM_NW], out float xr[16 * CM_NP]) {
     ivec2 q;
     bool ok = col0 + lid + s * CM_THREADS < no && source(px[s], tap, pbox[s], q);
     int iq = q.x + q.y * push.wi;
-    for (int c = 0; c < 16; c++) {
-      int ci = c0 + c;
-      float x = 0.0;
-      if (ok && ci < CIN) x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
-      xr[16 * s + c] = x;
-    }
+    CM_GATHER16(xr, 16 * s, ok, c0, iq)
   }
 }
 

@@ -60,7 +60,7 @@ void main() {
           x = real(1);
         } else if (source(spix[k], col % KK, sbox[k], q)) {
           int ci = col / KK, iq = q.x + q.y * push.wi;
-          x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
+          x = INPUT_AT(ci, iq);
         }
       }
       sx[e] = x;

@@ -61,12 +61,7 @@ void fetch(int p0, out float ga[CM_NA], out float xb[16 * CM_NB]) {
     ivec2 q;
     bool ok = ip < end && f < KK * CG && source(px, f / CG, box, q);
     int iq = q.x + q.y * push.wi;
-    for (int c = 0; c < 16; c++) {
-      int ci = c0 + c;
-      float x = 0.0;
-      if (ok && ci < CIN) x = ci < CINA ? inA[ci * ni + iq] : inB[(ci - CINA) * ni + iq];
-      xb[16 * i + c] = x;
-    }
+    CM_GATHER16(xb, 16 * i, ok, c0, iq)
   }
 }
 

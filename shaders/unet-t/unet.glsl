@@ -41,6 +41,10 @@ layout(push_constant) uniform Push { int wi, hi, wo, ho, k; } push;
 int tile_at(float T) { return int(T) >> push.k; }
 
 int widx(int co, int ci, int t) { return WOFF + (co * CIN + ci) * KK + t; }
+
+// input channel ci of the layer at pixel index iq: A's channels, then B's (a concatenation's
+// second part); a macro, for the kernels that declare the bindings inA and inB (and ni)
+#define INPUT_AT(ci, iq) ((ci) < CINA ? inA[(ci) * ni + (iq)] : inB[((ci) - CINA) * ni + (iq)])
 int bidx(int co) { return WOFF + COUT * CIN * KK + co; }
 
 // the box [x0, y0, x1, y1) a conv3 at pixel p reads from: p's tile (T > 0; 0: the whole
