@@ -24,6 +24,7 @@ looser bounds. The weight gradients two ways:
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -41,11 +42,7 @@ from vkgraph.pipeline.variants import cm_capable
 def coopmat(device, monkeypatch):
     """The cooperative-matrix kernels: the device's, else emulated."""
     monkeypatch.setenv("VKGRAPH_UNET_KERNELS", "coopmat")
-
-    class Caps:
-        capabilities = device.info
-
-    if not cm_capable(Caps):
+    if not cm_capable(SimpleNamespace(capabilities=device.info)):
         monkeypatch.setenv("VKGRAPH_COOPMAT_EMULATE", "1")
     return device
 
@@ -107,13 +104,11 @@ def test_cfa_on_the_device(device, coopmat, tmp_path):
 
 
 def test_portable_where_asked_or_precise(coopmat, monkeypatch):
-    class Caps:
-        capabilities = coopmat.info
-
-    assert kernels(Caps) == "coopmat"
-    assert kernels(Caps, precise=True) == "portable"
+    graph = SimpleNamespace(capabilities=coopmat.info)  # what kernels() reads of a build
+    assert kernels(graph) == "coopmat"
+    assert kernels(graph, precise=True) == "portable"
     monkeypatch.setenv("VKGRAPH_UNET_KERNELS", "portable")
-    assert kernels(Caps) == "portable"
+    assert kernels(graph) == "portable"
 
 
 def test_gscale_is_a_power_of_two_above_the_pixels():

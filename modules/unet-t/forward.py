@@ -101,16 +101,15 @@ def cm_rows(channels: int) -> int:
     return next(t for t in (16, 32, 64) if channels <= t or t == 64)
 
 
-def cm_layer(graph, kind: str, L: Layer, rows: int, columns: int, **extra) -> dict:
+def cm_layer(graph, kind: str, defines: dict, rows: int, columns: int) -> dict:
     """A cooperative-matrix layer node's dispatch size, workgroup and defines: `kind` conv
-    or convb, a product of `rows` channels by `columns` pixels (workgroups of cm_rows(rows)
-    by 16 CM_FN CM_WARPS)."""
+    or convb, the layer's `defines` (layer_defines and the kernel's own), a product of `rows`
+    channels by `columns` pixels (workgroups of cm_rows(rows) by 16 CM_FN CM_WARPS)."""
     tm, threads = cm_rows(rows), 32 * CM_WARPS
     return {"kernel": kind + "_cm", "groups": (threads * tiles(columns, 16 * CM_FN * CM_WARPS),
                                                tiles(rows, tm)),
             "local": (threads, 1, 1),
-            "defines": cm_defines(graph, **layer_defines(L, False), CM_TM=tm,
-                                  CM_WARPS=CM_WARPS, CM_FN=CM_FN, **extra)}
+            "defines": cm_defines(graph, **defines, CM_TM=tm, CM_WARPS=CM_WARPS, CM_FN=CM_FN)}
 
 
 def gscale(pixels: int) -> str:
@@ -227,7 +226,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     for L in ls:
         wo, ho = sizes[L.scale_out]
         if cm:
-            k = cm_layer(graph, "conv", L, L.cout, wo * ho)
+            k = cm_layer(graph, "conv", layer_defines(L, False), L.cout, wo * ho)
         else:
             blk = block_of(L.cout)
             k = {"kernel": "conv", "groups": blk.groups(L.cout, wo * ho),

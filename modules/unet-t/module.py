@@ -33,7 +33,6 @@ from vkgraph.modules.unet_t.forward import (
     connect_inputs,
     forward_nodes,
     gscale,
-    kernels,
     layer_defines,
     layer_push,
     multiple,
@@ -142,11 +141,11 @@ def network(graph, module, scaffold) -> Network:
     defs = {"PRECISE": 1} if precise else {}
     W, H = module.connector("input").roi.wd, module.connector("input").roi.ht
     adam = scaffold.adam
-    cm = kernels(graph, precise) == "coopmat"
     gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa)
+    cm = fwd["kernels"] == "coopmat"  # the backward's layer kernels are the forward's kind
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])
 
@@ -160,8 +159,7 @@ def network(graph, module, scaffold) -> Network:
         push = layer_push(L, size, cfa)
         if L.a != "F":
             if cm:
-                k = cm_layer(graph, "convb", L, L.cin, wi * hi, GSCALE=gs,
-                             **({"DOUT2": 1} if len(g) > 1 else {}))
+                k = cm_layer(graph, "convb", {**ldefs, "GSCALE": gs}, L.cin, wi * hi)
             else:
                 blk = block_of(L.cin)
                 k = {"kernel": "convb", "groups": blk.groups(L.cin, wi * hi),
