@@ -2,6 +2,17 @@
 for one read through a feedback edge), the global uniform, node info and params buffers, the
 host staging buffers of sources and sinks, and which buffer a node connector means for a
 buffer parity.
+
+A transient build (`Session(..., transient=True)`: one image in, its result out, as
+`vkgraph denoise` runs a network) lets node outputs share memory where their lifetimes in
+the frame do not overlap: an output lives from its node to its last reader in the
+schedule. Kept apart: the outputs of sources (uploaded once, read every frame), of nodes
+not due every frame, of CLEAR outputs (cleared at the frame's start), of outputs read
+through a feedback edge or by a sink (downloaded after the frame). Two outputs that share
+memory are one buffer, so the recording's barriers (recording.Hazards) order the second
+writer after the first one's readers. Only sinks' data is defined after a frame; a kernel
+of such a build must write its outputs whole every frame (none may rely on zeros or on
+its own last frame), which is the caller's promise.
 """
 
 from __future__ import annotations
@@ -9,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GraphError
-from .module import FORMAT_DTYPE, Connector
+from .module import CLEAR, FORMAT_DTYPE, Connector
 from .nodes import Node
 
 FRAME_LISTS = 2  # command lists of the frames, used in turn: frames in flight at most
@@ -23,7 +34,7 @@ class Buffers:
     frame: `buffer()` takes the parity (frame % 2), and nothing here waits for the device
     (the program's `finish` comes first where a frame may still run)."""
 
-    def __init__(self, schedule: list[Node], device, owned: list):
+    def __init__(self, schedule: list[Node], device, owned: list, transient: bool = False):
         self.schedule = schedule
         self.device = device
         self.owned = owned
@@ -31,6 +42,8 @@ class Buffers:
         self.staging: dict[int, object] = {}  # id(node) -> host buffer of a source or sink
         self.params: dict[int, tuple] = {}  # id(module) -> (buffer, last blob)
         self.node_info: dict[int, object] = {}  # id(node) -> (wd, ht, nchan, 0) per connector
+        # transient: (id(node), conn) -> index into self.shared_sizes (the module docstring)
+        self.shared, self.shared_sizes = self._share() if transient else ({}, [])
         self._check_memory()
         self._allocate()
 
@@ -78,6 +91,50 @@ class Buffers:
                 if c.is_output:
                     yield node, c
 
+    def _share(self) -> tuple[dict[tuple[int, str], int], list[int]]:
+        """Which outputs of a transient build share memory: (id(node), conn) -> slot, and
+        each slot's size (its largest output). Walking the schedule, an output takes the
+        smallest free slot that holds it, else the largest free one (grown), else a new
+        one; a slot is free again after the last reader of its output ran."""
+        n = len(self.schedule)
+        last: dict[tuple[int, str], int] = {}  # an output's last reader (n: kept to the end)
+        for i, node in enumerate(self.schedule):
+            for c in node.connectors:
+                if c.is_input and c.source is not None:
+                    key = (id(c.source[0]), c.source[1])
+                    end = n if node.kernel is None or c.feedback else i
+                    last[key] = max(last.get(key, -1), end)
+        shared: dict[tuple[int, str], int] = {}
+        sizes: list[int] = []
+        live: list[tuple[int, int]] = []  # (last reader, slot)
+        free: list[int] = []
+        for i, node in enumerate(self.schedule):
+            free += [slot for end, slot in live if end < i]
+            live = [(end, slot) for end, slot in live if end >= i]
+            if node.kernel is None or node.due is not None:
+                continue
+            for c in node.connectors:
+                if not c.is_output or c.flags & CLEAR or self._double(node, c.name):
+                    continue
+                key, need = (id(node), c.name), c.nbytes()
+                end = last.get(key, i)
+                if end >= n:
+                    continue
+                fits = [s for s in free if sizes[s] >= need]
+                if fits:
+                    slot = min(fits, key=lambda s: sizes[s])
+                elif free:
+                    slot = max(free, key=lambda s: sizes[s])
+                else:
+                    slot = len(sizes)
+                    sizes.append(0)
+                if slot in free:
+                    free.remove(slot)
+                sizes[slot] = max(sizes[slot], need)
+                shared[key] = slot
+                live.append((end, slot))
+        return shared, sizes
+
     def _check_memory(self) -> None:
         """Before anything is allocated: the buffers must fit the device's memory, and each
         one the largest range a storage buffer may bind (else a driver may fail or compute
@@ -90,7 +147,9 @@ class Buffers:
         sizes.sort(key=lambda s: s[:2], reverse=True)
         top = ", ".join(f"{name} ({s / 2**20:.0f} MiB)" for s, _, name in sizes[:3])
         info = self.device.info
-        total = sum(s for s, _, _ in sizes)
+        total = sum(s for s, _, _ in sizes) - sum(
+            c.nbytes() for node, c in self._outputs() if (id(node), c.name) in self.shared
+        ) + sum(self.shared_sizes)
         budget = info.memory_mib << 20
         if budget and total > budget:  # the graph is too big for the device: bad input
             raise GraphError(f"the graph needs {total / 2**30:.2f} GiB of buffers but "
@@ -117,13 +176,18 @@ class Buffers:
         self.global_bufs = (self.global_slots if self.global_direct
                             else [self.new(16) for _ in range(FRAME_LISTS)])
         self.zeros = self.new(16)
+        slots = [self.new(size, zero=False) for size in self.shared_sizes]
         for node, c in self._outputs():
+            key = (id(node), c.name)
+            if key in self.shared:
+                self.buffers[key] = [slots[self.shared[key]]]
+                continue
             n = 2 if self._double(node, c.name) else 1
-            self.buffers[(id(node), c.name)] = [self.new(c.nbytes(), zero=False)
-                                                for _ in range(n)]
+            self.buffers[key] = [self.new(c.nbytes(), zero=False) for _ in range(n)]
         # the outputs start zero, all cleared in one submission (a U-Net's dozens of
         # buffers: one wait instead of one each)
-        self.device.zero_all([b for bufs in self.buffers.values() for b in bufs])
+        unique = {id(b): b for bufs in self.buffers.values() for b in bufs}
+        self.device.zero_all(list(unique.values()))
         for node in self.schedule:
             if node.kernel is None:
                 c0 = node.connectors[0]

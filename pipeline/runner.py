@@ -40,7 +40,7 @@ class Build:
     """Everything one run of a graph needs on the device: its stages `plan`, `memory`,
     `program` and `io`, and the frame loop."""
 
-    def __init__(self, graph, device: Device, profile: bool = False):
+    def __init__(self, graph, device: Device, profile: bool = False, transient: bool = False):
         self.graph = graph
         self.device = device
         self.frame = 0
@@ -55,7 +55,7 @@ class Build:
         self.plan = NodeGraph(graph, self.context)
         self.plan.build_nodes()
         schedule = self.plan.schedule
-        self.memory = Buffers(schedule, device, self._owned)
+        self.memory = Buffers(schedule, device, self._owned, transient)
         self.program = Program(schedule, self.memory, device, getattr(graph, "registry", None),
                                self.context, profile, self._owned)
         self.io = Transfers(schedule, self.memory, self.program, device, self.context)

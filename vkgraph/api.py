@@ -82,11 +82,16 @@ def graph_path(name: str | Path) -> Path:
 class Session:
     """One graph on one device."""
 
-    def __init__(self, graph: Graph, device=None, profile: bool = False):
+    def __init__(self, graph: Graph, device=None, profile: bool = False,
+                 transient: bool = False):
         self.graph = graph
         self._device = device
         self._own_device = device is None
         self.profile = profile  # time every node (Build.timings), set before the first run
+        # node outputs share memory where their lifetimes in a frame do not overlap; only
+        # the sinks' data is kept (pipeline/buffers.py); for graphs whose kernels write their
+        # outputs whole every frame, run one frame an input (vkgraph denoise's networks)
+        self.transient = transient
         self.build: Build | None = None
         self.frame = 0  # the next frame to run
         self.closed = False
@@ -266,7 +271,7 @@ class Session:
             for c in m.connectors:
                 if c.is_output:
                     c.roi = Roi()
-        return Build(self.graph, self.device, profile=self.profile)
+        return Build(self.graph, self.device, profile=self.profile, transient=self.transient)
 
     def _carry(self, build: Build, arrays: dict[str, np.ndarray]) -> int:
         """Load the state of the build before into `build`; the frame to go on from."""

@@ -161,7 +161,8 @@ class Denoiser:
             g.connect("i-array", "main", "output", self.module, "01", "input")
             g.connect("i-lut", "w", "output", self.module, "01", "w")
             g.connect(self.module, "01", "output", "o-array", "main", "input")
-            self.sessions[key] = Session(g, self.device, profile=self.profile)
+            # every kernel of kpn and unet writes its outputs whole: they may share memory
+            self.sessions[key] = Session(g, self.device, profile=self.profile, transient=True)
         session = self.sessions[key]
         session.feed("i-array:main", image)
         return session
