@@ -389,21 +389,27 @@ FILE_ERRORS = (VkgraphError, OSError, ValueError, MemoryError)  # a file's, not 
 def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
     """Every file on this process's device; (failed, done). Each photo is read (decoded,
     its noise estimated) on a thread while the one before it is denoised and written, the
-    first while the device opens and kpn's kernels are built (ReadAhead)."""
+    first while the device opens and kpn's kernels are built (ReadAhead). Once the last
+    photo is denoised, the device closes on a thread while it is written (freeing a 12 MP
+    U-Net's buffers takes a GPU driver about as long as the encode and the write)."""
+    import threading
+
     from .common import open_device
 
     failed = done = 0
     reads = ReadAhead(jobs, args.noise, args.strength)
     try:
         device = open_device(args)
+        closing = threading.Thread(target=device.close, name="vkgraph-close")
         try:
             dens = Denoisers(device, weights, args.levels, tile_progress(bar), args.ensemble)
             for k, (src, dst) in enumerate(jobs):
                 bar.set_postfix_str(src.name[:40], refresh=False)
                 read = reads.take(k)  # (and the next photo's read starts)
+                last = closing.start if k == len(jobs) - 1 else None
                 try:
                     ok, text = True, denoise_file(dens.for_file(src), src, dst, args.noise,
-                                                  args.quality, args.strength, read)
+                                                  args.quality, args.strength, read, last)
                 except FILE_ERRORS as e:
                     ok, text = False, error_text(src, e)
                 failed += not ok
@@ -412,7 +418,9 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
                 if stop():
                     break
         finally:
-            device.close()
+            if closing.ident is not None:  # started
+                closing.join()
+            device.close()  # (once closed, nothing)
     finally:
         reads.close()
     return failed, done
@@ -618,15 +626,17 @@ def read_photo(src: Path, noise, strength: float = 1.0):
 
 
 def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
-                 strength: float = 1.0, read=None) -> str:
+                 strength: float = 1.0, read=None, denoised=None) -> str:
     """Read, denoise and write one file; the line that reports it. read: read_photo's
     result to come (a Future, ReadAhead) while the Denoiser builds for the photo's size
-    (from its header), else the photo is read here."""
+    (from its header), else the photo is read here. denoised(): called once the device's
+    work for the file is done, before the result is written (run_here closes the device
+    then, after the last file)."""
     from vkgraph.pipeline.formats import upright_size, write_like
     from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
-        return denoise_raw_file(den, src, dst, noise, quality, strength)
+        return denoise_raw_file(den, src, dst, noise, quality, strength, denoised)
     if den.cfa:
         raise GraphError(f"the weights {den.weights.name} denoise camera raw files (RGGB "
                          "mosaics: their .lut says 'cfa rggb'), and this is not one")
@@ -639,6 +649,8 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
             den.prepare(*size)
         image, meta, (a, b), how = read.result()
     out = den(image, a, b)
+    if denoised is not None:
+        denoised()
     write_like(dst, out, meta, quality)
     ht, wd = image.shape[:2]
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), weights "
@@ -646,7 +658,7 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
-                     strength: float = 1.0) -> str:
+                     strength: float = 1.0, denoised=None) -> str:
     """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py):
     16-bit where the output format has it; `strength` multiplies the level kpn gets."""
     from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw
@@ -656,6 +668,8 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     t0 = time.perf_counter()
     raw = read_raw(src)
     out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength)
+    if denoised is not None:
+        denoised()
     write_like(dst, out, ImageMeta("raw", "u16"), quality)
     ht, wd = raw.mosaic.shape
     a, b = profile.scalar()

@@ -63,7 +63,7 @@ def test_transient_build_shares_memory_and_gives_the_same_bits(device, weights, 
             by_slot.setdefault(slot, []).append(span[key])
         for spans in by_slot.values():  # the outputs of one slot live one after another
             spans.sort()
-            for (_, end), (start, _) in zip(spans, spans[1:]):
+            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
                 assert end < start
         for node in memory.schedule:  # sources' outputs and what sinks read keep their own
             for c in node.connectors:

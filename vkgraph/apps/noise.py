@@ -27,7 +27,8 @@ photographs (astronaut, camera, chelsea, coffee; the largest errors, at the lowe
 +8% at x = 0.1 and +17% at x = 0.5 on astronaut, +10% at x = 0.5 on coffee, where the
 photographs' fine texture and own noise add to the estimate; at mid and high levels all within
 6%) and within 7% on the rendered scenes. A 12-megapixel photograph takes about 0.2 s on one
-core: at most MAX_PIXELS per channel are looked at, in bands of rows spread over the image.
+core: at most MAX_PIXELS per channel are looked at, in bands of rows spread over the image,
+and the channels (and bands) are measured on the host's threads at once.
 
 JPEG files (estimate_noise(jpeg=True); `vkgraph denoise` uses it for every JPEG). A camera adds
 its noise on the colour mosaic and demosaics (the noise is spread over neighbouring pixels and
@@ -167,18 +168,22 @@ def _fit(img: np.ndarray) -> tuple[float, float]:
     """(a, b) of white noise at the image's own pixel scale (steps 1-4 of the module
     docstring); (0, 0) when it holds fewer than 16 blocks over its channels. img: (h, w, c),
     c <= 3 (estimate_noise's channels)."""
+    from ..pipeline.formats import in_parts
+
     chans = np.asarray(img)
     h, w = chans.shape[:2]
     rows = max(BLOCK * 8 + 2, MAX_PIXELS // max(w, 1))
-    means, variances = [], []
-    for band in _bands(h, rows):
-        part = chans[band]
-        for c in range(part.shape[2]):
-            m, v = _blocks(np.asarray(part[:, :, c], np.float32))
-            means.append(m)
-            variances.append(v)
-    mean = np.concatenate(means) if means else np.zeros(0)
-    var = np.concatenate(variances) if variances else np.zeros(0)
+    tasks = [(band, c) for band in _bands(h, rows) for c in range(chans.shape[2])]
+    blocks: list = [None] * len(tasks)
+
+    def run(i: int, j: int) -> None:  # each (band, channel) on the host's threads
+        for k in range(i, j):
+            band, c = tasks[k]
+            blocks[k] = _blocks(np.asarray(chans[band][:, :, c], np.float32))
+
+    in_parts(run, len(tasks), 1)
+    mean = np.concatenate([m for m, _ in blocks]) if blocks else np.zeros(0)
+    var = np.concatenate([v for _, v in blocks]) if blocks else np.zeros(0)
     ok = np.isfinite(mean) & np.isfinite(var)
     mean, var = mean[ok].astype(np.float64), var[ok].astype(np.float64)
     bins = min(BINS, mean.size // 16)  # a quantile needs some blocks per bin
@@ -202,13 +207,22 @@ def _half(img: np.ndarray) -> np.ndarray:
     dropped. float32, each channel contiguous (a (c, h, w) array seen as (h, w, c)): _fit
     reads it channel by channel. Rows are added first over all channels of img (which may
     hold more than c: rgba), then column pairs per channel; a mean over the axes of a 5-d
-    view took 0.7 s on a 12 MP photograph, this 40 ms."""
+    view took 0.7 s on a 12 MP photograph, this 40 ms on one core; bands of rows go to the
+    host's threads (formats.in_parts)."""
+    from ..pipeline.formats import PART, in_parts
+
     h, w, c = img.shape[0] // 2 * 2, img.shape[1] // 2 * 2, min(img.shape[2], 3)
-    rows = np.add(img[0:h:2, :w], img[1:h:2, :w], dtype=np.float32)
     out = np.empty((c, h // 2, w // 2), np.float32)
-    for k in range(c):
-        np.add(rows[:, 0::2, k], rows[:, 1::2, k], out=out[k])
-        out[k] *= 0.25
+
+    def band(r0: int, r1: int) -> None:
+        rows = np.add(img[2 * r0:2 * r1:2, :w], img[2 * r0 + 1:2 * r1:2, :w],
+                      dtype=np.float32)
+        for k in range(c):
+            o = out[k, r0:r1]
+            np.add(rows[:, 0::2, k], rows[:, 1::2, k], out=o)
+            o *= 0.25
+
+    in_parts(band, h // 2, max(1, PART // max(1, w * img.shape[2])))
     return np.moveaxis(out, 0, 2)
 
 
