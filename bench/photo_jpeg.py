@@ -11,9 +11,7 @@ JPEG quality 75, 85 or 95 (cycled over images and levels). Columns, each the mea
 
 * noisy: the JPEG itself;
 * kpn est.: `vkgraph denoise` with no profile given: the shipped weights with the level
-  vkgraph/apps/noise.py estimates from the JPEG, refined by the network's level search
-  (vkgraph/apps/levelsearch.py) where the command does that (`--estimate`, as the command's:
-  auto refines for U-Net weights on a GPU); the level is what the command prints;
+  vkgraph/apps/noise.py estimates from the JPEG (what the command prints);
 * kpn true: the same weights given the true (a, b);
 * NL-means, CBM3D: scikit-image `denoise_nl_means` (fast mode, patch 5, distance 6,
   h = 0.8 sigma) and PyPI `bm3d` `bm3d_rgb` on the sRGB image, sigma from
@@ -168,23 +166,18 @@ def std_ratio(ea: float, eb: float, a: float, b: float) -> float:
 
 
 def run_kpn(cases: list[tuple], device_name: str | None, weights: Path,
-            strength: float, estimate: str = "auto") -> dict:
+            strength: float) -> dict:
     """{(image, kind, level): {"est", "true", "ratio"}} of the shipped weights."""
     from vkgraph.apps.denoise import Denoiser
-    from vkgraph.apps.levelsearch import search
-    from vkgraph.cli.denoise import searches
     from vkgraph.pipeline.vk import Device
 
     out = {}
     dev = Device.open(device_name)
     try:
         den = Denoiser(dev, weights)
-        den.estimate = estimate
         for task in cases:
             c = case(*task)
-            (ea, eb), _ = noise_profile(c["noisy"], None, 1.0, jpeg=True)
-            m = search(den, c["noisy"], ea, eb) if searches(den, "jpg") else 1.0
-            ea, eb = strength * m * ea, strength * m * eb
+            (ea, eb), _ = noise_profile(c["noisy"], None, strength, jpeg=True)
             out[(c["image"], c["kind"], c["level"])] = {
                 "est": srgb_psnr(den(c["noisy"], ea, eb), c["clean"]),
                 "true": srgb_psnr(den(c["noisy"], c["a"], c["b"]), c["clean"]),
@@ -242,8 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", type=Path, default=WEIGHTS, help="kpn weights")
     ap.add_argument("--strength", type=float, default=1.0,
                     help="multiplier of the estimated level (vkgraph denoise --strength)")
-    ap.add_argument("--estimate", choices=("auto", "image", "network"), default="auto",
-                    help="the level of the est. column, as vkgraph denoise's --estimate")
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
     ap.add_argument("--baselines", type=Path, default=CACHE, help="the baseline cache")
     ap.add_argument("--baselines-only", action="store_true", help="no kpn columns")
@@ -273,8 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 r[m] = rec["psnr"]
         rows[(c["image"], c["kind"], c["level"])] = r
     if not args.baselines_only:
-        for key, r in run_kpn(cases, args.device, args.weights, args.strength,
-                              args.estimate).items():
+        for key, r in run_kpn(cases, args.device, args.weights, args.strength).items():
             rows[key].update(r)
     print(table(rows))
     for line in verdicts(rows):

@@ -66,7 +66,6 @@ QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
 RAW_OUT = ".exr"  # a raw input's output format unless -o names another
 CLIP = 200  # characters of a failed file's message
 STRENGTH = (0.01, 100.0)  # --strength's range
-ESTIMATES = ("auto", "image", "network")  # --estimate's choices
 
 EXAMPLE = """example:
   vkgraph denoise photo.jpg                      # writes photo-denoised.jpg
@@ -132,11 +131,6 @@ def add_parser(sub) -> None:
                    help="average the denoiser over N flips and rotations of each image (1, 2, "
                    "4 or 8; "
                    "N times the time, +0.1 dB with 4; default 1)")
-    p.add_argument("--estimate", choices=ESTIMATES, default="auto",
-                   help="how the noise level is estimated without --noise: 'image' from the "
-                   "image alone; 'network' that estimate refined by running the denoiser at "
-                   "levels around it (9 runs on up to 1 MP); 'auto' (default): 'network' for "
-                   "JPEGs with U-Net weights on a GPU, else 'image'")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
                    "(default: what the weights' .lut says, else 4; not with unet-t's weights)")
     p.add_argument("--progress", action="store_true",
@@ -330,9 +324,9 @@ class Denoisers:
     for every file, else each file's default_weights."""
 
     def __init__(self, device, weights: Path | None, levels: int | None, on_tile=None,
-                 ensemble: int = 1, estimate: str = "auto"):
+                 ensemble: int = 1):
         self.device, self.weights, self.levels, self.on_tile = device, weights, levels, on_tile
-        self.ensemble, self.estimate = ensemble, estimate
+        self.ensemble = ensemble
         self.made = {}
 
     def for_file(self, src: Path):
@@ -349,7 +343,6 @@ class Denoisers:
         if w not in self.made:
             self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
             self.made[w].on_tile = self.on_tile
-            self.made[w].estimate = self.estimate  # (searches() reads it)
             if self.made[w].module == "unet" and not on_gpu(self.device):
                 log.warning("denoise: %s are unet-t's weights, made for a GPU: on this CPU "
                             "device they take about 30x kpn's time (a 512x512 image: 37 s on "
@@ -409,8 +402,7 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
         device = open_device(args)
         closing = threading.Thread(target=device.close, name="vkgraph-close")
         try:
-            dens = Denoisers(device, weights, args.levels, tile_progress(bar), args.ensemble,
-                             args.estimate)
+            dens = Denoisers(device, weights, args.levels, tile_progress(bar), args.ensemble)
             for k, (src, dst) in enumerate(jobs):
                 bar.set_postfix_str(src.name[:40], refresh=False)
                 read = reads.take(k)  # (and the next photo's read starts)
@@ -512,15 +504,14 @@ def tile_progress(bar):
 class DenoiseWorker:
     """A Ray actor: the Vulkan device of the GPU Ray gave it and one Denoiser on it."""
 
-    def __init__(self, weights: str | None, levels: int | None, ensemble: int = 1,
-                 estimate: str = "auto"):
+    def __init__(self, weights: str | None, levels: int | None, ensemble: int = 1):
         from vkgraph.apps.distributed import open_worker_device
 
         self.device = self.dens = self.error = None
         try:
             self.device, _ = open_worker_device()
             self.dens = Denoisers(self.device, Path(weights) if weights else None, levels,
-                                  ensemble=ensemble, estimate=estimate)
+                                  ensemble=ensemble)
             if weights:  # made now, so that ready() tells a bad one
                 self.dens.for_file(Path(weights))
         except VkgraphError as e:  # told to the driver by ready(), not as a dead actor
@@ -556,7 +547,7 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
         per = {"num_cpus": 1, "num_gpus": 1} if gpus else {"num_cpus": 1}
         worker = ray.remote(**per)(DenoiseWorker)
         actors = [worker.remote(str(weights.resolve()) if weights else None, args.levels,
-                                args.ensemble, args.estimate)
+                                args.ensemble)
                   for _ in range(max(1, min(len(jobs), slots)))]
         where = {}
         for a, (error, device) in zip(actors, ray.get([a.ready.remote() for a in actors]),
@@ -657,12 +648,6 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
         if size is not None:
             den.prepare(*size)
         image, meta, (a, b), how = read.result()
-    if noise is None and searches(den, meta.format):
-        from vkgraph.apps.levelsearch import search
-
-        m = search(den, image, a / strength, b / strength)  # about the estimate itself
-        a, b = m * a, m * b
-        how = how.replace("estimated", f"estimated, x{m:.2f} by the network's search", 1)
     out = den(image, a, b)
     if denoised is not None:
         denoised()
@@ -670,15 +655,6 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
     ht, wd = image.shape[:2]
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), weights "
             f"{den.weights.name}{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
-
-
-def searches(den, fmt: str) -> bool:
-    """Whether an estimated level is refined by the network (vkgraph/apps/levelsearch.py):
-    --estimate network, or auto for a JPEG denoised by U-Net weights on a GPU."""
-    mode = getattr(den, "estimate", "auto")
-    if mode == "auto":
-        return fmt == "jpg" and den.module == "unet" and not den.cfa and on_gpu(den.device)
-    return mode == "network" and not den.cfa
 
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,

@@ -192,12 +192,9 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
 
 
-def test_denoiser_keeps_three_builds_and_frees_the_others(device, weights):
+def test_denoiser_keeps_two_builds_and_frees_the_others(device, weights):
     """A folder of many sizes: the oldest build is closed (its buffers leave the device),
     a size met again builds anew with the same result, and close() frees the rest."""
-    from vkgraph.apps.denoise import KEEP_BUILDS
-
-    assert KEEP_BUILDS == 3  # a size, its rotation (ensembles), the level search's crops
     den = Denoiser(device, weights)
     img = picture()
     first = den(img, 2e5, 20)
@@ -206,16 +203,14 @@ def test_denoiser_keeps_three_builds_and_frees_the_others(device, weights):
     assert owned and all(any(c is o for c in device.children) for o in owned)
     den(img[:20, :30], 2e5, 20)
     den(img[:24, :28], 2e5, 20)
-    assert list(den.builds) == [(W, H, False), (30, 20, False), (28, 24, False)]
-    den(img[:16, :16], 2e5, 20)
-    assert list(den.builds) == [(30, 20, False), (28, 24, False), (16, 16, False)]
+    assert list(den.builds) == [(30, 20, False), (28, 24, False)]
     assert oldest.closed and not oldest._owned
     assert not any(c is o for c in device.children for o in owned)
     with pytest.raises(GraphError, match="closed"):
         oldest.run_frame(0)
     den(img[:20, :30], 2e5, 20)  # used again: now the most recent
     np.testing.assert_array_equal(den(img, 2e5, 20), first)
-    assert list(den.builds) == [(16, 16, False), (30, 20, False), (W, H, False)]
+    assert list(den.builds) == [(30, 20, False), (W, H, False)]
     made = [c for build, _ in den.builds.values() for c in build._owned]
     den.close()
     assert not den.builds and made

@@ -71,8 +71,7 @@ log = logging.getLogger("vkgraph")
 ENSEMBLES = {1: ((0, False),), 2: ((0, False), (0, True)),
              4: tuple((k, False) for k in range(4)),
              8: tuple((k, m) for m in (False, True) for k in range(4))}
-# builds kept per Denoiser (a size, its rotation, the level search's crops); older ones closed
-KEEP_BUILDS = 3
+KEEP_BUILDS = 2  # builds kept per Denoiser (a size and its rotation); older ones are closed
 # tile margin in pixels of the coarsest level (see above), by arch
 MARGIN_PER_LEVEL = {0: 4, 1: 4, 2: 6}
 MEMORY_SHARE = 0.75  # of the device's memory, for unet's buffers (max_pixels)
