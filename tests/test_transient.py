@@ -46,7 +46,8 @@ def run(device, weights: str, image, transient: bool, monkeypatch):
     return out, memory, nbytes, den
 
 
-@pytest.mark.parametrize("weights", ["unet-photo.lut", "kpn-photo-nl.lut"])
+@pytest.mark.parametrize("weights", ["unet-photo.lut", "unet-raw.lut", "kpn-photo-nl.lut",
+                                     "kpn-photo.lut"])
 def test_transient_build_shares_memory_and_gives_the_same_bits(device, weights, monkeypatch):
     rng = np.random.default_rng(3)
     image = np.clip(0.4 + 0.1 * rng.standard_normal((48, 64, 3)), 0, 1).astype(np.float32)
