@@ -97,12 +97,14 @@ class Buffers:
         smallest free slot that holds it, else the largest free one (grown), else a new
         one; a slot is free again after the last reader of its output ran."""
         n = len(self.schedule)
-        last: dict[tuple[int, str], int] = {}  # an output's last reader (n: kept to the end)
+        # an output's last reader (n: a sink's, kept to the end; an output read through a
+        # feedback edge is double-buffered, never shared)
+        last: dict[tuple[int, str], int] = {}
         for i, node in enumerate(self.schedule):
             for c in node.connectors:
                 if c.is_input and c.source is not None:
                     key = (id(c.source[0]), c.source[1])
-                    end = n if node.kernel is None or c.feedback else i
+                    end = n if node.kernel is None else i
                     last[key] = max(last.get(key, -1), end)
         shared: dict[tuple[int, str], int] = {}
         sizes: list[int] = []
@@ -140,16 +142,16 @@ class Buffers:
         one the largest range a storage buffer may bind (else a driver may fail or compute
         garbage). The error names the largest buffers."""
         sizes = []
+        total = sum(self.shared_sizes)  # the shared outputs' memory, then every other's
         for node, c in self._outputs():
             n = 2 if self._double(node, c.name) else 1
             sizes.append((c.nbytes() * n, c.nbytes(),
                           f"{node.label}:{c.name} {c.roi.wd}x{c.roi.ht}"))
+            if (id(node), c.name) not in self.shared:
+                total += c.nbytes() * n
         sizes.sort(key=lambda s: s[:2], reverse=True)
         top = ", ".join(f"{name} ({s / 2**20:.0f} MiB)" for s, _, name in sizes[:3])
         info = self.device.info
-        total = sum(s for s, _, _ in sizes) - sum(
-            c.nbytes() for node, c in self._outputs() if (id(node), c.name) in self.shared
-        ) + sum(self.shared_sizes)
         budget = info.memory_mib << 20
         if budget and total > budget:  # the graph is too big for the device: bad input
             raise GraphError(f"the graph needs {total / 2**30:.2f} GiB of buffers but "

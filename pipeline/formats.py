@@ -668,6 +668,7 @@ def linear_to_srgb(x: np.ndarray) -> np.ndarray:
 
 PART = 1 << 18  # values a worker converts at a time (in_parts): 1-2 MB, in the cache
 WORKERS = min(8, os.cpu_count() or 1)  # threads of in_parts
+PARTS_THREADS = "vkgraph-parts"  # their names' prefix (in_parts run from one runs in place)
 
 
 def in_parts(fn, n: int, step: int = PART) -> None:
@@ -680,7 +681,7 @@ def in_parts(fn, n: int, step: int = PART) -> None:
     import threading
 
     spans = [(i, min(n, i + step)) for i in range(0, n, step)]
-    inside = threading.current_thread().name.startswith("vkgraph-parts")
+    inside = threading.current_thread().name.startswith(PARTS_THREADS)
     if len(spans) < 2 or WORKERS < 2 or inside:
         for i, j in spans:
             fn(i, j)
@@ -699,7 +700,7 @@ def _pool():
     if pid not in _POOLS:
         from concurrent.futures import ThreadPoolExecutor
 
-        _POOLS[pid] = ThreadPoolExecutor(WORKERS, thread_name_prefix="vkgraph-parts")
+        _POOLS[pid] = ThreadPoolExecutor(WORKERS, thread_name_prefix=PARTS_THREADS)
     return _POOLS[pid]
 
 
