@@ -5,7 +5,9 @@ The held-out photographs (graphs/photos/held-out.txt; never trained on) are made
 a camera makes them (vkgraph/apps/camera.py): cnngenin's noise, std(x) = sqrt(a + 65535 x b) /
 65535, on the RGGB mosaic of the clean linear photo, bilinear demosaic, sRGB 8-bit, JPEG
 ("camera" rows); and with the same noise i.i.d. per pixel and channel before the JPEG
-("white" rows). Three noise levels (vkgraph/apps/heldout.py's LEVELS), seeds 20 + level index,
+("white" rows); `--kinds clean` adds the photos with no noise at all, as JPEGs of quality 75,
+85 and 95 (a low-ISO camera's; "kpn true" is then the network told there is no noise). Three
+noise levels (vkgraph/apps/heldout.py's LEVELS), seeds 20 + level index,
 JPEG quality 75, 85 or 95 (cycled over images and levels). Columns, each the mean sRGB PSNR
 (8-bit, as the user sees it) against the clean photo:
 
@@ -54,7 +56,7 @@ from vkgraph.pipeline.formats import to_srgb8  # noqa: E402
 CACHE = Path(__file__).resolve().parent / "photo-jpeg-baselines.json"
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 QUALITIES = (75, 85, 95)
-KINDS = {"camera": camera.camera_jpeg, "white": camera.white_jpeg}
+KINDS = {"camera": camera.camera_jpeg, "white": camera.white_jpeg, "clean": None}
 METHODS = {  # the settings string is part of the cache key: change it when the method changes
     "nlm": "srgb, estimate_sigma mean, denoise_nl_means fast patch 5 distance 6 h 0.8 sigma",
     "bm3d": "srgb, estimate_sigma mean, bm3d_rgb profile np colorspace opp",
@@ -74,12 +76,17 @@ def quality_of(image_index: int, level_index: int) -> int:
 
 
 def case(path: Path, index: int, kind: str, li: int, crop: int | None) -> dict:
-    """One test image: the clean photo, its noisy JPEG and how it was made."""
+    """One test image: the clean photo, its noisy JPEG and how it was made (kind "clean": no
+    noise, the JPEG of the li-th quality)."""
     level, a, b = heldout.LEVELS[li]
     clean = heldout.centre_crop(heldout.load_clean(path), crop)
+    name = path.stem if crop is None else f"{path.stem} crop {crop}"
+    if kind == "clean":
+        q = QUALITIES[li]
+        return {"image": name, "kind": kind, "level": f"q{q}", "a": 0.0, "b": 0.0,
+                "quality": q, "seed": 0, "clean": clean, "noisy": camera.jpeg(clean, q)}
     q = quality_of(index, li)
     noisy = KINDS[kind](clean, a, b, seed_of(li), q)
-    name = path.stem if crop is None else f"{path.stem} crop {crop}"
     return {"image": name, "kind": kind, "level": level, "a": a, "b": b, "quality": q,
             "seed": seed_of(li), "clean": clean, "noisy": noisy}
 
@@ -178,10 +185,11 @@ def run_kpn(cases: list[tuple], device_name: str | None, weights: Path,
         for task in cases:
             c = case(*task)
             (ea, eb), _ = noise_profile(c["noisy"], None, strength, jpeg=True)
-            out[(c["image"], c["kind"], c["level"])] = {
+            r = out[(c["image"], c["kind"], c["level"])] = {
                 "est": srgb_psnr(den(c["noisy"], ea, eb), c["clean"]),
-                "true": srgb_psnr(den(c["noisy"], c["a"], c["b"]), c["clean"]),
-                "ratio": std_ratio(ea, eb, c["a"], c["b"])}
+                "true": srgb_psnr(den(c["noisy"], c["a"], c["b"]), c["clean"])}
+            if c["a"] > 0 or c["b"] > 0:  # (a clean photo has no true std to compare with)
+                r["ratio"] = std_ratio(ea, eb, c["a"], c["b"])
             print(f"  {c['image']} {c['kind']} {c['level']} q {c['quality']}: est "
                   f"{out[(c['image'], c['kind'], c['level'])]['est']:.2f} dB", file=sys.stderr)
     finally:
@@ -229,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", help="comma-separated subset of low,mid,high")
     ap.add_argument("--images", help="comma-separated subset of the held-out photos (stems)")
-    ap.add_argument("--kinds", default="camera,white", help="camera and/or white")
+    ap.add_argument("--kinds", default="camera,white",
+                    help="camera, white and/or clean (no noise; levels are then qualities)")
     ap.add_argument("--crop", type=int, help="centred crop of each photo (quick runs; not "
                     "comparable to full ones)")
     ap.add_argument("--weights", type=Path, default=WEIGHTS, help="kpn weights")

@@ -146,8 +146,14 @@ def nl_means(noisy: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def bm3d_rgb(noisy: np.ndarray, sigma: float) -> np.ndarray:
+    """CBM3D (the opponent colour space); an exactly grey image (a noise-free JPEG of a grey
+    photo) goes through grey BM3D, as bm3d_rgb divides by the chroma's range, zero there."""
     import bm3d
 
+    if np.array_equal(noisy[..., 0], noisy[..., 1]) and np.array_equal(noisy[..., 0],
+                                                                        noisy[..., 2]):
+        grey = np.asarray(bm3d.bm3d(noisy[..., 0], sigma, profile="np"))
+        return np.repeat(grey.reshape(grey.shape[:2])[..., None], 3, axis=-1)
     return bm3d.bm3d_rgb(noisy, sigma, profile="np", colorspace="opp")
 
 

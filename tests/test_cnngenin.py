@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from vkgraph.api import run_graph
-from vkgraph.modules.cnngenin.reference import TILE, frame_numbers, misreport, reference, to_half
+from vkgraph.modules.cnngenin.reference import (TILE, frame_numbers, is_clean, misreport,
+                                                reference, to_half)
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
@@ -240,6 +241,33 @@ def test_nerr_misreports_the_profile_only(device, images):
         assert np.all((r > np.exp(-1.5) * 0.999) & (r < np.exp(1.5) * 1.001)), r
         ratios += list(r)
     assert np.ptp(np.log(ratios)) > 0.5  # the factors vary
+
+
+def test_clean_tiles_get_no_noise(device, images):
+    """clean > 0: a tile drawn clean (is_clean) is the reference's without noise (a camera
+    tile the demosaic of the clean mosaic, another the reference itself) and noiseab reports
+    its drawn profile; the other tiles are clean 0's, bit for bit."""
+    _, _, img, ref = images["large"]
+    frames = 8
+    plain = run(device, images, 5, 1, frames=frames, cache=False)
+    some = run(device, images, 5, 1, frames=frames, params=(("clean", 0.5),), cache=False)
+    seen = set()
+    for f in range(frames):
+        imgo, refo, nab = some[f]
+        np.testing.assert_array_equal(nab, plain[f][2])
+        np.testing.assert_array_equal(refo, plain[f][1])
+        _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
+        quiet = is_clean(s, 0.5)
+        seen.add((quiet, camera))
+        if not quiet:
+            np.testing.assert_array_equal(imgo, plain[f][0])
+            continue
+        assert not np.array_equal(imgo, plain[f][0])
+        want_img, _, _ = reference(img, ref, 5, 1, f, clean=0.5)
+        assert_close(imgo, want_img, True, f"imgo frame {f}")
+        if not camera:
+            np.testing.assert_array_equal(imgo, refo)
+    assert {q for q, _ in seen} == {True, False}, seen
 
 
 def test_seed_param_adds_to_frame_seed(device, images):

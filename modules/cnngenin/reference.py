@@ -85,6 +85,16 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
 
 QUALITY_SALT = 0x4A504547  # "JPEG"
 ERR_SALT = 0x4E455252  # "NERR"
+CLEAN_SALT = 0x434C4E21  # "CLN!"
+
+
+def is_clean(s, clean: float) -> bool:
+    """clean > 0: whether the tile gets no noise, u drawn by mrand from s ^ CLEAN_SALT (s the
+    state after the camera draw) below clean; noiseab still reports the drawn (a, b)."""
+    if clean <= 0:
+        return False
+    _, u = mrand(np.array([int(s) ^ CLEAN_SALT], np.uint32))
+    return bool(u[0] < F32(clean))
 
 
 def misreport(a, b, s, nerr: float) -> tuple:
@@ -140,11 +150,12 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
 
 
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
-              t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0):
+              t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0,
+              clean=0.0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
     output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers); nerr:
-    noiseab's misreport (misreport)."""
+    noiseab's misreport (misreport); clean: the share of noise-free tiles (is_clean)."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
     ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
@@ -168,7 +179,8 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
         z0, z1 = warp_gaussian(u[0], u[1])
         z2, _ = warp_gaussian(u[2], u[3])
         z = np.stack([z0, z1, z2], -1)
-        var = float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
+        quiet = is_clean(s, clean)  # no noise, the drawn level reported all the same
+        var = 0.0 if quiet else float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
         im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
         if camera:
             im[..., :3] = demosaic_bilinear(np.take_along_axis(

@@ -24,6 +24,8 @@
 //   amax, bmax  the largest a and b drawn where > 0 (else noise times vkdt's 65535000, 1000)
 //   nerr      > 0: noiseab reports a and b each times exp(nerr (2u - 1)), u drawn from
 //             s ^ ERR_SALT (the noise itself stays the drawn one)
+//   clean     > 0: a tile is noise-free with this probability (u drawn from s ^ CLEAN_SALT);
+//             noiseab still reports its drawn a and b
 #include "params.gen"
 #include "jpeg.glsl"
 
@@ -36,6 +38,7 @@ SSBO_OUT(4, float, noiseab)
 const float NOISE_SCALE = 65535.0;
 const uint QUALITY_SALT = 0x4A504547u;  // "JPEG"
 const uint ERR_SALT = 0x4E455252u;  // "NERR"
+const uint CLEAN_SALT = 0x434C4E21u;  // "CLN!"
 
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
 // that s, and with it the per-pixel noise, stays generate 5's
@@ -189,11 +192,16 @@ void main() {
     // generate 5 and 6: a drawn half of the tiles gets the noise on the mosaic, demosaiced
     bool camera = params.generate >= 5 && mrand(s) < 0.5;
     if (params.generate == 6) quality = draw_quality(s);
+    // clean: a drawn share of the tiles gets no noise (a photo without any), told the drawn
+    // level all the same; from a copy of s, so every other number stays
+    uint sc = s ^ CLEAN_SALT;
+    bool clean = params.clean > 0.0 && mrand(sc) < params.clean;
+    float apply_a = clean ? 0.0 : noise_a, apply_b = clean ? 0.0 : noise_b;
     if (camera) {
-      img.rgb = demosaiced(tl, cell * T, s, lp, gain, noise_a, noise_b);
+      img.rgb = demosaiced(tl, cell * T, s, lp, gain, apply_a, apply_b);
     } else {
       vec4 z = pixel_normals(s, p);
-      vec3 var = noise_a + NOISE_SCALE * max(ref.rgb, vec3(0.0)) * noise_b;
+      vec3 var = apply_a + NOISE_SCALE * max(ref.rgb, vec3(0.0)) * apply_b;
       img.rgb = ref.rgb + z.rgb * sqrt(var) / NOISE_SCALE;
     }
   }
