@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 
 from vkgraph.api import run_graph
-from vkgraph.modules.cnngenin.reference import (TILE, frame_numbers, is_clean, misreport,
-                                                reference, to_half)
+from vkgraph.modules.cnngenin.reference import (
+    TILE,
+    frame_numbers,
+    is_clean,
+    misreport,
+    reference,
+    to_half,
+)
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
 from vkgraph.pipeline.graph import Graph
