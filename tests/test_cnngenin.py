@@ -22,6 +22,7 @@ from vkgraph.modules.cnngenin.reference import (
     misreport,
     reference,
     to_half,
+    uses_mhc,
 )
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.formats import write_pfm
@@ -274,6 +275,34 @@ def test_clean_tiles_get_no_noise(device, images):
         if not camera:
             np.testing.assert_array_equal(imgo, refo)
     assert {q for q, _ in seen} == {True, False}, seen
+
+
+@pytest.mark.parametrize("demosaic", [1, 2])
+def test_camera_tiles_malvar_he_cutler(device, images, demosaic):
+    """demosaic 1: a camera tile is the Malvar-He-Cutler demosaic of its noisy mosaic (the
+    demosaic module's reference, the tile's borders reflected without repeating the edge);
+    2: each camera tile draws that or bilinear (uses_mhc). Every other tile, refo and noiseab
+    stay demosaic 0's, bit for bit."""
+    _, _, img, ref = images["large"]
+    frames = 8
+    plain = run(device, images, 5, 1, frames=frames, cache=False)
+    out = run(device, images, 5, 1, frames=frames, params=(("demosaic", demosaic),), cache=False)
+    seen = set()
+    for f in range(frames):
+        imgo, refo, nab = out[f]
+        np.testing.assert_array_equal(nab, plain[f][2])
+        np.testing.assert_array_equal(refo, plain[f][1])
+        _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
+        mhc = camera and uses_mhc(s, demosaic)
+        seen.add((camera, mhc))
+        if not mhc:
+            np.testing.assert_array_equal(imgo, plain[f][0])
+            continue
+        assert not np.array_equal(imgo, plain[f][0])
+        want_img, _, _ = reference(img, ref, 5, 1, f, demosaic=demosaic)
+        assert_close(imgo, want_img, True, f"imgo frame {f}")
+    assert (True, True) in seen, seen
+    assert demosaic == 1 or (True, False) in seen, seen
 
 
 def test_seed_param_adds_to_frame_seed(device, images):

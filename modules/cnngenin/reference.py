@@ -86,6 +86,7 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
 QUALITY_SALT = 0x4A504547  # "JPEG"
 ERR_SALT = 0x4E455252  # "NERR"
 CLEAN_SALT = 0x434C4E21  # "CLN!"
+DEMOSAIC_SALT = 0x4D484321  # "MHC!"
 
 
 def is_clean(s, clean: float) -> bool:
@@ -109,6 +110,16 @@ def misreport(a, b, s, nerr: float) -> tuple:
         se, u = mrand(se)
         out.append(F32(v * np.exp(F32(nerr) * (F32(2) * u[0] - F32(1)), dtype=F32)))
     return tuple(out)
+
+
+def uses_mhc(s, demosaic: int) -> bool:
+    """Whether a camera tile is demosaiced by Malvar-He-Cutler (else bilinearly): demosaic 1
+    always, 2 where u < 0.5, u drawn by mrand from s ^ DEMOSAIC_SALT (s the state after the
+    camera draw)."""
+    if demosaic != 2:
+        return demosaic == 1
+    _, u = mrand(np.array([int(s) ^ DEMOSAIC_SALT], np.uint32))
+    return bool(u[0] < F32(0.5))
 
 
 def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
@@ -151,11 +162,12 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
 
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
               t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0,
-              clean=0.0):
+              clean=0.0, demosaic=0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
     output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers); nerr:
-    noiseab's misreport (misreport); clean: the share of noise-free tiles (is_clean)."""
+    noiseab's misreport (misreport); clean: the share of noise-free tiles (is_clean);
+    demosaic: the camera tiles' demosaicer (uses_mhc)."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
     ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
@@ -183,8 +195,13 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
         var = 0.0 if quiet else float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
         im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
         if camera:
-            im[..., :3] = demosaic_bilinear(np.take_along_axis(
-                im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0])
+            sites = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0]
+            if uses_mhc(s, demosaic):
+                from ..demosaic.reference import bayer
+
+                im[..., :3] = bayer(sites, [[0, 1], [1, 2]])  # RGGB
+            else:
+                im[..., :3] = demosaic_bilinear(sites)
         if generate == 6:
             im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
             rf[..., :3] = np.clip(rf[..., :3], 0, 1)

@@ -26,8 +26,11 @@
 //             s ^ ERR_SALT (the noise itself stays the drawn one)
 //   clean     > 0: a tile is noise-free with this probability (u drawn from s ^ CLEAN_SALT);
 //             noiseab still reports its drawn a and b
+//   demosaic  generate 5 and 6, the camera tiles: 0 bilinear, 1 Malvar-He-Cutler, 2 each tile
+//             draws one (MHC where u < 0.5, u drawn from s ^ DEMOSAIC_SALT)
 #include "params.gen"
 #include "jpeg.glsl"
+#include "mhc.glsl"
 
 IMG_IN(0, imgi)
 IMG_IN(1, refi)
@@ -39,6 +42,7 @@ const float NOISE_SCALE = 65535.0;
 const uint QUALITY_SALT = 0x4A504547u;  // "JPEG"
 const uint ERR_SALT = 0x4E455252u;  // "NERR"
 const uint CLEAN_SALT = 0x434C4E21u;  // "CLN!"
+const uint DEMOSAIC_SALT = 0x4D484321u;  // "MHC!"
 
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
 // that s, and with it the per-pixel noise, stays generate 5's
@@ -85,11 +89,10 @@ vec4 pixel_normals(uint s, ivec2 p) {
 // RGGB on output coordinates: x+y odd -> g (1), else y odd -> b (2), else r (0)
 int cfa(ivec2 p) { return ((p.x + p.y) & 1) == 1 ? 1 : ((p.y & 1) == 1 ? 2 : 0); }
 
-// the noisy photosite of tile pixel lp (mirrored into the tile): its CFA colour of the
-// reference plus that colour's noise, as generate 2 draws it at that pixel
+// the noisy photosite of tile pixel lp (inside the tile): its CFA colour of the reference plus
+// that colour's noise, as generate 2 draws it at that pixel
 float noisy_site(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, float b,
                  out int c) {
-  lp = mirror2(lp, tl.size);
   ivec2 p = origin + lp;
   c = cfa(p);
   float r = read_ref(tl, source_of(tl, lp))[c] * gain;
@@ -106,7 +109,7 @@ vec3 demosaiced(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, fl
   for (int dy = -1; dy <= 1; dy++)
     for (int dx = -1; dx <= 1; dx++) {
       int c;
-      float v = noisy_site(tl, origin, s, lp + ivec2(dx, dy), gain, a, b, c);
+      float v = noisy_site(tl, origin, s, mirror2(lp + ivec2(dx, dy), tl.size), gain, a, b, c);
       float w = float((2 - abs(dx)) * (2 - abs(dy)));
       sum[c] += w * v;
       wsum[c] += w;
@@ -118,6 +121,19 @@ vec3 demosaiced(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, fl
   vec3 rgb = sum / max(wsum, vec3(1.0));
   rgb[own] = site;
   return rgb;
+}
+
+// Malvar-He-Cutler demosaic of the noisy mosaic at tile pixel lp (mhc.glsl), the 5 x 5
+// photosites reflected into the tile without repeating its edge (-1 -> 1), which keeps the
+// pattern's colours
+vec3 demosaiced_mhc(Tile tl, ivec2 origin, uint s, ivec2 lp, float gain, float a, float b) {
+  float v[25];
+  int c;
+  for (int dy = -2; dy <= 2; dy++)
+    for (int dx = -2; dx <= 2; dx++)
+      v[(dy + 2) * 5 + dx + 2] = noisy_site(tl, origin, s, reflect2(lp + ivec2(dx, dy), tl.size),
+                                            gain, a, b, c);
+  return mhc(v, cfa(origin + lp), cfa(origin + lp + ivec2(1, 0)));
 }
 
 void main() {
@@ -197,7 +213,12 @@ void main() {
     uint sc = s ^ CLEAN_SALT;
     bool clean = params.clean > 0.0 && mrand(sc) < params.clean;
     float apply_a = clean ? 0.0 : noise_a, apply_b = clean ? 0.0 : noise_b;
-    if (camera) {
+    // demosaic: the camera tile's demosaicer, bilinear or Malvar-He-Cutler (2: drawn)
+    uint sd = s ^ DEMOSAIC_SALT;
+    bool mhc_tile = params.demosaic == 1 || (params.demosaic == 2 && mrand(sd) < 0.5);
+    if (camera && mhc_tile) {
+      img.rgb = demosaiced_mhc(tl, cell * T, s, lp, gain, apply_a, apply_b);
+    } else if (camera) {
       img.rgb = demosaiced(tl, cell * T, s, lp, gain, apply_a, apply_b);
     } else {
       vec4 z = pixel_normals(s, p);

@@ -19,21 +19,11 @@ int cfa_colour(ivec2 p) {
   return (pc.cfa[k / 12] >> (2 * (k % 12))) & 3;
 }
 
-// -1 -> 1, -2 -> 2, n -> n - 2: keeps a 2 x 2 pattern's colours at the borders (n >= 2)
-int reflect_index(int i, int n) {
-  int p = 2 * (n - 1);
-  i = abs(i) % p;
-  return i < n ? i : p - i;
-}
-
-ivec2 reflect2(ivec2 q) {
-  return ivec2(reflect_index(q.x, node.roi[0].x), reflect_index(q.y, node.roi[0].y));
-}
-
-// the photosite at q (reflected) times its colour's gain; a saturated photosite (at the
-// white level, 1) is white whatever its gain, so clipped highlights stay white
+// the photosite at q (reflected: -1 -> 1, which keeps the pattern's colours at the borders)
+// times its colour's gain; a saturated photosite (at the white level, 1) is white whatever its
+// gain, so clipped highlights stay white
 float balanced(ivec2 q) {
-  ivec2 s = reflect2(q);
+  ivec2 s = reflect2(q, node.roi[0].xy);
   float m = mosaic[s.x + s.y * node.roi[0].x];
   return m >= 1.0 ? 1.0 : m * pc.gain[cfa_colour(s)];
 }

@@ -16,7 +16,7 @@ void main() {
   vec3 num = vec3(0.0), den = vec3(0.0);
   for (int dy = -2; dy <= 2; dy++)
     for (int dx = -2; dx <= 2; dx++) {
-      ivec2 s = reflect2(p + ivec2(dx, dy));
+      ivec2 s = reflect2(p + ivec2(dx, dy), node.roi[0].xy);
       int c = cfa_colour(s);
       float w = float((3 - abs(dx)) * (3 - abs(dy)));
       num[c] += w * (balanced(s) - g[s.x + s.y * wd]);

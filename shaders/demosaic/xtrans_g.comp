@@ -18,7 +18,7 @@ void main() {
     float num = 0.0, den = 0.0;
     for (int dy = -2; dy <= 2; dy++)
       for (int dx = -2; dx <= 2; dx++) {
-        ivec2 s = reflect2(p + ivec2(dx, dy));
+        ivec2 s = reflect2(p + ivec2(dx, dy), node.roi[0].xy);
         if (cfa_colour(s) != 1) continue;
         float w = float((3 - abs(dx)) * (3 - abs(dy)));
         num += w * balanced(s);

@@ -42,6 +42,18 @@ int mirror(int i, int n) {
 
 ivec2 mirror2(ivec2 p, ivec2 size) { return ivec2(mirror(p.x, size.x), mirror(p.y, size.y)); }
 
+// reflected index without repeating the edge: -1 -> 1, -2 -> 2, n -> n - 2 (numpy pad
+// "reflect"; keeps a 2 x 2 colour pattern's phase at the borders; n >= 2)
+int reflect_index(int i, int n) {
+  int p = 2 * (n - 1);
+  i = abs(i) % p;
+  return i < n ? i : p - i;
+}
+
+ivec2 reflect2(ivec2 p, ivec2 size) {
+  return ivec2(reflect_index(p.x, size.x), reflect_index(p.y, size.y));
+}
+
 // linear index of pixel p of connector c with mirrored borders
 int texel(int c, ivec2 p) {
   ivec2 q = mirror2(p, node.roi[c].xy);
