@@ -6,10 +6,11 @@ a camera makes them (vkgraph/apps/camera.py): cnngenin's noise, std(x) = sqrt(a 
 65535, on the RGGB mosaic of the clean linear photo, bilinear demosaic, sRGB 8-bit, JPEG
 ("camera" rows); and with the same noise i.i.d. per pixel and channel before the JPEG
 ("white" rows); `--kinds clean` adds the photos with no noise at all, as JPEGs of quality 75,
-85 and 95 (a low-ISO camera's; "kpn true" is then the network told there is no noise). Three
-noise levels (vkgraph/apps/heldout.py's LEVELS), seeds 20 + level index,
-JPEG quality 75, 85 or 95 (cycled over images and levels). Columns, each the mean sRGB PSNR
-(8-bit, as the user sees it) against the clean photo:
+85 and 95 ("kpn true" is then the network told there is no noise), and `--kinds demosaiced`
+the same through the camera's mosaic and bilinear demosaic first, as a camera's own pipeline
+would make them (a low-ISO camera's JPEG). Three noise levels (vkgraph/apps/heldout.py's
+LEVELS), seeds 20 + level index, JPEG quality 75, 85 or 95 (cycled over images and levels).
+Columns, each the mean sRGB PSNR (8-bit, as the user sees it) against the clean photo:
 
 * noisy: the JPEG itself;
 * kpn est.: `vkgraph denoise` with no profile given: the shipped weights with the level
@@ -56,7 +57,8 @@ from vkgraph.pipeline.formats import to_srgb8  # noqa: E402
 CACHE = Path(__file__).resolve().parent / "photo-jpeg-baselines.json"
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 QUALITIES = (75, 85, 95)
-KINDS = {"camera": camera.camera_jpeg, "white": camera.white_jpeg, "clean": None}
+KINDS = {"camera": camera.camera_jpeg, "white": camera.white_jpeg}  # the noisy ones
+NOISELESS = ("clean", "demosaiced")  # no noise: the JPEG alone, of QUALITIES[level index]
 METHODS = {  # the settings string is part of the cache key: change it when the method changes
     "nlm": "srgb, estimate_sigma mean, denoise_nl_means fast patch 5 distance 6 h 0.8 sigma",
     "bm3d": "srgb, estimate_sigma mean, bm3d_rgb profile np colorspace opp",
@@ -81,10 +83,11 @@ def case(path: Path, index: int, kind: str, li: int, crop: int | None) -> dict:
     level, a, b = heldout.LEVELS[li]
     clean = heldout.centre_crop(heldout.load_clean(path), crop)
     name = path.stem if crop is None else f"{path.stem} crop {crop}"
-    if kind == "clean":
+    if kind in NOISELESS:
         q = QUALITIES[li]
+        src = clean if kind == "clean" else camera.demosaic(camera.mosaic(clean))
         return {"image": name, "kind": kind, "level": f"q{q}", "a": 0.0, "b": 0.0,
-                "quality": q, "seed": 0, "clean": clean, "noisy": camera.jpeg(clean, q)}
+                "quality": q, "seed": 0, "clean": clean, "noisy": camera.jpeg(src, q)}
     q = quality_of(index, li)
     noisy = KINDS[kind](clean, a, b, seed_of(li), q)
     return {"image": name, "kind": kind, "level": level, "a": a, "b": b, "quality": q,
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", help="comma-separated subset of low,mid,high")
     ap.add_argument("--images", help="comma-separated subset of the held-out photos (stems)")
     ap.add_argument("--kinds", default="camera,white",
-                    help="camera, white and/or clean (no noise; levels are then qualities)")
+                    help="camera, white, clean and/or demosaiced (the last two without noise; "
+                    "levels are then qualities)")
     ap.add_argument("--crop", type=int, help="centred crop of each photo (quick runs; not "
                     "comparable to full ones)")
     ap.add_argument("--weights", type=Path, default=WEIGHTS, help="kpn weights")
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = args.kinds.split(",")
     photos = heldout.photos(ROOT / "graphs" / "photos" / "held-out.txt")
     images = args.images.split(",") if args.images else [p.stem for p in photos]
-    for bad, known, what in ((levels, names, "level"), (kinds, list(KINDS), "kind"),
+    for bad, known, what in ((levels, names, "level"), (kinds, [*KINDS, *NOISELESS], "kind"),
                              (images, [p.stem for p in photos], "image")):
         unknown = sorted(set(bad) - set(known))
         if unknown:
