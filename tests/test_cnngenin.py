@@ -250,26 +250,34 @@ def test_nerr_misreports_the_profile_only(device, images):
     assert np.ptp(np.log(ratios)) > 0.5  # the factors vary
 
 
+def beside_plain(device, images, params, frames=8):
+    """generate 5 with `params` and without, frame by frame (tiles 1, the large pair): asserts
+    that noiseab and refo are the same, and yields (frame, imgo, refo, the plain imgo, the
+    tile's state s after the camera draw, camera)."""
+    _, _, img, _ = images["large"]
+    plain = run(device, images, 5, 1, frames=frames, cache=False)
+    out = run(device, images, 5, 1, frames=frames, params=params, cache=False)
+    for f in range(frames):
+        imgo, refo, nab = out[f]
+        np.testing.assert_array_equal(nab, plain[f][2])
+        np.testing.assert_array_equal(refo, plain[f][1])
+        _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
+        yield f, imgo, refo, plain[f][0], s, camera
+
+
 def test_clean_tiles_get_no_noise(device, images):
     """clean > 0: a tile drawn clean (is_clean) is the reference's without noise (a camera
     tile the demosaic of the clean mosaic, another the reference itself) and noiseab reports
     its drawn profile; the other tiles are clean 0's, bit for bit."""
     _, _, img, ref = images["large"]
-    frames = 8
-    plain = run(device, images, 5, 1, frames=frames, cache=False)
-    some = run(device, images, 5, 1, frames=frames, params=(("clean", 0.5),), cache=False)
     seen = set()
-    for f in range(frames):
-        imgo, refo, nab = some[f]
-        np.testing.assert_array_equal(nab, plain[f][2])
-        np.testing.assert_array_equal(refo, plain[f][1])
-        _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
+    for f, imgo, refo, plain, s, camera in beside_plain(device, images, (("clean", 0.5),)):
         quiet = is_clean(s, 0.5)
         seen.add((quiet, camera))
         if not quiet:
-            np.testing.assert_array_equal(imgo, plain[f][0])
+            np.testing.assert_array_equal(imgo, plain)
             continue
-        assert not np.array_equal(imgo, plain[f][0])
+        assert not np.array_equal(imgo, plain)
         want_img, _, _ = reference(img, ref, 5, 1, f, clean=0.5)
         assert_close(imgo, want_img, True, f"imgo frame {f}")
         if not camera:
@@ -284,21 +292,14 @@ def test_camera_tiles_malvar_he_cutler(device, images, demosaic):
     2: each camera tile draws that or bilinear (uses_mhc). Every other tile, refo and noiseab
     stay demosaic 0's, bit for bit."""
     _, _, img, ref = images["large"]
-    frames = 8
-    plain = run(device, images, 5, 1, frames=frames, cache=False)
-    out = run(device, images, 5, 1, frames=frames, params=(("demosaic", demosaic),), cache=False)
     seen = set()
-    for f in range(frames):
-        imgo, refo, nab = out[f]
-        np.testing.assert_array_equal(nab, plain[f][2])
-        np.testing.assert_array_equal(refo, plain[f][1])
-        _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
+    for f, imgo, _, plain, s, camera in beside_plain(device, images, (("demosaic", demosaic),)):
         mhc = camera and uses_mhc(s, demosaic)
         seen.add((camera, mhc))
         if not mhc:
-            np.testing.assert_array_equal(imgo, plain[f][0])
+            np.testing.assert_array_equal(imgo, plain)
             continue
-        assert not np.array_equal(imgo, plain[f][0])
+        assert not np.array_equal(imgo, plain)
         want_img, _, _ = reference(img, ref, 5, 1, f, demosaic=demosaic)
         assert_close(imgo, want_img, True, f"imgo frame {f}")
     assert (True, True) in seen, seen
