@@ -7,8 +7,8 @@ a camera makes them (vkgraph/apps/camera.py): cnngenin's noise, std(x) = sqrt(a 
 ("camera" rows); and with the same noise i.i.d. per pixel and channel before the JPEG
 ("white" rows); `--kinds clean` adds the photos with no noise at all, as JPEGs of quality 75,
 85 and 95 ("kpn true" is then the network told there is no noise), and `--kinds demosaiced`
-the same through the camera's mosaic and bilinear demosaic first, as a camera's own pipeline
-would make them (a low-ISO camera's JPEG). Three noise levels (vkgraph/apps/heldout.py's
+the same through the RGGB mosaic and a bilinear demosaic first, as a camera with that
+demosaic would make them without noise. Three noise levels (vkgraph/apps/heldout.py's
 LEVELS), seeds 20 + level index, JPEG quality 75, 85 or 95 (cycled over images and levels).
 Columns, each the mean sRGB PSNR (8-bit, as the user sees it) against the clean photo:
 
@@ -78,8 +78,9 @@ def quality_of(image_index: int, level_index: int) -> int:
 
 
 def case(path: Path, index: int, kind: str, li: int, crop: int | None) -> dict:
-    """One test image: the clean photo, its noisy JPEG and how it was made (kind "clean": no
-    noise, the JPEG of the li-th quality)."""
+    """One test image: the clean photo, its noisy JPEG and how it was made (the NOISELESS
+    kinds: no noise, the JPEG of the li-th quality, "demosaiced" through the mosaic and a
+    bilinear demosaic first)."""
     level, a, b = heldout.LEVELS[li]
     clean = heldout.centre_crop(heldout.load_clean(path), crop)
     name = path.stem if crop is None else f"{path.stem} crop {crop}"
