@@ -306,6 +306,19 @@ def test_camera_tiles_malvar_he_cutler(device, images, demosaic):
     assert demosaic == 1 or (True, False) in seen, seen
 
 
+def test_malvar_he_cutler_on_a_whole_odd_image(device, images):
+    """demosaic 1 with tiles 0 on the 37x23 pair: the borders of an odd-sized image reflect
+    as the reference's do (the camera frames among them)."""
+    _, _, img, ref = images["small"]
+    out = run(device, images, 5, 0, frames=6, params=(("demosaic", 1),), cache=False)
+    cameras = 0
+    for f in range(6):
+        cameras += frame_numbers(5, 0, f, 0, img.shape[1], img.shape[0])[6]
+        want_img, _, _ = reference(img, ref, 5, 0, f, demosaic=1)
+        assert_close(out[f][0], want_img, True, f"imgo frame {f}")
+    assert cameras >= 2
+
+
 def test_seed_param_adds_to_frame_seed(device, images):
     """seed = 133700 at frame 0 draws what vkdt draws at frame 1."""
     shifted = run(device, images, 4, 1, seed=133700, frames=1)
