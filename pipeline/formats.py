@@ -675,9 +675,10 @@ def in_parts(fn, n: int, step: int = PART) -> None:
     """fn(start, stop) over [0, n) in runs of `step`, on up to WORKERS threads at once:
     numpy's take and ufuncs let go of the GIL, so a whole-image table lookup or conversion
     (12 MP: 36-48 M values) runs on the host's cores. The parts must not overlap in what
-    they write; each is one call, in no particular order. Called from one of those threads
-    (a part that converts in parts itself) it runs there, in order: waiting on the pool from
-    inside it could wait for ever."""
+    they write; each is one call, in no particular order. The parts run under the caller's
+    numpy error state (np.errstate: numpy keeps one per thread), as they would in its
+    thread. Called from one of those threads (a part that converts in parts itself) it runs
+    there, in order: waiting on the pool from inside it could wait for ever."""
     import threading
 
     spans = [(i, min(n, i + step)) for i in range(0, n, step)]
@@ -686,7 +687,13 @@ def in_parts(fn, n: int, step: int = PART) -> None:
         for i, j in spans:
             fn(i, j)
         return
-    for _ in _pool().map(lambda span: fn(*span), spans):
+    state = np.geterr()
+
+    def part(span: tuple[int, int]) -> None:
+        with np.errstate(**state):
+            fn(*span)
+
+    for _ in _pool().map(part, spans):
         pass
 
 

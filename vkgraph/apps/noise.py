@@ -178,10 +178,9 @@ def _fit(img: np.ndarray) -> tuple[float, float]:
     blocks: list = [None] * len(tasks)
 
     def run(i: int, j: int) -> None:  # each (band, channel) on the host's threads
-        with np.errstate(over="ignore", invalid="ignore"):  # (per thread: estimate_noise's)
-            for k in range(i, j):
-                band, c = tasks[k]
-                blocks[k] = _blocks(np.asarray(chans[band][:, :, c], np.float32))
+        for k in range(i, j):
+            band, c = tasks[k]
+            blocks[k] = _blocks(np.asarray(chans[band][:, :, c], np.float32))
 
     in_parts(run, len(tasks), 1)
     mean = np.concatenate([m for m, _ in blocks]) if blocks else np.zeros(0)
@@ -217,13 +216,11 @@ def _half(img: np.ndarray) -> np.ndarray:
     out = np.empty((c, h // 2, w // 2), np.float32)
 
     def band(r0: int, r1: int) -> None:
-        with np.errstate(over="ignore", invalid="ignore"):  # (per thread: estimate_noise's)
-            rows = np.add(img[2 * r0:2 * r1:2, :w], img[2 * r0 + 1:2 * r1:2, :w],
-                          dtype=np.float32)
-            for k in range(c):
-                o = out[k, r0:r1]
-                np.add(rows[:, 0::2, k], rows[:, 1::2, k], out=o)
-                o *= 0.25
+        rows = np.add(img[2 * r0:2 * r1:2, :w], img[2 * r0 + 1:2 * r1:2, :w], dtype=np.float32)
+        for k in range(c):
+            o = out[k, r0:r1]
+            np.add(rows[:, 0::2, k], rows[:, 1::2, k], out=o)
+            o *= 0.25
 
     in_parts(band, h // 2, max(1, PART // max(1, w * img.shape[2])))
     return np.moveaxis(out, 0, 2)
