@@ -89,13 +89,19 @@ CLEAN_SALT = 0x434C4E21  # "CLN!"
 DEMOSAIC_SALT = 0x4D484321  # "MHC!"
 
 
+def salted(s, salt: int) -> np.float32:
+    """The first mrand of s ^ salt: a tile's draw of its own beside the state s (after the
+    camera draw), which stays as it is for every other number."""
+    _, u = mrand(np.array([int(s) ^ salt], np.uint32))
+    return u[0]
+
+
 def is_clean(s, clean: float) -> bool:
     """clean > 0: whether the tile gets no noise, u drawn by mrand from s ^ CLEAN_SALT (s the
     state after the camera draw) below clean; noiseab still reports the drawn (a, b)."""
     if clean <= 0:
         return False
-    _, u = mrand(np.array([int(s) ^ CLEAN_SALT], np.uint32))
-    return bool(u[0] < F32(clean))
+    return bool(salted(s, CLEAN_SALT) < F32(clean))
 
 
 def misreport(a, b, s, nerr: float) -> tuple:
@@ -118,16 +124,14 @@ def uses_mhc(s, demosaic: int) -> bool:
     camera draw)."""
     if demosaic != 2:
         return demosaic == 1
-    _, u = mrand(np.array([int(s) ^ DEMOSAIC_SALT], np.uint32))
-    return bool(u[0] < F32(0.5))
+    return bool(salted(s, DEMOSAIC_SALT) < F32(0.5))
 
 
 def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
     """generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn by mrand from
     s ^ QUALITY_SALT (s the state after the camera draw, which stays generate 5's)."""
-    _, u = mrand(np.array([int(s) ^ QUALITY_SALT], np.uint32))
     n = qhi - qlo
-    return qlo + min(int(F32(n + 1) * u[0]), n)
+    return qlo + min(int(F32(n + 1) * salted(s, QUALITY_SALT)), n)
 
 
 def cfa(wd: int, ht: int) -> np.ndarray:
