@@ -250,19 +250,23 @@ def test_nerr_misreports_the_profile_only(device, images):
     assert np.ptp(np.log(ratios)) > 0.5  # the factors vary
 
 
-def beside_plain(device, images, params, frames=8):
-    """generate 5 with `params` and without, frame by frame (tiles 1, the large pair): asserts
-    that noiseab and refo are the same, and yields (frame, imgo, refo, the plain imgo, the
-    tile's state s after the camera draw, camera)."""
+def beside_plain(device, images, params, frames=8, same_ref=True, base=()):
+    """generate 5 with base + params and with `base` alone (the plain run), frame by frame
+    (tiles 1, the large pair): asserts that noiseab (and where same_ref, refo; else imgo) are
+    the same, and yields (frame, imgo, refo, the plain imgo, the tile's state s after the
+    camera draw, camera); with same_ref False, the plain refo in place of the plain imgo."""
     _, _, img, _ = images["large"]
-    plain = run(device, images, 5, 1, frames=frames, cache=False)
-    out = run(device, images, 5, 1, frames=frames, params=params, cache=False)
+    plain = run(device, images, 5, 1, frames=frames, params=base, cache=False)
+    out = run(device, images, 5, 1, frames=frames, params=base + params, cache=False)
     for f in range(frames):
         imgo, refo, nab = out[f]
         np.testing.assert_array_equal(nab, plain[f][2])
-        np.testing.assert_array_equal(refo, plain[f][1])
+        if same_ref:
+            np.testing.assert_array_equal(refo, plain[f][1])
+        else:
+            np.testing.assert_array_equal(imgo, plain[f][0])
         _, _, _, _, _, s, camera = frame_numbers(5, 1, f, 0, img.shape[1], img.shape[0])
-        yield f, imgo, refo, plain[f][0], s, camera
+        yield f, imgo, refo, plain[f][0 if same_ref else 1], s, camera
 
 
 def test_clean_tiles_get_no_noise(device, images):
@@ -304,6 +308,27 @@ def test_camera_tiles_malvar_he_cutler(device, images, demosaic):
         assert_close(imgo, want_img, True, f"imgo frame {f}")
     assert (True, True) in seen, seen
     assert demosaic == 1 or (True, False) in seen, seen
+
+
+@pytest.mark.parametrize("demosaic", [0, 2])
+def test_camera_reference_is_the_clean_mosaic_demosaiced(device, images, demosaic):
+    """camref 1: a camera tile's refo is its clean mosaic through the tile's demosaicer (the
+    reference's `demosaiced`); imgo, noiseab and every other tile's refo stay camref 0's, bit
+    for bit."""
+    _, _, img, ref = images["large"]
+    base = (("demosaic", demosaic),)
+    seen = set()
+    for f, _, refo, plain_ref, s, camera in beside_plain(device, images, (("camref", 1),),
+                                                         same_ref=False, base=base):
+        seen.add((camera, camera and uses_mhc(s, demosaic)))
+        if not camera:
+            np.testing.assert_array_equal(refo, plain_ref)
+            continue
+        assert not np.array_equal(refo, plain_ref)
+        _, want_ref, _ = reference(img, ref, 5, 1, f, demosaic=demosaic, camref=1)
+        assert_close(refo, want_ref, True, f"refo frame {f}")
+    assert (False, False) in seen and any(c for c, _ in seen), seen
+    assert demosaic == 0 or (True, True) in seen, seen
 
 
 def test_malvar_he_cutler_on_a_whole_odd_image(device, images):

@@ -164,14 +164,26 @@ def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
     return out
 
 
+def demosaiced(rgb: np.ndarray, mhc: bool) -> np.ndarray:
+    """The (ht, wd, 3) demosaic of rgb's RGGB mosaic (each photosite its own colour of rgb):
+    Malvar-He-Cutler (the demosaic module's reference) or bilinear."""
+    sites = np.take_along_axis(rgb, cfa(rgb.shape[1], rgb.shape[0])[..., None], -1)[..., 0]
+    if mhc:
+        from ..demosaic.reference import bayer
+
+        return bayer(sites, [[0, 1], [1, 2]])  # RGGB
+    return demosaic_bilinear(sites)
+
+
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
               t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0,
-              clean=0.0, demosaic=0):
+              clean=0.0, demosaic=0, camref=0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
     output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers); nerr:
     noiseab's misreport (misreport); clean: the share of noise-free tiles (is_clean);
-    demosaic: the camera tiles' demosaicer (uses_mhc)."""
+    demosaic: the camera tiles' demosaicer (uses_mhc); camref 1: a camera tile's reference is
+    the clean mosaic through that demosaicer."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
     ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
@@ -199,13 +211,10 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
         var = 0.0 if quiet else float(a) + 65535.0 * np.maximum(rf[..., :3], 0) * float(b)
         im[..., :3] = rf[..., :3] + z * np.sqrt(var) / 65535.0
         if camera:
-            sites = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)[..., 0]
-            if uses_mhc(s, demosaic):
-                from ..demosaic.reference import bayer
-
-                im[..., :3] = bayer(sites, [[0, 1], [1, 2]])  # RGGB
-            else:
-                im[..., :3] = demosaic_bilinear(sites)
+            mhc = uses_mhc(s, demosaic)
+            im[..., :3] = demosaiced(im[..., :3], mhc)
+            if camref:
+                rf[..., :3] = demosaiced(rf[..., :3], mhc)
         if generate == 6:
             im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
             rf[..., :3] = np.clip(rf[..., :3], 0, 1)

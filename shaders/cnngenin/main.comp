@@ -28,6 +28,8 @@
 //             noiseab still reports its drawn a and b
 //   demosaic  generate 5 and 6, the camera tiles: 0 bilinear, 1 Malvar-He-Cutler, 2 each tile
 //             draws one (MHC where u < 0.5, u drawn from s ^ DEMOSAIC_SALT)
+//   camref    generate 5 and 6: 1 makes a camera tile's reference the clean mosaic through the
+//             tile's demosaicer (the noise is then all that tells input and reference apart)
 #include "params.gen"
 #include "jpeg.glsl"
 #include "mhc.glsl"
@@ -218,8 +220,10 @@ void main() {
     bool mhc_tile = params.demosaic == 1 || (params.demosaic == 2 && mrand(sd) < 0.5);
     if (camera && mhc_tile) {
       img.rgb = demosaiced_mhc(tl, cell * T, s, lp, gain, apply_a, apply_b);
+      if (params.camref != 0) ref.rgb = demosaiced_mhc(tl, cell * T, s, lp, gain, 0.0, 0.0);
     } else if (camera) {
       img.rgb = demosaiced(tl, cell * T, s, lp, gain, apply_a, apply_b);
+      if (params.camref != 0) ref.rgb = demosaiced(tl, cell * T, s, lp, gain, 0.0, 0.0);
     } else {
       vec4 z = pixel_normals(s, p);
       vec3 var = apply_a + NOISE_SCALE * max(ref.rgb, vec3(0.0)) * apply_b;
