@@ -170,6 +170,41 @@ def test_set_tiles_come_from_one_image_each(device, pictures):
     np.testing.assert_allclose(_frame(cap, 0)[1][..., :3], VALUES[0], rtol=1e-3)
 
 
+def test_zoom_reads_the_mean_of_zoom_squared_pixels(device, tmp_path):
+    """zoom 2: a tile drawn z = 2 is the 2x2 means of its image: on a pattern with one bright
+    pixel in every 2x2 block it is constant at (1 + 3 x 0.2) / 4 = 0.4 times the tile's
+    exposure; a tile drawn z = 1 is, bit for bit, what zoom 1 gives (the draw leaves every
+    other number alone), and both kinds occur. zoom without a training set is an error."""
+    pattern = np.full((64, 64, 3), 0.2, np.float32)
+    pattern[::2, ::2] = 1.0
+    (tmp_path / "set").mkdir()
+    write_pfm(tmp_path / "set" / "0.pfm", pattern)
+    common = dict(generate=1, tiles=1, batch=4, tile=16)
+    runs = []
+    for zoom in (1, 2):
+        g, cap = _graph(tmp_path, "set", zoom=zoom, **common)
+        run_graph(g, device, frames=8)
+        runs.append({f: _frame(cap, f)[1] for f in range(8)})
+    kinds = set()
+    for f in range(8):
+        for t in range(4):
+            ty, tx = divmod(t, 2)
+            part = (slice(16 * ty, 16 * ty + 16), slice(16 * tx, 16 * tx + 16), slice(0, 3))
+            plain, zoomed = runs[0][f][part], runs[1][f][part]
+            gain = float(plain.max())  # the tile's exposure: zoom 1 always holds a 1.0 pixel
+            if np.ptp(zoomed) == 0:
+                kinds.add(2)
+                np.testing.assert_allclose(zoomed, 0.4 * gain, rtol=2e-3)
+            else:
+                kinds.add(1)
+                np.testing.assert_array_equal(zoomed, plain)
+    assert kinds == {1, 2}
+    write_pfm(tmp_path / "img.pfm", pattern)
+    g, _ = _graph(tmp_path, "img", zoom=2, **common)
+    with pytest.raises(GraphError, match="zoom 2 needs training sets"):
+        run_graph(g, device, frames=1)
+
+
 def test_set_needs_tiles_and_pairs_of_equal_sets(device, pictures):
     g, _ = _graph(pictures, "set", generate=1, tiles=0)
     with pytest.raises(GraphError, match="needs tiles 1"):

@@ -48,6 +48,9 @@ def modify_roi_out(graph, module) -> None:
             raise GraphError(f"{module}: a training set needs tiles 1 (its images differ "
                              "in size)")
     else:
+        if int(module.param("zoom")) > 1:
+            raise GraphError(f"{module}: zoom {module.param('zoom')} needs training sets "
+                             "(i-set) on 'imgi' and 'refi'; an image is read as it is")
         for c in (imgi, refi):
             if c.nchan != 4:
                 raise GraphError(f"{module}: input '{c.name}' is {c.chan}; cnngenin reads "

@@ -28,6 +28,8 @@
 //             noiseab still reports its drawn a and b
 //   demosaic  generate 5 and 6, the camera tiles: 0 bilinear, 1 Malvar-He-Cutler, 2 each tile
 //             draws one (MHC where u < 0.5, u drawn from s ^ DEMOSAIC_SALT)
+//   zoom      each tile reads its images at 1 / z of their size, the mean of z x z pixels per
+//             tile pixel, z drawn uniformly in 1..zoom from s ^ ZOOM_SALT (1: as they are)
 //   camref    generate 5 and 6: 1 makes a camera tile's reference the clean mosaic through the
 //             tile's demosaicer (the noise is then all that tells input and reference apart)
 #include "params.gen"
@@ -45,6 +47,7 @@ const uint QUALITY_SALT = 0x4A504547u;  // "JPEG"
 const uint ERR_SALT = 0x4E455252u;  // "NERR"
 const uint CLEAN_SALT = 0x434C4E21u;  // "CLN!"
 const uint DEMOSAIC_SALT = 0x4D484321u;  // "MHC!"
+const uint ZOOM_SALT = 0x5A4F4F4Du;  // "ZOOM"
 
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
 // that s, and with it the per-pixel noise, stays generate 5's
@@ -59,25 +62,39 @@ uint header(int i, int c) { return floatBitsToUint(imgi[i][c]); }
 #endif
 
 // where tile pixel lp (its position inside the tile) reads the input: the tile's flip, crop
-// offset and, with SET, its image (base, size)
-struct Tile { int flip; ivec2 off; ivec2 size; uint base; ivec2 isize; };
+// offset, zoom and, with SET, its image (base, size)
+struct Tile { int flip; ivec2 off; ivec2 size; uint base; ivec2 isize; int zoom; };
 
+// the first (top-left) of the zoom x zoom input pixels that tile pixel lp reads
 ivec2 source_of(Tile tl, ivec2 lp) {
   ivec2 q = lp;
   if ((tl.flip & 4) != 0) q = q.yx;  // tiles are square
   if ((tl.flip & 1) != 0) q.x = tl.size.x - 1 - q.x;
   if ((tl.flip & 2) != 0) q.y = tl.size.y - 1 - q.y;
-  return q + tl.off;
+  return q * tl.zoom + tl.off;
 }
 
-vec4 read_ref(Tile tl, ivec2 q) {
+// input `which` (0: imgi, 1: refi) at pixel q, mirrored at its borders
+vec4 read_at(Tile tl, int which, ivec2 q) {
 #ifdef SET
   ivec2 m = mirror2(q, tl.isize);
-  return refi[tl.base + uint(m.x) + uint(m.y) * uint(tl.isize.x)];
+  uint i = tl.base + uint(m.x) + uint(m.y) * uint(tl.isize.x);
+  return which == 0 ? imgi[i] : refi[i];
 #else
-  return refi[texel(1, q)];
+  return which == 0 ? imgi[texel(0, q)] : refi[texel(1, q)];
 #endif
 }
+
+// the mean of the zoom x zoom pixels of the input from q on (the pixel itself at zoom 1)
+vec4 read_input(Tile tl, int which, ivec2 q) {
+  if (tl.zoom == 1) return read_at(tl, which, q);
+  vec4 sum = vec4(0.0);
+  for (int dy = 0; dy < tl.zoom; dy++)
+    for (int dx = 0; dx < tl.zoom; dx++) sum += read_at(tl, which, q + ivec2(dx, dy));
+  return sum / float(tl.zoom * tl.zoom);
+}
+
+vec4 read_ref(Tile tl, ivec2 q) { return read_input(tl, 1, q); }
 
 // the per-pixel Gaussian numbers of output pixel p (state s after the tile's draws)
 vec4 pixel_normals(uint s, ivec2 p) {
@@ -153,7 +170,7 @@ void main() {
   uint s = 123456789u + 133700u * uint(global.frame) + uint(params.seed);
   if (t > 0) s = hash32(s ^ hash32(uint(t))) | 1u;
   float ev = 0.0;
-  int flip = 0;
+  int flip = 0, zoom = 1;
   ivec2 off = ivec2(0);
 #ifdef SET
   uint n = header(0, 0);
@@ -166,9 +183,11 @@ void main() {
   uint base = header(1 + k, 0);
   ivec2 isize = ivec2(header(1 + k, 1), header(1 + k, 2));
   if (T > 0 && params.generate != 0) {  // a crop inside the image where it is large enough
+    uint sz = s ^ ZOOM_SALT;  // from a copy of s, so every other number stays
+    if (params.zoom > 1) zoom = 1 + min(int(float(params.zoom) * mrand(sz)), params.zoom - 1);
     float ux = mrand(s);
     float uy = mrand(s);
-    off = ivec2(vec2(max(isize - tsize + 1, ivec2(1))) * vec2(ux, uy));
+    off = ivec2(vec2(max(isize - zoom * tsize + 1, ivec2(1))) * vec2(ux, uy));
   }
 #else
   if (T > 0 && params.generate != 0) {  // drawn in this order
@@ -181,18 +200,13 @@ void main() {
 #endif
 
 #ifdef SET
-  Tile tl = Tile(flip, off, tsize, base, isize);
+  Tile tl = Tile(flip, off, tsize, base, isize, zoom);
 #else
-  Tile tl = Tile(flip, off, tsize, 0u, ivec2(0));
+  Tile tl = Tile(flip, off, tsize, 0u, ivec2(0), 1);
 #endif
   ivec2 q = source_of(tl, lp);
   float gain = exp2(ev);
-#ifdef SET
-  ivec2 m = mirror2(q, isize);
-  vec4 img = imgi[base + uint(m.x) + uint(m.y) * uint(isize.x)] * gain;
-#else
-  vec4 img = imgi[texel(0, q)] * gain;
-#endif
+  vec4 img = read_input(tl, 0, q) * gain;
   vec4 ref = read_ref(tl, q) * gain;
 
   float noise_a = 0.0, noise_b = 0.0;
