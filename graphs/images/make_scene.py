@@ -7,8 +7,9 @@ wedge) and text drawn from the 5x7 bitmap font below.
 
     python graphs/images/make_scene.py [--out DIR]
 
-writes scene.pfm (the training image), scene-b.pfm and scene-c.pfm (held out for the quality
-benchmark), all 256x256, scene.png (an sRGB preview of scene.pfm) and scene-noisy.pfm
+writes scene.pfm and scene-c.pfm (training images: graphs/photos/train.txt lists them beside
+the photographs), scene-b.pfm (kept out of training: the noisy test image's scene), all
+256x256, scene.png (an sRGB preview of scene.pfm) and scene-noisy.pfm
 (scene-b.pfm with cnngenin's noise model), and chelsea-noisy.exr: the held-out photograph
 chelsea.png of scikit-image's wheel (when installed), decoded to linear light, with that noise
 model at the benchmark's "mid" level (the input of graphs/denoise.cfg and the README's
