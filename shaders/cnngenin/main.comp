@@ -28,7 +28,7 @@
 //             noiseab still reports its drawn a and b
 //   demosaic  generate 5 and 6, the camera tiles: 0 bilinear, 1 Malvar-He-Cutler, 2 each tile
 //             draws one (MHC where u < 0.5, u drawn from s ^ DEMOSAIC_SALT)
-//   zoom      each tile reads its images at 1 / z of their size, the mean of z x z pixels per
+//   zoom      SET: each tile reads its image at 1 / z of its size, the mean of z x z pixels per
 //             tile pixel, z drawn uniformly in 1..zoom from s ^ ZOOM_SALT (1: as they are)
 //   camref    generate 5 and 6: 1 makes a camera tile's reference the clean mosaic through the
 //             tile's demosaicer (the noise is then all that tells input and reference apart)
