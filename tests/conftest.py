@@ -110,6 +110,16 @@ ROOT = Path(__file__).resolve().parent.parent
 VKGRAPH = [sys.executable, "-m", "vkgraph"]
 
 
+CPU_DRIVER = "llvmpipe"  # the name lavapipe's device has (VKGRAPH_DEVICE picks it by it)
+
+
+def has_cpu_driver() -> bool:
+    """Whether this machine has the CPU driver among its Vulkan devices (beside a GPU or not)."""
+    from vkgraph.pipeline.vk import list_devices
+
+    return any(CPU_DRIVER in d.name for d in list_devices())
+
+
 def vkgraph_env(env: dict | None = None) -> dict:
     """An environment in which `python -m vkgraph` finds the package from any directory."""
     out = dict(os.environ if env is None else env)

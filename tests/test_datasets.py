@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VKGRAPH, load_script, vkgraph_env
+from conftest import CPU_DRIVER, VKGRAPH, has_cpu_driver, load_script, vkgraph_env
 
 from vkgraph.api import run_graph
 from vkgraph.pipeline.datasets import image_set, package_file
@@ -285,9 +285,7 @@ def test_a_folder_of_large_photos_trains_on_the_cpu_driver(tmp_path):
     one line, and kpn-t trains on them. maxpix given: that budget; more than the device holds
     is a usage error. It runs on the CPU driver where a machine has it beside a GPU (whose
     buffers span more), and is skipped where it has none."""
-    from vkgraph.pipeline.vk import list_devices
-
-    if not any("llvmpipe" in d.name for d in list_devices()):
+    if not has_cpu_driver():
         pytest.skip("needs the CPU driver (lavapipe), whose storage buffers span 128 MiB")
     large_photos(tmp_path / "photos")
     lines = ["frames:2", f"param:i-set:train:filename:{tmp_path / 'photos'}",
@@ -297,7 +295,7 @@ def test_a_folder_of_large_photos_trains_on_the_cpu_driver(tmp_path):
         return subprocess.run([*VKGRAPH, "cli", "-g", str(ROOT / "graphs" / "train-kpn.cfg"),
                                "--last-frame-only", "--config", *lines, *more], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600,
-                              env=vkgraph_env({**os.environ, "VKGRAPH_DEVICE": "llvmpipe"}))
+                              env=vkgraph_env({**os.environ, "VKGRAPH_DEVICE": CPU_DRIVER}))
 
     res = train()
     assert res.returncode == 0, res.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VKGRAPH, vkgraph_env
+from conftest import CPU_DRIVER, VKGRAPH, has_cpu_driver, vkgraph_env
 from test_kpn_views import font
 
 from vkgraph.apps.compose import (
@@ -128,10 +128,8 @@ def run_env(display: str | None) -> dict:
     if display is not None:
         env["DISPLAY"] = display
     # the window runs on the CPU driver where there is one (it presents to any X server)
-    from vkgraph.pipeline.vk import list_devices
-
-    if any("llvmpipe" in d.name for d in list_devices()):
-        env["VKGRAPH_DEVICE"] = "llvmpipe"
+    if has_cpu_driver():
+        env["VKGRAPH_DEVICE"] = CPU_DRIVER
     return env
 
 
