@@ -73,12 +73,15 @@ def test_switched_off(monkeypatch, tmp_path):
 
 
 def test_second_run_loads_what_the_first_saved(monkeypatch, tmp_path):
+    """The first run writes the file, the second loads it; the second made no pipeline the
+    file lacked, so it leaves the file alone."""
     loaded, path = _open_make_close(monkeypatch, tmp_path)
     assert loaded == 0
     if not path.exists():
         pytest.skip("the driver keeps no pipeline data (lavapipe); checked on the GPU")
-    size = path.stat().st_size
+    size, inode = path.stat().st_size, path.stat().st_ino
     assert size > pcache.HEADER.size
     loaded, _ = _open_make_close(monkeypatch, tmp_path)
     assert loaded == size
+    assert path.stat().st_ino == inode  # its pipeline came from the file: not written again
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind

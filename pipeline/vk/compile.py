@@ -24,7 +24,7 @@ import tempfile
 from functools import cache, lru_cache
 from pathlib import Path
 
-from ..errors import RuntimeFailure
+from ..errors import RuntimeFailure, VkgraphError
 from ..formats import atomic_write, temp_name
 
 TARGET_ENV = "vulkan1.3"
@@ -56,9 +56,29 @@ def glslang() -> tuple[str, dict]:
 
 @cache
 def compiler_version() -> str:
+    """glslang's version line (part of every cache key), asked of the binary once and kept
+    in the cache folder under the binary's path, size and time (a process asking it again
+    spent 20-40 ms starting glslang)."""
     exe, env = glslang()
+    try:
+        st = os.stat(exe)
+        tag = hashlib.sha256(f"{exe}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+        kept = cache_root() / f"glslang-{tag[:16]}.version"
+    except OSError:
+        kept = None
+    try:
+        if kept is not None:
+            return kept.read_text()
+    except OSError:
+        pass
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env)
-    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+    version = out.stdout.splitlines()[0] if out.stdout else "unknown"
+    if kept is not None and out.returncode == 0 and out.stdout:
+        try:
+            atomic_write(kept, version.encode())
+        except (OSError, VkgraphError):
+            pass  # costs only the next process's 20-40 ms
+    return version
 
 
 def cache_root() -> Path:
@@ -239,6 +259,23 @@ def _instructions(spirv: bytes, strict: bool = False):
         i += count
 
 
+OP_FUNCTION = 54
+
+
+@lru_cache(maxsize=256)
+def _declarations(spirv: bytes) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """The instructions of a SPIR-V module before its first function, parsed once: its
+    types, decorations, constants and global variables, which is all the reflection below
+    reads (a module's logical layout puts every one of them ahead of the functions, whose
+    bodies are most of its instructions: a fresh process's builds walk a quarter of them)."""
+    out = []
+    for op, w in _instructions(spirv):
+        if op == OP_FUNCTION:
+            break
+        out.append((op, w))
+    return tuple(out)
+
+
 def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
     """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
     OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
@@ -267,7 +304,7 @@ def _bound_variables_of(spirv: bytes) -> tuple[tuple[int, tuple[int, int, int]],
     bindings: dict[int, int] = {}
     pointee: dict[int, int] = {}  # pointer type id -> pointee type id
     var_type: dict[int, int] = {}
-    for op, w in _instructions(spirv):
+    for op, w in _declarations(spirv):
         if op == OP_DECORATE and len(w) >= 3:
             if w[1] == DECORATION_DESCRIPTOR_SET:
                 sets[w[0]] = w[2]
@@ -303,7 +340,7 @@ def spirv_image_bindings(spirv: bytes) -> dict[tuple[int, int], str]:
 @lru_cache(maxsize=REFLECT_CACHE)
 def _image_bindings_of(spirv: bytes) -> tuple[tuple[tuple[int, int], str], ...]:
     images: dict[int, str] = {}
-    for op, w in _instructions(spirv):
+    for op, w in _declarations(spirv):
         if op == OP_TYPE_IMAGE and len(w) >= 7:
             images[w[0]] = "texel" if w[2] == DIM_BUFFER and w[6] == 1 else "image"
         elif op in (OP_TYPE_SAMPLER, OP_TYPE_SAMPLED_IMAGE) and w:
@@ -330,7 +367,7 @@ def _writable_of(spirv: bytes) -> frozenset[tuple[int, int]]:
     nonwritable: set[int] = set()
     members: dict[int, int] = {}  # struct id -> member count
     ro_members: dict[int, set[int]] = {}
-    for op, w in _instructions(spirv):
+    for op, w in _declarations(spirv):
         if op == OP_DECORATE and len(w) >= 2 and w[1] == DECORATION_NON_WRITABLE:
             nonwritable.add(w[0])
         elif op == OP_MEMBER_DECORATE and len(w) >= 3 and w[2] == DECORATION_NON_WRITABLE:
@@ -359,7 +396,7 @@ def spirv_buffer_elements(spirv: bytes) -> dict[tuple[int, int], tuple[str, int,
     runtime: dict[int, int] = {}  # runtime array id -> element type id
     members: dict[int, list[int]] = {}
     strides: dict[int, int] = {}
-    for op, w in _instructions(spirv):
+    for op, w in _declarations(spirv):
         if op == OP_TYPE_INT and len(w) >= 3:
             scalars[w[0]] = ("int" if w[2] else "uint", w[1])
         elif op == OP_TYPE_FLOAT and len(w) >= 2:
@@ -412,7 +449,7 @@ def _block_scalars_of(spirv: bytes, dset: int, binding: int,
     mstrides: dict[tuple[int, int], int] = {}
     mnames: dict[tuple[int, int], str] = {}
     variables: dict[int, int] = {}  # variable id -> pointer type id
-    for op, w in _instructions(spirv):
+    for op, w in _declarations(spirv):
         if op == OP_DECORATE and len(w) >= 3:
             table = {DECORATION_DESCRIPTOR_SET: sets, DECORATION_BINDING: bindings,
                      DECORATION_ARRAY_STRIDE: strides}.get(w[1])
