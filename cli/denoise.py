@@ -28,6 +28,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable
 from vkgraph.pipeline.formats import IMAGE_WRITERS, JPG_QUALITY, output_quality
@@ -614,15 +615,45 @@ def kept(meta, dst: Path, quality: int | None) -> str:
     return f", {', '.join(said)}" if said else ""
 
 
-def read_photo(src: Path, noise, strength: float = 1.0):
-    """(linear rgba, its ImageMeta, (a, b), how) of a photo (not a camera raw file): decoded,
-    and its noise profile (`noise`, else estimated) times `strength`."""
-    from vkgraph.apps.noise import noise_profile
-    from vkgraph.pipeline.formats import decode_image
+class Photo(NamedTuple):
+    """A photo read (read_photo): its samples, what the file carries, the noise profile
+    (a, b) and how it came ("estimated", "given", with the strength)."""
 
-    image, meta = decode_image(src, finite=True)
-    (a, b), how = noise_profile(image, noise, strength, jpeg=meta.format == "jpg")
-    return image, meta, (a, b), how
+    image: object  # float32 (h, w, 4) linear rgba, or None (an 8-bit photo: rgbx)
+    rgbx: object  # (h, w, 4) uint8 sRGB of an 8-bit rgb photo (formats.rgbx8), else None
+    meta: object  # formats.ImageMeta
+    profile: tuple[float, float]
+    how: str
+
+    def linear(self):
+        """The linear rgba (made from the 8-bit samples where it was not needed before)."""
+        from vkgraph.pipeline.formats import linear_rgba
+
+        return self.image if self.image is not None else linear_rgba(self.rgbx)
+
+
+def read_photo(src: Path, noise, strength: float = 1.0) -> Photo:
+    """A photo (not a camera raw file) decoded, and its noise profile (`noise`, else
+    estimated) times `strength`. An 8-bit rgb photo keeps its 8-bit samples (`rgbx`) for
+    the Denoiser's 8-bit path and is not made linear here (the estimate makes the rows it
+    reads linear itself)."""
+    from vkgraph.apps.noise import noise_profile
+    from vkgraph.pipeline.formats import decode_pixels, linear_rgba, rgbx8
+
+    pixels, meta = decode_pixels(src, finite=True)
+    rgbx = rgbx8(pixels)
+    image = linear_rgba(pixels) if rgbx is None else None
+    (a, b), how = noise_profile(image if rgbx is None else rgbx, noise, strength,
+                                jpeg=meta.format == "jpg")
+    return Photo(image, rgbx, meta, (a, b), how)
+
+
+def writes_8bit(dst: Path, meta=None) -> bool:
+    """Whether write_like writes dst in 8-bit sRGB (JPEG, WebP; PNG and TIFF of an 8-bit
+    input)."""
+    kind = WRITERS[dst.suffix.lower()]
+    return kind in QUALITY_FORMATS or (kind in ("png", "tiff")
+                                       and (meta is None or meta.depth == "u8"))
 
 
 def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
@@ -642,17 +673,21 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
                          "mosaics: their .lut says 'cfa rggb'), and this is not one")
     t0 = time.perf_counter()
     if read is None:
-        image, meta, (a, b), how = read_photo(src, noise, strength)
+        photo = read_photo(src, noise, strength)
     else:
         size = upright_size(src)
-        if size is not None:
-            den.prepare(*size)
-        image, meta, (a, b), how = read.result()
-    out = den(image, a, b)
+        if size is not None:  # a JPEG (8-bit) to an 8-bit file: the 8-bit path's build
+            den.prepare(*size, srgb8=src.suffix.lower() in JPEG_FORMATS and writes_8bit(dst))
+        photo = read.result()
+    meta, (a, b), how = photo.meta, photo.profile, photo.how
+    ht, wd = (photo.rgbx if photo.image is None else photo.image).shape[:2]
+    if photo.rgbx is not None and writes_8bit(dst, meta) and den.srgb8(wd, ht):
+        out = den.srgb(photo.rgbx, a, b)  # 8 bits up and down, the sRGB curves on the device
+    else:
+        out = den(photo.linear(), a, b)
     if denoised is not None:
         denoised()
     write_like(dst, out, meta, quality)
-    ht, wd = image.shape[:2]
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), weights "
             f"{den.weights.name}{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
 

@@ -168,3 +168,18 @@ def test_median_and_quantile_are_numpys():
             assert _median(x) == float(np.median(x))
             for q in (0.0, 0.1, 0.5, 0.9, 1.0, rng.uniform()):
                 assert _quantile(x, q) == float(np.quantile(x, q))
+
+
+@pytest.mark.parametrize("jpeg", [False, True])
+def test_8bit_samples_give_the_linear_images_estimate(jpeg):
+    """estimate_noise of 8-bit sRGB rgbx samples (`vkgraph denoise` leaves an 8-bit photo
+    undecoded) is the estimate of the linear image the file readers make of them, exactly."""
+    from vkgraph.pipeline.formats import linear_rgba
+
+    rng = np.random.default_rng(4)
+    yy, xx = np.mgrid[0:230, 0:310]
+    clean = np.stack([120 + 80 * np.sin(xx / 9.0 + c) * np.cos(yy / 13.0) for c in range(3)], -1)
+    px = np.full((230, 310, 4), 255, np.uint8)
+    px[..., :3] = np.clip(clean + 9 * rng.standard_normal(clean.shape), 0, 255)
+    want = estimate_noise(linear_rgba(px), jpeg=jpeg)
+    assert estimate_noise(px, jpeg=jpeg) == want and want[1] > 0

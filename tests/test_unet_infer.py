@@ -205,7 +205,8 @@ def test_denoise_command(tmp_path, capsys):
     code, out, err = run(capsys, tmp_path / "p.png", "--weights", lut)
     assert code == 0, err
     assert "(estimated)" in out and "weights unet.lut" in out and "45x33" in out
-    image, _, (a, b), _ = read_photo(tmp_path / "p.png", None)
+    photo = read_photo(tmp_path / "p.png", None)
+    image, (a, b) = photo.linear(), photo.profile
     assert a + b > 0
     want = expected(image, w, 2, 2, a, b)
     got = read_image(tmp_path / "p-denoised.png")

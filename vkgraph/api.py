@@ -198,11 +198,13 @@ class Session:
         linear. Signed integers, complex numbers and NaN/Inf values are refused.
 
         A source with a host port of its own (its module.py's `give(module, value)`: i-raw
-        takes a `RawImage` already read) is handed any other value as it is."""
+        takes a `RawImage` already read) is handed any other value as it is, and i-bytes
+        its 8-bit pixels (an array) too."""
         with self._lock:
             self._check_open("feed")
             m = self.module(source)
-            if not isinstance(image, np.ndarray) and m.name != "i-array" and host_port(m, "give"):
+            own = m.name == "i-bytes" or not isinstance(image, np.ndarray)
+            if own and m.name != "i-array" and host_port(m, "give"):
                 self._give(m, image)
                 return
             image = feed_image(source, image)

@@ -33,6 +33,15 @@ memory holds. The tile counts per axis are those that denoise the fewest pixels.
 `on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
 tile (progress within a file).
 
+8-bit sRGB photos (`srgb(pixels, a, b)`, where `srgb8(wd, ht)` says they may: one pass of
+rgb weights; whole up to `srgb_pixels`, else in tiles of it as above): the graph is i-bytes
+(the pixels as they lie in memory, one uint32 each) -> srgb-in (linear rgba) -> kpn or unet
+-> srgb-out (packed 8-bit sRGB, and the count of non-finite pixels) -> o-array, so the 8
+bits travel to and from the device instead of 32-bit floats (12 MP: 48 MB each way instead
+of 192) and the sRGB curves run on the GPU. The curves are the host's own tables on the
+device (shaders/include/srgb8.glsl): the same float32 input and the same codes as the host's
+conversions (tests/test_srgb8.py).
+
 (a, b) is the image's noise profile in cnngenin's units, std(x) = sqrt(a + 65535 x b) / 65535;
 it is always handed to kpn (`noise a`, `noise b`), and weights that do not use it ignore it.
 
@@ -75,6 +84,12 @@ KEEP_BUILDS = 2  # builds kept per Denoiser (a size and its rotation); older one
 # tile margin in pixels of the coarsest level (see above), by arch
 MARGIN_PER_LEVEL = {0: 4, 1: 4, 2: 6}
 MEMORY_SHARE = 0.75  # of the device's memory, for unet's buffers (max_pixels)
+# the most pixels srgb() runs at once: a GPU driver's time to allocate and free a build's
+# memory grows with its bytes (a 12 MP photo's U-Net: 5.4 GiB, 174 ms to allocate and 134 to
+# free on an H100), and the work of a tile is no faster than the same pixels in a whole image,
+# so tiles of ~3 MP (1.1 GiB) take 0.3 s less from a 12 MP photo's command than one build
+# (bench/README.md, denoise_wall.py)
+SRGB8_TILE = 3 << 20
 
 
 class Denoiser:
@@ -125,9 +140,12 @@ class Denoiser:
             # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
             self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
         self.profile = profile
-        self.sessions: dict[tuple[int, int, bool], Session] = {}  # (wd, ht, fp32) -> ...
+        # (wd, ht, fp32, srgb8) -> ...
+        self.sessions: dict[tuple[int, int, bool, bool], Session] = {}
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
         self.fp32 = False  # the fp32 kernels (after the f16 ones overflowed)
+        # the largest 8-bit photo srgb() runs whole (larger ones in tiles of it)
+        self.srgb_pixels = min(self.max_pixels, SRGB8_TILE)
 
     def pixels(self, wd: int, ht: int) -> int:
         """The pixels the module runs at for a wd x ht image (unet: its padded size)."""
@@ -135,21 +153,22 @@ class Denoiser:
         return -(-wd // p) * p * (-(-ht // p) * p)
 
     @property
-    def builds(self) -> dict[tuple[int, int, bool], tuple[Build, Graph]]:
-        """{(wd, ht, fp32): (build, graph)} of the sessions kept, oldest first."""
+    def builds(self) -> dict[tuple[int, int, bool, bool], tuple[Build, Graph]]:
+        """{(wd, ht, fp32, srgb8): (build, graph)} of the sessions kept, oldest first."""
         return {key: (s.build, s.graph) for key, s in self.sessions.items()}
 
-    def _session(self, image: np.ndarray) -> Session:
-        """The session of the image's size (made, or the kept one), fed the image."""
+    def _session(self, image: np.ndarray, srgb8: bool = False) -> Session:
+        """The session of the image's size (made, or the kept one), fed the image (srgb8:
+        8-bit sRGB pixels, (h, w, 4) uint8)."""
         ht, wd = image.shape[:2]
-        key = (wd, ht, self.fp32)
+        key = (wd, ht, self.fp32, srgb8)
         if key in self.sessions:
             self.sessions[key] = self.sessions.pop(key)  # the most recently used last
         else:
             while len(self.sessions) >= KEEP_BUILDS:  # free the device memory of the oldest
                 self.sessions.pop(next(iter(self.sessions))).close()
             g = Graph(self.registry)
-            g.add_module("i-array", "main")
+            g.add_module("i-bytes" if srgb8 else "i-array", "main")
             # the API rather than cfg lines: a weights path may hold a ':'
             g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
             den = g.add_module(self.module, "01")
@@ -158,31 +177,94 @@ class Denoiser:
             if self.fp32:
                 den.set_param("fp32", 1)
             g.add_module("o-array", "main")
-            g.connect("i-array", "main", "output", self.module, "01", "input")
             g.connect("i-lut", "w", "output", self.module, "01", "w")
-            g.connect(self.module, "01", "output", "o-array", "main", "input")
+            if srgb8:
+                g.add_module("srgb-in", "main")
+                g.add_module("srgb-out", "main")
+                g.add_module("o-array", "bad")
+                g.connect("i-bytes", "main", "output", "srgb-in", "main", "input")
+                g.connect("srgb-in", "main", "output", self.module, "01", "input")
+                g.connect(self.module, "01", "output", "srgb-out", "main", "input")
+                g.connect("srgb-out", "main", "output", "o-array", "main", "input")
+                g.connect("srgb-out", "main", "bad", "o-array", "bad", "input")
+            else:
+                g.connect("i-array", "main", "output", self.module, "01", "input")
+                g.connect(self.module, "01", "output", "o-array", "main", "input")
             # every kernel of kpn and unet writes its outputs whole: they may share memory
             self.sessions[key] = Session(g, self.device, profile=self.profile, transient=True)
         session = self.sessions[key]
-        session.feed("i-array:main", image)
+        session.feed("i-bytes:main" if srgb8 else "i-array:main", image)
         return session
 
-    def prepare(self, wd: int, ht: int) -> None:
+    def prepare(self, wd: int, ht: int, srgb8: bool = False) -> None:
         """Build now what the first call with a wd x ht image needs (its session: the whole
-        image's, or its tiles'), fed zeros until the image comes: `vkgraph denoise` builds
-        while the photo is still being decoded (the build is pipeline creation in the
-        driver, which lets go of the GIL)."""
-        if self.pixels(wd, ht) > self.max_pixels:
-            cx, cy, margin = self.tiling(wd, ht)
+        image's, or its tiles'; srgb8: an 8-bit photo's, where srgb8() allows it), fed
+        zeros until the image comes: `vkgraph denoise` builds while the photo is still
+        being decoded (the build is pipeline creation in the driver, which lets go of the
+        GIL)."""
+        srgb8 = srgb8 and self.srgb8(wd, ht)
+        limit = self.srgb_pixels if srgb8 else self.max_pixels
+        if self.pixels(wd, ht) > limit:
+            cx, cy, margin = self.tiling(wd, ht, limit)
             step = 1 << self.depth
             wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
-        self._session(np.zeros((ht, wd, 4), np.float32)).prepare()
+        zeros = np.zeros((ht, wd, 4), np.uint8 if srgb8 else np.float32)
+        self._session(zeros, srgb8=srgb8).prepare()
 
     def close(self) -> None:
         """Free the sessions' device memory (the device stays open)."""
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+
+    def srgb8(self, wd: int, ht: int) -> bool:
+        """Whether an 8-bit sRGB photo of wd x ht runs in its 8 bits (srgb()): one pass
+        (ensemble 1), rgb weights (not a mosaic's)."""
+        return self.ensemble == 1 and not self.cfa
+
+    def srgb(self, pixels: np.ndarray, a: float, b: float) -> np.ndarray:
+        """The denoised (h, w, 4) uint8 sRGB (alpha 255) of 8-bit sRGB pixels (h, w, 4)
+        uint8 (formats.rgbx8: alpha 255) of a size srgb8() allows, with the noise profile
+        (a, b) of their linear values: decoded, denoised and encoded on the device (module
+        docstring). Non-finite values of the network are refused as __call__ refuses them
+        (the fp32 kernels tried first where f16 ones overflowed)."""
+        ht, wd = pixels.shape[:2]
+        if pixels.dtype != np.uint8 or pixels.shape[2:] != (4,) or not self.srgb8(wd, ht):
+            raise GraphError(f"srgb: expected (h, w, 4) uint8 pixels, one pass of rgb "
+                             f"weights, got {pixels.dtype} {pixels.shape}")
+        out, bad = self._srgb_all(pixels, a, b)
+        if bad and not self.fp32 and self._f16():
+            log.warning("%s: the f16 kernels overflowed with the weights %s; running the "
+                        "fp32 ones", self.module, self.weights)
+            self.fp32 = True
+            out, bad = self._srgb_all(pixels, a, b)
+        if bad:
+            raise GraphError(f"{self.module}'s output with the weights {self.weights} has "
+                             f"{bad} pixels of non-finite values")
+        return out
+
+    def _srgb_all(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
+        """(the 8-bit result, its non-finite pixels) of the whole photo, or of its tiles of
+        at most srgb_pixels put together."""
+        ht, wd = pixels.shape[:2]
+        if self.pixels(wd, ht) <= self.srgb_pixels:
+            return self._run_srgb8(pixels, a, b)
+        bad = [0]
+
+        def run(tile: np.ndarray, a: float, b: float) -> np.ndarray:
+            out, n = self._run_srgb8(tile, a, b)
+            bad[0] += n
+            return out
+
+        return self._tiled(pixels, a, b, run, self.srgb_pixels), bad[0]
+
+    def _run_srgb8(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
+        session = self._session(pixels, srgb8=True)
+        session.set(f"{self.module}:01", "noise a", float(a))
+        session.set(f"{self.module}:01", "noise b", float(b))
+        session.step(0)
+        out = session.take("o-array:main").view(np.uint8).reshape(pixels.shape)
+        return out, int(session.take("o-array:bad")[0])
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised rgb (h, w, 3) float32 of a linear float image (h, w, >= 3 or grey)
@@ -256,11 +338,12 @@ class Denoiser:
         session.step(0)  # frame 0: the sources upload again, the params if they changed
         return session.take("o-array:main")[..., :3]  # a view: the rgba is the download's own
 
-    def tiling(self, wd: int, ht: int) -> tuple[int, int, int]:
+    def tiling(self, wd: int, ht: int, limit: int | None = None) -> tuple[int, int, int]:
         """(core x, core y, margin) of the tiles for an image too large to run whole: tiles
         keep runs of core pixels (the last one shorter) and are tile_length() long, at most
-        max_pixels in all (unet: padded); the counts per axis are those with the fewest
-        pixels denoised."""
+        `limit` (default max_pixels) in all (unet: padded); the counts per axis are those
+        with the fewest pixels denoised."""
+        limit = limit or self.max_pixels
         step = 1 << self.depth
         margin = self.margin
         best = None
@@ -270,7 +353,7 @@ class Denoiser:
             for ny in range(1, -(-ht // step) + 1):
                 cy = _ceil(_ceil(ht, ny), step) * step
                 ly = tile_length(ht, cy, margin, step)
-                if self.pixels(lx, ly) <= self.max_pixels:  # more rows only add pixels
+                if self.pixels(lx, ly) <= limit:  # more rows only add pixels
                     cost = (-(-wd // cx) * lx * -(-ht // cy) * ly, nx * ny)
                     if best is None or cost < best[0]:
                         best = (cost, cx, cy)
@@ -279,22 +362,28 @@ class Denoiser:
             what = (f"{self.depth} pyramid levels" if self.module == "kpn" else
                     f"a U-Net of {self.net[1]} scales")
             raise GraphError(f"cannot denoise a {wd}x{ht} image on this device: its buffers "
-                             f"hold at most {self.max_pixels} pixels, less than one tile of "
+                             f"hold at most {limit} pixels, less than one tile of "
                              f"{2 * margin + step}^2 with {what}")
         return best[1], best[2], margin
 
-    def _tiled(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
+    def _tiled(self, image: np.ndarray, a: float, b: float, run=None,
+               limit: int | None = None) -> np.ndarray:
+        """run(tile, a, b) (default _run: the rgb of the float path) over the tiles of
+        tiling(limit), put together; the result has run's channels and dtype."""
+        run = run or self._run
         ht, wd = image.shape[:2]
-        cx, cy, margin = self.tiling(wd, ht)
+        cx, cy, margin = self.tiling(wd, ht, limit)
         step = 1 << self.depth
         rows = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
         cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
-        out = np.empty((ht, wd, 3), np.float32)
+        out = None
         if self.on_tile is not None:
             self.on_tile(0, len(rows) * len(cols))
         for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
                 (r, c) for r in rows for c in cols):
-            res = self._run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
+            res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
+            if out is None:
+                out = np.empty((ht, wd, res.shape[2]), res.dtype)
             out[ky0:ky1, kx0:kx1] = res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0]
             if self.on_tile is not None:
                 self.on_tile(k + 1, len(rows) * len(cols))

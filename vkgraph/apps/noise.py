@@ -180,7 +180,7 @@ def _fit(img: np.ndarray) -> tuple[float, float]:
     def run(i: int, j: int) -> None:  # each (band, channel) on the host's threads
         for k in range(i, j):
             band, c = tasks[k]
-            blocks[k] = _blocks(np.asarray(chans[band][:, :, c], np.float32))
+            blocks[k] = _blocks(_linear(chans[band][:, :, c]))
 
     in_parts(run, len(tasks), 1)
     mean = np.concatenate([m for m, _ in blocks]) if blocks else np.zeros(0)
@@ -203,20 +203,35 @@ def _fit(img: np.ndarray) -> tuple[float, float]:
     return alpha * SCALE * SCALE, beta * SCALE
 
 
+def _linear(x: np.ndarray) -> np.ndarray:
+    """float32 linear values of samples: floats as they are, 8-bit sRGB codes (an 8-bit
+    photo's samples, which `vkgraph denoise` leaves undecoded where it denoises them in 8
+    bits) through the file readers' own table (formats.decode_unorm's numbers)."""
+    if x.dtype == np.uint8:
+        from ..pipeline.formats import srgb8_linear
+
+        return srgb8_linear()[x]
+    return np.asarray(x, np.float32)
+
+
 def _half(img: np.ndarray) -> np.ndarray:
     """Means of 2x2 pixels of each channel (h // 2, w // 2, c); an odd last row or column is
     dropped. float32, each channel contiguous (a (c, h, w) array seen as (h, w, c)): _fit
     reads it channel by channel. Rows are added first over all channels of img (which may
     hold more than c: rgba), then column pairs per channel; a mean over the axes of a 5-d
     view took 0.7 s on a 12 MP photograph, this 40 ms on one core; bands of rows go to the
-    host's threads (formats.in_parts)."""
+    host's threads (formats.in_parts). 8-bit sRGB samples are made linear a band at a time
+    (_linear): the same numbers as from the linear image, which is then never made whole."""
     from ..pipeline.formats import PART, in_parts
 
     h, w, c = img.shape[0] // 2 * 2, img.shape[1] // 2 * 2, min(img.shape[2], 3)
     out = np.empty((c, h // 2, w // 2), np.float32)
 
     def band(r0: int, r1: int) -> None:
-        rows = np.add(img[2 * r0:2 * r1:2, :w], img[2 * r0 + 1:2 * r1:2, :w], dtype=np.float32)
+        even, odd = img[2 * r0:2 * r1:2, :w], img[2 * r0 + 1:2 * r1:2, :w]
+        if img.dtype == np.uint8:
+            even, odd = _linear(even), _linear(odd)
+        rows = np.add(even, odd, dtype=np.float32)
         for k in range(c):
             o = out[k, r0:r1]
             np.add(rows[:, 0::2, k], rows[:, 1::2, k], out=o)
@@ -232,8 +247,9 @@ def _blocks_in(h: int, w: int, channels: int) -> int:
 
 def estimate_noise(img: np.ndarray, jpeg: bool = False) -> tuple[float, float]:
     """(a, b) of cnngenin's noise model for a linear float image (h, w, >= 3; only rgb is
-    looked at; grey (h, w) or (h, w, 1) works too). Both are >= 0; an image with fewer than
-    16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0).
+    looked at; grey (h, w) or (h, w, 1) works too), or for 8-bit sRGB samples (uint8: made
+    linear as the file readers do, band by band; the same estimate). Both are >= 0; an image
+    with fewer than 16 blocks of 8x8 over its channels (rgb below about 26x26) gives (0, 0).
 
     jpeg=True for an image decoded from a JPEG file: the noise is measured at half the
     resolution (means of 2x2 pixels, whose white-noise variance is a quarter of the pixels')

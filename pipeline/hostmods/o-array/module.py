@@ -9,6 +9,7 @@ def write_sink(graph, module, connector, data) -> None:
 
 
 def take(module):
-    """Host port: what reached the sink at its last download ((h, w, 4) float32), handed
-    over once (None until a frame was downloaded)."""
+    """Host port: what reached the sink at its last download, handed over once (None until
+    a frame was downloaded): an image as (h, w, 4) float32, a storage buffer as its
+    elements (1-D, in its format)."""
     return module.data.pop("image", None)
