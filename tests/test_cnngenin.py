@@ -17,10 +17,13 @@ import pytest
 from vkgraph.api import run_graph
 from vkgraph.modules.cnngenin.reference import (
     TILE,
+    colour_transform,
     frame_numbers,
     is_clean,
     misreport,
     reference,
+    set_numbers,
+    set_reference,
     to_half,
     uses_mhc,
 )
@@ -365,6 +368,90 @@ def test_noise_statistics():
 def test_mismatched_inputs_rejected(device, images):
     g, _ = build_graph(images["small"][0], images["large"][1], 0, 1)
     with pytest.raises(GraphError, match="equal sizes"):
+        run_graph(g, device, frames=1)
+
+
+# -- training sets: colour ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def photo_set(tmp_path_factory):
+    """A training set (a folder for i-set) of three rgb PFMs of other sizes than a tile, one
+    smaller, their channels of different ranges so that a permutation shows: (folder, the
+    images as rgba)."""
+    rng = np.random.default_rng(11)
+    d = tmp_path_factory.mktemp("cnngenin-set")
+    images = []
+    for k, (wd, ht) in enumerate([(90, 70), (60, 100), (20, 24)]):
+        rgb = (rng.uniform(0, 1, (ht, wd, 3)) * [1.0, 0.5, 0.2]).astype(F32)
+        write_pfm(d / f"{k}.pfm", rgb)
+        images.append(np.concatenate([rgb, np.ones((ht, wd, 1), F32)], -1))
+    return d, images
+
+
+def run_set(device, folder, frames, params):
+    """{frame: (imgo, refo, noiseab)} of cnngenin on the i-set `folder` (into imgi and refi,
+    synthetic noise), params (name, value)."""
+    registry = Registry([ROOT / "modules", FIXTURES])
+    g = Graph(registry=registry)
+    g.add_module("i-set", "s").set_param("filename", str(folder))
+    gen = g.add_module("cnngenin", "01")
+    for name, value in params:
+        gen.set_param(name, value)
+    for conn in ("imgi", "refi"):
+        g.connect("i-set", "s", "output", "cnngenin", "01", conn)
+    for conn in ("imgo", "refo", "noiseab"):
+        g.add_module("capture", conn)
+        g.connect("cnngenin", "01", conn, "capture", conn, "input")
+    captured = registry.get("capture").hooks.CAPTURED
+    captured.clear()
+    run_graph(g, device, frames=frames)
+    return {f: tuple(captured[(c, f)] for c in ("imgo", "refo", "noiseab"))
+            for f in range(frames)}
+
+
+@pytest.mark.parametrize("generate,zoom", [(1, 1), (2, 1), (5, 2)])
+def test_colour_matches_reference(device, images, photo_set, generate, zoom):
+    """colour 0.5 on a training set: every tile's imgo and refo are the reference's (the
+    drawn tiles permuted and white-balanced: generate 1 the input itself, 2 and 5 the
+    reference before the noise, and 5 before the camera mosaic; zoom 2 means first), both
+    kinds of tile occur, noiseab stays colour 0's and an untransformed tile is colour 0's
+    bit for bit. colour 0 is a run without the param, bit for bit; colour without a
+    training set is an error."""
+    folder, pictures = photo_set
+    tile, batch, frames = 32, 4, 4
+    common = (("generate", generate), ("batch", batch), ("tile", tile), ("zoom", zoom),
+              ("noise", 0.5), ("nlog", 1))
+    plain = run_set(device, folder, frames, common)
+    zero = run_set(device, folder, frames, common + (("colour", 0.0),))
+    out = run_set(device, folder, frames, common + (("colour", 0.5),))
+    sizes = [im.shape[1::-1] for im in pictures]
+    kinds = set()
+    for f in range(frames):
+        for x, y in zip(zero[f], plain[f], strict=True):
+            np.testing.assert_array_equal(x, y)
+        imgo, refo, nab = out[f]
+        np.testing.assert_array_equal(nab, plain[f][2])
+        for t in range(batch):
+            ox, oy = tile * (t % 2), tile * (t // 2)
+            window = np.s_[oy:oy + tile, ox:ox + tile]
+            s = set_numbers(generate, f, 0, sizes, tile, t, zoom)[5][0]
+            moved = bool(colour_transform(s)[0] < F32(0.5))
+            kinds.add(moved)
+            want_img, want_ref, want_nab = set_reference(
+                pictures, pictures, generate, f, tile=tile, t=t, origin=(ox, oy), zoom=zoom,
+                colour=0.5, noise=0.5, nlog=1)
+            what = f"frame {f} tile {t} ({'recoloured' if moved else 'as it was'})"
+            assert_close(imgo[window], want_img, True, f"imgo {what}")
+            assert_close(refo[window], want_ref, False, f"refo {what}")
+            np.testing.assert_allclose(nab.reshape(-1, 4)[t, :3], want_nab[:3], rtol=1e-6)
+            if moved:
+                assert not np.array_equal(refo[window], plain[f][1][window]), what
+            else:
+                np.testing.assert_array_equal(imgo[window], plain[f][0][window])
+                np.testing.assert_array_equal(refo[window], plain[f][1][window])
+    assert kinds == {True, False}, kinds
+    g, _ = build_graph(*images["large"][:2], 2, 1, params=(("colour", 0.5),))
+    with pytest.raises(GraphError, match="colour 0.5 needs training sets"):
         run_graph(g, device, frames=1)
 
 

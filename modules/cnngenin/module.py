@@ -51,6 +51,9 @@ def modify_roi_out(graph, module) -> None:
         if int(module.param("zoom")) > 1:
             raise GraphError(f"{module}: zoom {module.param('zoom')} needs training sets "
                              "(i-set) on 'imgi' and 'refi'; an image is read as it is")
+        if float(module.param("colour")) > 0:
+            raise GraphError(f"{module}: colour {module.param('colour')} needs training sets "
+                             "(i-set) on 'imgi' and 'refi'; an image keeps its colours")
         for c in (imgi, refi):
             if c.nchan != 4:
                 raise GraphError(f"{module}: input '{c.name}' is {c.chan}; cnngenin reads "

@@ -2,8 +2,9 @@
 
 xorshift numbers are drawn in exact uint32 arithmetic, so tile offsets, flips and per-pixel
 seeds agree exactly with the shader's; the float maths runs in float64 and is rounded to half
-like the shader's outputs. `reference` gives one frame's (imgo, refo, noiseab);
-tests/test_cnngenin.py checks the kernel against it.
+like the shader's outputs. `reference` gives one frame's (imgo, refo, noiseab) from an image
+pair, `set_reference` one tile's from a training set (the kernel's SET variant, with zoom and
+colour); tests/test_cnngenin.py checks the kernel against them.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
         s, ux = mrand(s)
         s, uy = mrand(s)
         off = (int(F32(wd) * ux[0]), int(F32(ht) * uy[0]))
+    return (ev, flip, off) + noise_numbers(s, generate, noise, nlog, amax, bmax)
+
+
+def noise_numbers(s, generate: int, noise: float = 1.0, nlog: int = 0, amax: float = 0.0,
+                  bmax: float = 0.0):
+    """The draws after the tile's (state s, a uint32 array of one): (noise a, noise b, state
+    after them, camera) (README.md, step 2)."""
     a = b = F32(0)
     camera = False
     if generate in (2, 4, 5, 6):
@@ -80,13 +88,17 @@ def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht:
     if generate in (5, 6):  # half the tiles: the noise on the mosaic, demosaiced
         s, u = mrand(s)
         camera = bool(u[0] < F32(0.5))
-    return ev, flip, off, a, b, s[0], camera
+    return a, b, s[0], camera
 
 
 QUALITY_SALT = 0x4A504547  # "JPEG"
 ERR_SALT = 0x4E455252  # "NERR"
 CLEAN_SALT = 0x434C4E21  # "CLN!"
 DEMOSAIC_SALT = 0x4D484321  # "MHC!"
+ZOOM_SALT = 0x5A4F4F4D  # "ZOOM"
+COLOUR_SALT = 0x434F4C52  # "COLR"
+# colour: the six orders of the channels, the draw's index into them
+PERMS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 
 
 def salted(s, salt: int) -> np.float32:
@@ -175,6 +187,77 @@ def demosaiced(rgb: np.ndarray, mhc: bool) -> np.ndarray:
     return demosaic_bilinear(sites)
 
 
+def colour_transform(s) -> tuple[np.float32, tuple, np.ndarray]:
+    """colour: a set tile's draws from hash32(s ^ COLOUR_SALT) | 1 (s the state after its
+    crop; a hash, since xorshift is linear and the salted state's draws would mirror s's next
+    ones, the noise a): (u, the channel order, the gains). The tile is transformed where
+    u < colour: output channel c is gains[c] times input channel order[c], the gains
+    2^(u_c - 1/2) over their geometric mean."""
+    sc = np.array([hash32(int(s) ^ COLOUR_SALT) | 1], np.uint32)
+    sc, u0 = mrand(sc)
+    sc, up = mrand(sc)
+    u = []
+    for _ in range(3):
+        sc, v = mrand(sc)
+        u.append(float(v[0]))
+    u = np.array(u)
+    return u0[0], PERMS[min(int(F32(6) * up[0]), 5)], 2.0 ** (u - u.mean())
+
+
+def set_numbers(generate: int, frame: int, seed: int, sizes: list, tile: int = TILE, t: int = 0,
+                zoom: int = 1):
+    """A set tile's draws (the SET variant, README.md "Batches and training sets"): (ev, flip
+    in 0..7, image k, zoom z, (offx, offy), state after the crop). sizes: (wd, ht) per
+    image."""
+    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
+    s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
+    ev, flip, k, z, off = F32(0), 0, 0, 1, (0, 0)
+    if generate:
+        s, u = mrand(s)
+        ev = F32(-2) + F32(4) * u[0]
+        s, u = mrand(s)
+        flip = int(F32(8) * u[0])
+        s, u = mrand(s)
+        k = min(int(F32(len(sizes)) * u[0]), len(sizes) - 1)
+        if zoom > 1:
+            z = 1 + min(int(F32(zoom) * salted(s[0], ZOOM_SALT)), zoom - 1)
+        s, ux = mrand(s)
+        s, uy = mrand(s)
+        wd, ht = sizes[k]
+        off = (int(F32(max(wd - z * tile + 1, 1)) * ux[0]),
+               int(F32(max(ht - z * tile + 1, 1)) * uy[0]))
+    return ev, flip, k, z, off, s
+
+
+def set_reference(imgs, refs, generate, frame, seed=0, tile=TILE, t=0, origin=(0, 0),
+                  zoom=1, colour=0.0, noise=1.0, nlog=0, amax=0.0, bmax=0.0, **kw):
+    """(imgo, refo, noiseab) of tile t of a frame cut from training sets (lists of (ht, wd, 4)
+    float32 images, as i-set holds them); zoom: each tile reads its image at 1 / z
+    (set_numbers); colour: the share of the tiles that get their colour_transform, input and
+    reference alike, before the noise. The other params as `reference`'s."""
+    ev, flip, k, z, off, s = set_numbers(generate, frame, seed,
+                                         [im.shape[1::-1] for im in imgs], tile, t, zoom)
+    recolour = False
+    if generate:
+        u0, perm, wb = colour_transform(s[0])
+        recolour = u0 < F32(colour)
+    a, b, s, camera = noise_numbers(s, generate, noise, nlog, amax, bmax)
+    X, Y = np.meshgrid(np.arange(tile), np.arange(tile))
+    qx, qy = (Y, X) if flip & 4 else (X, Y)
+    qx = tile - 1 - qx if flip & 1 else qx
+    qy = tile - 1 - qy if flip & 2 else qy
+    ht, wd = imgs[k].shape[:2]
+    gain = 2.0 ** float(ev)
+    out = []
+    for src in (imgs[k], refs[k]):
+        v = sum(src[mirror(qy * z + off[1] + dy, ht), mirror(qx * z + off[0] + dx, wd)]
+                .astype(np.float64) for dy in range(z) for dx in range(z)) / (z * z) * gain
+        if recolour:
+            v[..., :3] = v[..., list(perm)] * wb
+        out.append(v)
+    return finish(*out, generate, 1, a, b, s, camera, tile, origin, **kw)
+
+
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
               t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0,
               clean=0.0, demosaic=0, camref=0):
@@ -195,6 +278,17 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
     gain = 2.0 ** float(ev)
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
+    return finish(im, rf, generate, tiles, a, b, s, camera, tile, origin, qlo, qhi, nerr,
+                  clean, demosaic, camref)
+
+
+def finish(im, rf, generate, tiles, a, b, s, camera, tile=TILE, origin=(0, 0), qlo=70,
+           qhi=95, nerr=0.0, clean=0.0, demosaic=0, camref=0):
+    """The steps after the read (README.md, steps 4-7) on a tile's exposed input and
+    reference (oh, ow, 4) float64, from its draws (a, b, state s after the camera draw,
+    camera): (imgo, refo, noiseab)."""
+    oh, ow = im.shape[:2]
+    x, y = np.arange(ow), np.arange(oh)
     if generate in (2, 4, 5, 6):
         X, Y = np.meshgrid((x + origin[0]).astype(np.uint32),
                            (y + origin[1]).astype(np.uint32))

@@ -32,6 +32,8 @@
 //             tile pixel, z drawn uniformly in 1..zoom from s ^ ZOOM_SALT (1: as they are)
 //   camref    generate 5 and 6: 1 makes a camera tile's reference the clean mosaic through the
 //             tile's demosaicer (the noise is then all that tells input and reference apart)
+//   colour    SET: the share of the tiles whose channels are permuted and white-balanced (drawn
+//             from hash32(s ^ COLOUR_SALT)), input and reference alike, before the noise
 #include "params.gen"
 #include "jpeg.glsl"
 #include "mhc.glsl"
@@ -48,6 +50,7 @@ const uint ERR_SALT = 0x4E455252u;  // "NERR"
 const uint CLEAN_SALT = 0x434C4E21u;  // "CLN!"
 const uint DEMOSAIC_SALT = 0x4D484321u;  // "MHC!"
 const uint ZOOM_SALT = 0x5A4F4F4Du;  // "ZOOM"
+const uint COLOUR_SALT = 0x434F4C52u;  // "COLR"
 
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
 // that s, and with it the per-pixel noise, stays generate 5's
@@ -62,8 +65,12 @@ uint header(int i, int c) { return floatBitsToUint(imgi[i][c]); }
 #endif
 
 // where tile pixel lp (its position inside the tile) reads the input: the tile's flip, crop
-// offset, zoom and, with SET, its image (base, size)
-struct Tile { int flip; ivec2 off; ivec2 size; uint base; ivec2 isize; int zoom; };
+// offset, zoom and, with SET, its image (base, size); and its colour transform (colour):
+// channel c is wb[c] times input channel perm[c] where recolour
+struct Tile {
+  int flip; ivec2 off; ivec2 size; uint base; ivec2 isize; int zoom;
+  bool recolour; ivec3 perm; vec3 wb;
+};
 
 // the first (top-left) of the zoom x zoom input pixels that tile pixel lp reads
 ivec2 source_of(Tile tl, ivec2 lp) {
@@ -85,13 +92,20 @@ vec4 read_at(Tile tl, int which, ivec2 q) {
 #endif
 }
 
+// the tile's colour transform of an input value (alpha stays); every read of either input
+// goes through it, so the noise (and a camera tile's mosaic) starts from the transformed value
+vec4 recoloured(Tile tl, vec4 v) {
+  if (!tl.recolour) return v;
+  return vec4(tl.wb * vec3(v[tl.perm.x], v[tl.perm.y], v[tl.perm.z]), v.a);
+}
+
 // the mean of the zoom x zoom pixels of the input from q on (the pixel itself at zoom 1)
 vec4 read_input(Tile tl, int which, ivec2 q) {
-  if (tl.zoom == 1) return read_at(tl, which, q);
+  if (tl.zoom == 1) return recoloured(tl, read_at(tl, which, q));
   vec4 sum = vec4(0.0);
   for (int dy = 0; dy < tl.zoom; dy++)
     for (int dx = 0; dx < tl.zoom; dx++) sum += read_at(tl, which, q + ivec2(dx, dy));
-  return sum / float(tl.zoom * tl.zoom);
+  return recoloured(tl, sum / float(tl.zoom * tl.zoom));
 }
 
 vec4 read_ref(Tile tl, ivec2 q) { return read_input(tl, 1, q); }
@@ -172,6 +186,9 @@ void main() {
   float ev = 0.0;
   int flip = 0, zoom = 1;
   ivec2 off = ivec2(0);
+  bool recolour = false;
+  ivec3 perm = ivec3(0, 1, 2);
+  vec3 wb = vec3(1.0);
 #ifdef SET
   uint n = header(0, 0);
   int k = 0;
@@ -188,6 +205,16 @@ void main() {
     float ux = mrand(s);
     float uy = mrand(s);
     off = ivec2(vec2(max(isize - zoom * tsize + 1, ivec2(1))) * vec2(ux, uy));
+    // colour: from a hash of s ^ salt, not the salted state itself, whose draws xorshift (being
+    // linear) would tie to s's next ones (the noise a)
+    uint sc = hash32(s ^ COLOUR_SALT) | 1u;
+    recolour = mrand(sc) < params.colour;
+    const ivec3 PERMS[6] = ivec3[6](ivec3(0, 1, 2), ivec3(0, 2, 1), ivec3(1, 0, 2),
+                                    ivec3(1, 2, 0), ivec3(2, 0, 1), ivec3(2, 1, 0));
+    perm = PERMS[min(int(6.0 * mrand(sc)), 5)];
+    vec3 u;
+    for (int c = 0; c < 3; c++) u[c] = mrand(sc);
+    wb = exp2(u - (u.x + u.y + u.z) / 3.0);  // 2^(u - 1/2) over the three's geometric mean
   }
 #else
   if (T > 0 && params.generate != 0) {  // drawn in this order
@@ -200,9 +227,9 @@ void main() {
 #endif
 
 #ifdef SET
-  Tile tl = Tile(flip, off, tsize, base, isize, zoom);
+  Tile tl = Tile(flip, off, tsize, base, isize, zoom, recolour, perm, wb);
 #else
-  Tile tl = Tile(flip, off, tsize, 0u, ivec2(0), 1);
+  Tile tl = Tile(flip, off, tsize, 0u, ivec2(0), 1, false, ivec3(0, 1, 2), vec3(1.0));
 #endif
   ivec2 q = source_of(tl, lp);
   float gain = exp2(ev);
