@@ -10,14 +10,17 @@ device starts) counts on that thread, so the stages may add up to more than the 
   only where the bar is shown, not here), in this fresh process; modules imported later
   count in the stage that imports them;
 * open device, weights check (`Denoiser(...)`), close device;
-* decode (file read, JPEG decode, orientation, sRGB -> linear) and its EXIF/ICC read;
+* decode (file read, JPEG decode, orientation) and its EXIF/ICC read; sRGB decode (the
+  samples made linear floats on the host: for the noise estimate, or for the float path);
 * noise estimate (vkgraph/apps/noise.py);
 * feed (Session.feed's checks), build (nodes, buffers, recording), shader SPIR-V (from the
   VKGRAPH_CACHE compile cache when warm), pipelines (vkCreateComputePipelines);
 * upload (sources into staging and onto the device), device run (submit to fence: the GPU's
   time, excluded from the host sum), download (sinks to host arrays), result (the rest of
-  the Denoiser's call: channels, finite check);
-* sRGB encode (linear float -> 8/16-bit), image encode (Pillow/tifffile/...), atomic write
+  the Denoiser's call: channels, finite check; an 8-bit photo's sRGB curves run on the
+  device, in the device run);
+* sRGB encode (linear float -> 8/16-bit, on the host: none for an 8-bit photo written in 8
+  bits), image encode (Pillow/tifffile/...), atomic write
   (finite check, write, fsync, rename), other (the rest of the file's work).
 
 `first` is the first run (what one command pays: tables, kernels and caches made once a
@@ -26,7 +29,15 @@ process), `min` the smallest of the runs. The run's wall is measured around run_
 long device run.
 
     python bench/denoise_wall.py IN.jpg [--repeat 3] [--device NAME] [--out OUT.jpg]
-        [-- more `vkgraph denoise` options]
+        [--commands N [--base DIR]] [-- more `vkgraph denoise` options]
+    python bench/denoise_wall.py --make photo12.jpg      # the 12 MP test photo, then exit
+
+--commands N times the whole command instead, as a user runs it: `python -m vkgraph denoise
+IN -o OUT` N times in fresh processes (interpreter start, import and exit included), with
+--base DIR (another checkout, e.g. `git worktree add DIR <commit>`) run in turn with each,
+from its own folder; one line per run and the medians. --make writes the benchmark's 12 MP
+JPEG: scikit-image's astronaut resized to 4000x3000 (bicubic), Gaussian noise of std 6/255
+(seed 0), quality 90, EXIF Orientation 6 (so the photo is 3000x4000 upright).
 """
 
 from __future__ import annotations
@@ -49,7 +60,8 @@ STAGES = [
     ("vkgraph.cli.common", "open_device", "open device"),
     ("vkgraph.pipeline.vk.device", "Device.close", "close device"),
     ("vkgraph.apps.denoise", "Denoiser.__init__", "weights check"),
-    ("vkgraph.pipeline.formats", "decode_image", "decode"),
+    ("vkgraph.pipeline.formats", "decode_pixels", "decode"),
+    ("vkgraph.pipeline.formats", "linear_rgba", "sRGB decode"),
     ("vkgraph.pipeline.formats", "_exif_upright", "EXIF read"),
     ("vkgraph.apps.noise", "noise_profile", "noise estimate"),
     ("vkgraph.api", "Session.feed", "feed"),
@@ -60,6 +72,7 @@ STAGES = [
     ("vkgraph.pipeline.runner", "Build.run_frame", "device run"),
     ("vkgraph.pipeline.transfers", "Transfers.download_sinks", "download"),
     ("vkgraph.apps.denoise", "Denoiser.__call__", "result"),
+    ("vkgraph.apps.denoise", "Denoiser.srgb", "result (8-bit)"),
     ("vkgraph.pipeline.formats", "srgb_samples", "sRGB encode"),
     ("vkgraph.pipeline.formats", "_pillow_bytes", "image encode"),
     ("vkgraph.pipeline.formats", "atomic_write", "atomic write"),
@@ -102,15 +115,69 @@ class Stages:
             setattr(owner, name, self.wrap(getattr(owner, name), stage))
 
 
+def make_photo(path: Path) -> None:
+    """The 12 MP test JPEG (the module docstring's --make)."""
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    im = Image.fromarray(data.astronaut()).resize((4000, 3000), Image.BICUBIC)
+    noisy = np.asarray(im, np.float32) + np.random.default_rng(0).normal(0, 6, (3000, 4000, 3))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: the stored image turned 90 degrees
+    Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8)).save(
+        path, quality=90, exif=exif)
+
+
+def commands(args) -> None:
+    """--commands: the whole command in fresh processes, this checkout and --base in turn."""
+    import statistics
+    import subprocess
+
+    trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    walls: dict[str, list[float]] = {name: [] for name, _ in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = args.input.resolve()
+        for k in range(args.commands):
+            for name, root in trees:
+                out = Path(tmp) / f"{name}{src.suffix}"
+                argv = [sys.executable, "-m", "vkgraph", "denoise", str(src), "-o", str(out),
+                        *args.more] + (["--device", args.device] if args.device else [])
+                others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                          if p and Path(p).resolve() != ROOT]
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *others]))
+                t = time.perf_counter()
+                done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+                walls[name].append(time.perf_counter() - t)
+                if done.returncode:
+                    sys.exit(f"{name}: exit {done.returncode}: {done.stderr.strip()}")
+                print(f"run {k + 1} {name}: {walls[name][-1]:.2f} s", flush=True)
+    for name, ts in walls.items():
+        print(f"{name}: median {statistics.median(ts):.2f} s, min {min(ts):.2f}, "
+              f"max {max(ts):.2f} ({len(ts)} runs)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("input", type=Path)
+    ap.add_argument("input", type=Path, nargs="?")
+    ap.add_argument("--make", type=Path, metavar="OUT.jpg", help="write the 12 MP test JPEG")
+    ap.add_argument("--commands", type=int, metavar="N", help="time N whole commands")
+    ap.add_argument("--base", type=Path, metavar="DIR", help="with --commands: another "
+                    "checkout, run in turn")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", help="Vulkan device (as `vkgraph denoise --device`)")
     ap.add_argument("--out", type=Path, help="the output (default: a temp file of the "
                     "input's extension)")
     ap.add_argument("more", nargs="*", help="more `vkgraph denoise` options (after --)")
     args = ap.parse_args()
+    if args.make:
+        make_photo(args.make)
+        return
+    if args.input is None:
+        ap.error("give IN (or --make OUT.jpg)")
+    if args.commands:
+        commands(args)
+        return
 
     t0 = time.perf_counter()
     import vkgraph.cli.denoise as cli_denoise
