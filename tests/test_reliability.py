@@ -734,21 +734,28 @@ def test_a_graph_that_overflows_writes_nothing(tmp_path):
 
 def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
     """A denoiser output holding NaN (the H100's f16 path with diverged weights): the file
-    is reported failed, exit 1, no output file."""
+    is reported failed, exit 1, no output file; on the float path (a 16-bit PNG) and on the
+    8-bit one (srgb-out counts the non-finite pixels, which reach no file as codes)."""
     from vkgraph.apps import denoise
     from vkgraph.cli.main import main
 
     F.write_lut(tmp_path / "w.lut", np.zeros(64 * 448, np.float16), 1, "f16", 64, 448,
                 ssbo=True)  # kpn-t's size: denoise checks the weights before any input
-    F.write_png(tmp_path / "a.png", np.full((8, 8, 3), 0.5, np.float32))
+    F.write_png(tmp_path / "a.png", np.full((8, 8, 3), 0.5, np.float32), depth="u16")
+    F.write_png(tmp_path / "b.png", np.full((8, 8, 3), 0.5, np.float32))
     monkeypatch.setattr(denoise.Denoiser, "__call__",
                         lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))
+    monkeypatch.setattr(denoise.Denoiser, "_srgb_all",
+                        lambda self, px, a, b: (np.zeros_like(px), 64))
     monkeypatch.chdir(tmp_path)
     rc = main(["denoise", "a.png", "--weights", "w.lut", "--noise", "0", "0"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "a-denoised.png: not written" in err and "nan at x=0 y=0" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "w.lut"]
+    rc = main(["denoise", "b.png", "--weights", "w.lut", "--noise", "0", "0"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "64 pixels of non-finite values" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "w.lut"]
 
 
 # ------------------------------------------------------------------------------------------
