@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.module import Roi
+from vkgraph.pipeline.hostports import held, held_roi, hold
+
+modify_roi_out = held_roi
 
 
 def give(module, image: np.ndarray) -> bool:
@@ -19,22 +21,8 @@ def give(module, image: np.ndarray) -> bool:
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 4:
         raise GraphError(f"{module}: expected (h, w, 4) uint8 pixels, got {image.dtype} "
                          f"{image.shape}")
-    old = module.data.get("image")
-    module.data["image"] = image
-    return old is None or old.shape[:2] != image.shape[:2]
-
-
-def _image(module) -> np.ndarray:
-    image = module.data.get("image")
-    if image is None:
-        raise GraphError(f"{module}: no image given (Session.feed)")
-    return image
-
-
-def modify_roi_out(graph, module) -> None:
-    ht, wd = _image(module).shape[:2]
-    module.connector("output").roi = Roi(wd, ht)
+    return hold(module, image)
 
 
 def read_source(graph, module, connector) -> np.ndarray:
-    return np.ascontiguousarray(_image(module)).view(np.uint32).reshape(-1)
+    return np.ascontiguousarray(held(module)).view(np.uint32).reshape(-1)
