@@ -735,7 +735,8 @@ def test_a_graph_that_overflows_writes_nothing(tmp_path):
 def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
     """A denoiser output holding NaN (the H100's f16 path with diverged weights): the file
     is reported failed, exit 1, no output file; on the float path (a 16-bit PNG) and on the
-    8-bit one (srgb-out counts the non-finite pixels, which reach no file as codes)."""
+    8-bit one, a GPU's (srgb-out counts the non-finite pixels, which reach no file as
+    codes)."""
     from vkgraph.apps import denoise
     from vkgraph.cli.main import main
 
@@ -747,6 +748,7 @@ def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
                         lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))
     monkeypatch.setattr(denoise.Denoiser, "_srgb_all",
                         lambda self, px, a, b: (np.zeros_like(px), 64))
+    monkeypatch.setattr(denoise.Denoiser, "srgb8", lambda self, wd, ht: True)  # as on a GPU
     monkeypatch.chdir(tmp_path)
     rc = main(["denoise", "a.png", "--weights", "w.lut", "--noise", "0", "0"])
     err = capsys.readouterr().err

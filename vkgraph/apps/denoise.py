@@ -33,8 +33,9 @@ memory holds. The tile counts per axis are those that denoise the fewest pixels.
 `on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
 tile (progress within a file).
 
-8-bit sRGB photos (`srgb(pixels, a, b)`, where `srgb8(wd, ht)` says they may: one pass of
-rgb weights; whole up to `srgb_pixels`, else in tiles of it as above): the graph is i-bytes
+8-bit sRGB photos (`srgb(pixels, a, b)`, on one pass of rgb weights; `srgb8(wd, ht)` says
+whether a photo should take it: on a GPU; whole up to `srgb_pixels`, else in tiles of it as
+above): the graph is i-bytes
 (the pixels as they lie in memory, one uint32 each) -> srgb-in (linear rgba) -> kpn or unet
 -> srgb-out (packed 8-bit sRGB, and the count of non-finite pixels) -> o-array, so the 8
 bits travel to and from the device instead of 32-bit floats (12 MP: 48 MB each way instead
@@ -202,7 +203,7 @@ class Denoiser:
         zeros until the image comes: `vkgraph denoise` builds while the photo is still
         being decoded (the build is pipeline creation in the driver, which lets go of the
         GIL)."""
-        srgb8 = srgb8 and self.srgb8(wd, ht)
+        srgb8 = srgb8 and self._runs_srgb8()
         limit = self.srgb_pixels if srgb8 else self.max_pixels
         if self.pixels(wd, ht) > limit:
             cx, cy, margin = self.tiling(wd, ht, limit)
@@ -218,8 +219,14 @@ class Denoiser:
         self.sessions.clear()
 
     def srgb8(self, wd: int, ht: int) -> bool:
-        """Whether an 8-bit sRGB photo of wd x ht runs in its 8 bits (srgb()): one pass
-        (ensemble 1), rgb weights (not a mosaic's)."""
+        """Whether an 8-bit sRGB photo of wd x ht should run in its 8 bits (srgb()): on a
+        GPU, one pass (ensemble 1), rgb weights (not a mosaic's). A CPU driver runs the host's
+        float path: the kernels' tables cost it 0.45 s a megapixel against the host's tables'
+        few tens of ms (lavapipe indexes a constant array by copying it per thread)."""
+        return self._runs_srgb8() and getattr(getattr(self.device, "info", None), "type",
+                                              "") != "CPU"
+
+    def _runs_srgb8(self) -> bool:
         return self.ensemble == 1 and not self.cfa
 
     def srgb(self, pixels: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -228,8 +235,7 @@ class Denoiser:
         (a, b) of their linear values: decoded, denoised and encoded on the device (module
         docstring). Non-finite values of the network are refused as __call__ refuses them
         (the fp32 kernels tried first where f16 ones overflowed)."""
-        ht, wd = pixels.shape[:2]
-        if pixels.dtype != np.uint8 or pixels.shape[2:] != (4,) or not self.srgb8(wd, ht):
+        if pixels.dtype != np.uint8 or pixels.shape[2:] != (4,) or not self._runs_srgb8():
             raise GraphError(f"srgb: expected (h, w, 4) uint8 pixels, one pass of rgb "
                              f"weights, got {pixels.dtype} {pixels.shape}")
         out, bad = self._srgb_all(pixels, a, b)
