@@ -21,6 +21,7 @@ from vkgraph.modules.cnngenin.reference import (
     frame_numbers,
     is_clean,
     misreport,
+    mrand,
     reference,
     set_numbers,
     set_reference,
@@ -531,6 +532,40 @@ def test_quality_draw_covers_the_range():
     assert min(q) == 70 and max(q) == 95
     assert abs(np.mean(q) - 82.5) < 0.5
     assert {draw_quality(s, 80, 80) for s in states[:100]} == {80}
+
+
+def test_salted_draws_are_independent():
+    """A tile's extra draws (zoom, clean, demosaic 2, nerr) come from hash32(s ^ salt) | 1,
+    not s ^ salt: xorshift being linear, the latter's draws were tied to the tile's own next
+    draws and to each other (with zoom 2, z = 1 tiles only got crops with ux >= 0.5; clean
+    tiles only JPEG qualities 83-95, and clean camera tiles only Malvar-He-Cutler). Over 2000
+    frames of the reference none of that is left, nor a tie of any of them to the tile's
+    next draw from s. (generate 6's quality keeps s ^ salt, the shipped recipes' draws: tied
+    only to that next draw, pixel (0, 0)'s noise state, and to none of the hashed ones.)"""
+    from vkgraph.modules.cnngenin.reference import draw_quality
+
+    frames = range(2000)
+    W = H = 4000  # large enough that off / (W - z T + 1) is the crop's u to 1e-3
+    z, ux = np.array([(z, off[0] / (W - z * TILE + 1)) for z, off in
+                      (set_numbers(2, f, 0, [(W, H)], TILE, 0, 2)[3:5] for f in frames)]).T
+    for zz in (1, 2):
+        share = np.mean(ux[z == zz] >= 0.5)
+        assert 0.4 < share < 0.6, (zz, share)
+    draws = [frame_numbers(6, 1, f, 0, 80, 70)[3:] for f in frames]
+    clean = np.array([is_clean(s, 0.5) for _, _, s, _ in draws])
+    camera = np.array([c for _, _, _, c in draws])
+    q = np.array([draw_quality(s, 70, 95) for _, _, s, _ in draws])
+    assert abs(q[clean].mean() - q[~clean].mean()) < 2, (q[clean].mean(), q[~clean].mean())
+    mhc = np.array([uses_mhc(s, 2) for _, _, s, _ in draws])
+    shares = mhc[camera & clean].mean(), mhc[camera & ~clean].mean()
+    assert abs(shares[0] - shares[1]) < 0.15, shares
+    factor = np.array([np.log(misreport(a, b, s, 1.5)[0] / a) for a, b, s, _ in draws])
+    assert abs(np.corrcoef(factor, clean)[0, 1]) < 0.1
+    # each against the tile's own next draw from s (pixel (0, 0)'s noise state)
+    after = np.array([mrand(np.array([s], np.uint32))[1][0] for _, _, s, _ in draws])
+    for name, x in (("clean", clean), ("demosaic", mhc), ("nerr", factor)):
+        r = np.corrcoef(x.astype(np.float64), after)[0, 1]
+        assert abs(r) < 0.1, (name, r)
 
 
 def test_quality_range_checked(device, images):

@@ -101,16 +101,25 @@ COLOUR_SALT = 0x434F4C52  # "COLR"
 PERMS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 
 
+def salted_state(s, salt: int) -> np.ndarray:
+    """hash32(s ^ salt) | 1 (a uint32 array of one): a tile's state of its own for one kind
+    of extra draw, beside the state s, which stays as it is for every other number. Hashed,
+    since xorshift is linear: the draws of s ^ salt itself would mirror s's own next draws
+    (and each other salt's)."""
+    return np.array([hash32(int(s) ^ salt) | 1], np.uint32)
+
+
 def salted(s, salt: int) -> np.float32:
-    """The first mrand of s ^ salt: a tile's draw of its own beside the state s (after the
-    camera draw), which stays as it is for every other number."""
-    _, u = mrand(np.array([int(s) ^ salt], np.uint32))
+    """The first mrand of salted_state(s, salt): a tile's draw of its own beside the state s
+    (after the camera draw)."""
+    _, u = mrand(salted_state(s, salt))
     return u[0]
 
 
 def is_clean(s, clean: float) -> bool:
-    """clean > 0: whether the tile gets no noise, u drawn by mrand from s ^ CLEAN_SALT (s the
-    state after the camera draw) below clean; noiseab still reports the drawn (a, b)."""
+    """clean > 0: whether the tile gets no noise, u drawn by mrand from
+    salted_state(s, CLEAN_SALT) (s the state after the camera draw) below clean; noiseab still
+    reports the drawn (a, b)."""
     if clean <= 0:
         return False
     return bool(salted(s, CLEAN_SALT) < F32(clean))
@@ -118,11 +127,11 @@ def is_clean(s, clean: float) -> bool:
 
 def misreport(a, b, s, nerr: float) -> tuple:
     """nerr > 0: (a, b) each times exp(nerr (2u - 1)), the two u drawn by mrand from
-    s ^ ERR_SALT (s the state after the camera draw); what noiseab reports, the noise itself
-    stays (a, b)."""
+    salted_state(s, ERR_SALT) (s the state after the camera draw); what noiseab reports, the
+    noise itself stays (a, b)."""
     if nerr <= 0:
         return a, b
-    se = np.array([int(s) ^ ERR_SALT], np.uint32)
+    se = salted_state(s, ERR_SALT)
     out = []
     for v in (a, b):
         se, u = mrand(se)
@@ -132,8 +141,8 @@ def misreport(a, b, s, nerr: float) -> tuple:
 
 def uses_mhc(s, demosaic: int) -> bool:
     """Whether a camera tile is demosaiced by Malvar-He-Cutler (else bilinearly): demosaic 1
-    always, 2 where u < 0.5, u drawn by mrand from s ^ DEMOSAIC_SALT (s the state after the
-    camera draw)."""
+    always, 2 where u < 0.5, u drawn by mrand from salted_state(s, DEMOSAIC_SALT) (s the
+    state after the camera draw)."""
     if demosaic != 2:
         return demosaic == 1
     return bool(salted(s, DEMOSAIC_SALT) < F32(0.5))
@@ -141,9 +150,12 @@ def uses_mhc(s, demosaic: int) -> bool:
 
 def draw_quality(s, qlo: int = 70, qhi: int = 95) -> int:
     """generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn by mrand from
-    s ^ QUALITY_SALT (s the state after the camera draw, which stays generate 5's)."""
+    s ^ QUALITY_SALT itself (s the state after the camera draw, which stays generate 5's):
+    not hashed, as the shipped JPEG recipes were trained on these draws (the kernel's
+    draw_quality says why that is harmless)."""
     n = qhi - qlo
-    return qlo + min(int(F32(n + 1) * salted(s, QUALITY_SALT)), n)
+    _, u = mrand(np.array([int(s) ^ QUALITY_SALT], np.uint32))
+    return qlo + min(int(F32(n + 1) * u[0]), n)
 
 
 def cfa(wd: int, ht: int) -> np.ndarray:
@@ -188,12 +200,11 @@ def demosaiced(rgb: np.ndarray, mhc: bool) -> np.ndarray:
 
 
 def colour_transform(s) -> tuple[np.float32, tuple, np.ndarray]:
-    """colour: a set tile's draws from hash32(s ^ COLOUR_SALT) | 1 (s the state after its
-    crop; a hash, since xorshift is linear and the salted state's draws would mirror s's next
-    ones, the noise a): (u, the channel order, the gains). The tile is transformed where
-    u < colour: output channel c is gains[c] times input channel order[c], the gains
-    2^(u_c - 1/2) over their geometric mean."""
-    sc = np.array([hash32(int(s) ^ COLOUR_SALT) | 1], np.uint32)
+    """colour: a set tile's draws from salted_state(s, COLOUR_SALT) (s the state after its
+    crop): (u, the channel order, the gains). The tile is transformed where u < colour:
+    output channel c is gains[c] times input channel order[c], the gains 2^(u_c - 1/2) over
+    their geometric mean."""
+    sc = salted_state(s, COLOUR_SALT)
     sc, u0 = mrand(sc)
     sc, up = mrand(sc)
     u = []

@@ -23,17 +23,18 @@
 //   qlo, qhi  generate 6: the JPEG quality range (uniform integers, inclusive)
 //   amax, bmax  the largest a and b drawn where > 0 (else noise times vkdt's 65535000, 1000)
 //   nerr      > 0: noiseab reports a and b each times exp(nerr (2u - 1)), u drawn from
-//             s ^ ERR_SALT (the noise itself stays the drawn one)
-//   clean     > 0: a tile is noise-free with this probability (u drawn from s ^ CLEAN_SALT);
-//             noiseab still reports its drawn a and b
+//             salted(s, ERR_SALT) (the noise itself stays the drawn one)
+//   clean     > 0: a tile is noise-free with this probability (u drawn from
+//             salted(s, CLEAN_SALT)); noiseab still reports its drawn a and b
 //   demosaic  generate 5 and 6, the camera tiles: 0 bilinear, 1 Malvar-He-Cutler, 2 each tile
-//             draws one (MHC where u < 0.5, u drawn from s ^ DEMOSAIC_SALT)
+//             draws one (MHC where u < 0.5, u drawn from salted(s, DEMOSAIC_SALT))
 //   zoom      SET: each tile reads its image at 1 / z of its size, the mean of z x z pixels per
-//             tile pixel, z drawn uniformly in 1..zoom from s ^ ZOOM_SALT (1: as they are)
+//             tile pixel, z drawn uniformly in 1..zoom from salted(s, ZOOM_SALT) (1: as
+//             they are)
 //   camref    generate 5 and 6: 1 makes a camera tile's reference the clean mosaic through the
 //             tile's demosaicer (the noise is then all that tells input and reference apart)
 //   colour    SET: the share of the tiles whose channels are permuted and white-balanced (drawn
-//             from hash32(s ^ COLOUR_SALT)), input and reference alike, before the noise
+//             from salted(s, COLOUR_SALT)), input and reference alike, before the noise
 #include "params.gen"
 #include "jpeg.glsl"
 #include "mhc.glsl"
@@ -52,8 +53,15 @@ const uint DEMOSAIC_SALT = 0x4D484321u;  // "MHC!"
 const uint ZOOM_SALT = 0x5A4F4F4Du;  // "ZOOM"
 const uint COLOUR_SALT = 0x434F4C52u;  // "COLR"
 
+// a tile's state of its own for one kind of extra draw, beside s (which stays as it is for
+// every other number): a hash of s ^ salt, not the salted state itself, whose draws xorshift
+// (being linear) would tie to s's own next ones and to the other salts' draws
+uint salted(uint s, uint salt) { return hash32(s ^ salt) | 1u; }
+
 // generate 6: the tile's JPEG quality, uniform in qlo..qhi, drawn from s ^ QUALITY_SALT so
-// that s, and with it the per-pixel noise, stays generate 5's
+// that s, and with it the per-pixel noise, stays generate 5's. Not salted(): the shipped
+// JPEG recipes were trained on these draws; their one tie, to the first draw of s (pixel
+// (0, 0)'s noise state), touches one pixel a tile, and the other extras are hashed
 int draw_quality(uint s) {
   uint sq = s ^ QUALITY_SALT;
   int n = params.qhi - params.qlo;
@@ -200,14 +208,12 @@ void main() {
   uint base = header(1 + k, 0);
   ivec2 isize = ivec2(header(1 + k, 1), header(1 + k, 2));
   if (T > 0 && params.generate != 0) {  // a crop inside the image where it is large enough
-    uint sz = s ^ ZOOM_SALT;  // from a copy of s, so every other number stays
+    uint sz = salted(s, ZOOM_SALT);  // beside s, so every other number stays
     if (params.zoom > 1) zoom = 1 + min(int(float(params.zoom) * mrand(sz)), params.zoom - 1);
     float ux = mrand(s);
     float uy = mrand(s);
     off = ivec2(vec2(max(isize - zoom * tsize + 1, ivec2(1))) * vec2(ux, uy));
-    // colour: from a hash of s ^ salt, not the salted state itself, whose draws xorshift (being
-    // linear) would tie to s's next ones (the noise a)
-    uint sc = hash32(s ^ COLOUR_SALT) | 1u;
+    uint sc = salted(s, COLOUR_SALT);
     recolour = mrand(sc) < params.colour;
     const ivec3 PERMS[6] = ivec3[6](ivec3(0, 1, 2), ivec3(0, 2, 1), ivec3(1, 0, 2),
                                     ivec3(1, 2, 0), ivec3(2, 0, 1), ivec3(2, 1, 0));
@@ -252,12 +258,12 @@ void main() {
     bool camera = params.generate >= 5 && mrand(s) < 0.5;
     if (params.generate == 6) quality = draw_quality(s);
     // clean: a drawn share of the tiles gets no noise (a photo without any), told the drawn
-    // level all the same; from a copy of s, so every other number stays
-    uint sc = s ^ CLEAN_SALT;
+    // level all the same; beside s, so every other number stays
+    uint sc = salted(s, CLEAN_SALT);
     bool clean = params.clean > 0.0 && mrand(sc) < params.clean;
     float apply_a = clean ? 0.0 : noise_a, apply_b = clean ? 0.0 : noise_b;
     // demosaic: the camera tile's demosaicer, bilinear or Malvar-He-Cutler (2: drawn)
-    uint sd = s ^ DEMOSAIC_SALT;
+    uint sd = salted(s, DEMOSAIC_SALT);
     bool mhc_tile = params.demosaic == 1 || (params.demosaic == 2 && mrand(sd) < 0.5);
     if (camera && mhc_tile) {
       img.rgb = demosaiced_mhc(tl, cell * T, s, lp, gain, apply_a, apply_b);
@@ -278,7 +284,7 @@ void main() {
 
   if (lp.x == 0 && lp.y == 0) {  // the tile's record
     if (params.nerr > 0.0) {  // the profile as an estimate might give it: off by a drawn factor
-      uint se = s ^ ERR_SALT;
+      uint se = salted(s, ERR_SALT);
       noise_a *= exp(params.nerr * (2.0 * mrand(se) - 1.0));
       noise_b *= exp(params.nerr * (2.0 * mrand(se) - 1.0));
     }
