@@ -156,3 +156,13 @@ def test_the_command_takes_the_8bit_path_for_8bit_photos(tmp_path, capsys, monke
     a = srgb_samples(read_image(tmp_path / "a.png")[..., :3], "u8").astype(int)
     b = srgb_samples(read_image(tmp_path / "b.png")[..., :3], "u8").astype(int)
     assert a.shape == (40, 56, 3) and np.array_equal(a, b)
+
+
+def test_prepare_builds_the_path_the_command_takes():
+    """Denoiser.prepare(wd, ht, srgb8=True) (the command, while the JPEG decodes) builds the
+    8-bit graph where srgb8() sends the photo there (a GPU) and the float one where it does
+    not (a CPU driver): never a build the call then leaves unused."""
+    den = Denoiser(session_device(), WEIGHTS)
+    den.prepare(56, 40, srgb8=True)
+    assert [key[3] for key in den.sessions] == [den.srgb8(56, 40)]
+    den.close()

@@ -203,7 +203,7 @@ class Denoiser:
         zeros until the image comes: `vkgraph denoise` builds while the photo is still
         being decoded (the build is pipeline creation in the driver, which lets go of the
         GIL)."""
-        srgb8 = srgb8 and self._runs_srgb8()
+        srgb8 = srgb8 and self.srgb8(wd, ht)  # the build the command's call will want
         limit = self.srgb_pixels if srgb8 else self.max_pixels
         if self.pixels(wd, ht) > limit:
             cx, cy, margin = self.tiling(wd, ht, limit)
