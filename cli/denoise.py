@@ -681,7 +681,7 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
         photo = read.result()
     meta, (a, b), how = photo.meta, photo.profile, photo.how
     ht, wd = (photo.rgbx if photo.image is None else photo.image).shape[:2]
-    if photo.rgbx is not None and writes_8bit(dst, meta) and den.srgb8(wd, ht):
+    if photo.rgbx is not None and writes_8bit(dst, meta) and den.srgb8():
         out = den.srgb(photo.rgbx, a, b)  # 8 bits up and down, the sRGB curves on the device
     else:
         out = den(photo.linear(), a, b)

@@ -748,7 +748,7 @@ def test_denoise_writes_no_non_finite_pixels(tmp_path, monkeypatch, capsys):
                         lambda self, image, a, b: np.full(image.shape[:2] + (3,), np.nan))
     monkeypatch.setattr(denoise.Denoiser, "_srgb_all",
                         lambda self, px, a, b: (np.zeros_like(px), 64))
-    monkeypatch.setattr(denoise.Denoiser, "srgb8", lambda self, wd, ht: True)  # as on a GPU
+    monkeypatch.setattr(denoise.Denoiser, "srgb8", lambda self: True)  # as on a GPU
     monkeypatch.chdir(tmp_path)
     rc = main(["denoise", "a.png", "--weights", "w.lut", "--noise", "0", "0"])
     err = capsys.readouterr().err

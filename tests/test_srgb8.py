@@ -105,7 +105,7 @@ def test_srgb_matches_the_float_path(den):
     """Denoiser.srgb on 8-bit pixels: the float path's result (decoded on the host, run,
     encoded on the host), code for code."""
     px = photo8()
-    assert den.srgb8(56, 40) == (den.device.info.type != "CPU")  # the command's choice
+    assert den.srgb8() == (den.device.info.type != "CPU")  # the command's choice
     got = den.srgb(px, 0.0, 60.0)
     want = srgb_samples(den(linear_rgba(px), 0.0, 60.0), "u8")
     assert np.array_equal(got[..., :3], want)
@@ -146,10 +146,10 @@ def test_the_command_takes_the_8bit_path_for_8bit_photos(tmp_path, capsys, monke
         return srgb(self, *args)
 
     monkeypatch.setattr(Denoiser, "srgb", spy)
-    monkeypatch.setattr(Denoiser, "srgb8", lambda self, wd, ht: True)
+    monkeypatch.setattr(Denoiser, "srgb8", lambda self: True)
     assert main(["denoise", str(src), "-o", str(tmp_path / "a.png"), "--weights", WEIGHTS]) == 0
     assert used == ["srgb"]
-    monkeypatch.setattr(Denoiser, "srgb8", lambda self, wd, ht: False)
+    monkeypatch.setattr(Denoiser, "srgb8", lambda self: False)
     assert main(["denoise", str(src), "-o", str(tmp_path / "b.png"), "--weights", WEIGHTS]) == 0
     assert used == ["srgb"]
     capsys.readouterr()
@@ -164,5 +164,5 @@ def test_prepare_builds_the_path_the_command_takes():
     not (a CPU driver): never a build the call then leaves unused."""
     den = Denoiser(session_device(), WEIGHTS)
     den.prepare(56, 40, srgb8=True)
-    assert [key[3] for key in den.sessions] == [den.srgb8(56, 40)]
+    assert [key[3] for key in den.sessions] == [den.srgb8()]
     den.close()

@@ -33,7 +33,7 @@ memory holds. The tile counts per axis are those that denoise the fewest pixels.
 `on_tile(done, total)`, where set, is called before the first tile (done 0) and after each
 tile (progress within a file).
 
-8-bit sRGB photos (`srgb(pixels, a, b)`, on one pass of rgb weights; `srgb8(wd, ht)` says
+8-bit sRGB photos (`srgb(pixels, a, b)`, on one pass of rgb weights; `srgb8()` says
 whether a photo should take it: on a GPU; whole up to `srgb_pixels`, else in tiles of it as
 above): the graph is i-bytes
 (the pixels as they lie in memory, one uint32 each) -> srgb-in (linear rgba) -> kpn or unet
@@ -203,7 +203,7 @@ class Denoiser:
         zeros until the image comes: `vkgraph denoise` builds while the photo is still
         being decoded (the build is pipeline creation in the driver, which lets go of the
         GIL)."""
-        srgb8 = srgb8 and self.srgb8(wd, ht)  # the build the command's call will want
+        srgb8 = srgb8 and self.srgb8()  # the build the command's call will want
         limit = self.srgb_pixels if srgb8 else self.max_pixels
         if self.pixels(wd, ht) > limit:
             cx, cy, margin = self.tiling(wd, ht, limit)
@@ -218,51 +218,45 @@ class Denoiser:
             session.close()
         self.sessions.clear()
 
-    def srgb8(self, wd: int, ht: int) -> bool:
-        """Whether an 8-bit sRGB photo of wd x ht should run in its 8 bits (srgb()): on a
-        GPU, one pass (ensemble 1), rgb weights (not a mosaic's). A CPU driver runs the host's
-        float path: the kernels' tables cost it 0.45 s a megapixel against the host's tables'
-        few tens of ms (lavapipe indexes a constant array by copying it per thread)."""
-        return self._runs_srgb8() and getattr(getattr(self.device, "info", None), "type",
-                                              "") != "CPU"
+    def srgb8(self) -> bool:
+        """Whether an 8-bit sRGB photo should run in its 8 bits (srgb()), whatever its size:
+        on a GPU, one pass (ensemble 1), rgb weights (not a mosaic's). A CPU driver runs the
+        host's float path: the kernels' tables cost it 0.45 s a megapixel against the host's
+        tables' few tens of ms (lavapipe indexes a constant array by copying it per thread)."""
+        return self._one_rgb_pass() and getattr(getattr(self.device, "info", None), "type",
+                                                "") != "CPU"
 
-    def _runs_srgb8(self) -> bool:
+    def _one_rgb_pass(self) -> bool:
+        """What srgb() needs of the weights and the ensemble."""
         return self.ensemble == 1 and not self.cfa
 
     def srgb(self, pixels: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised (h, w, 4) uint8 sRGB (alpha 255) of 8-bit sRGB pixels (h, w, 4)
-        uint8 (formats.rgbx8: alpha 255) of a size srgb8() allows, with the noise profile
+        uint8 (formats.rgbx8: alpha 255), with the noise profile
         (a, b) of their linear values: decoded, denoised and encoded on the device (module
         docstring). Non-finite values of the network are refused as __call__ refuses them
         (the fp32 kernels tried first where f16 ones overflowed)."""
-        if pixels.dtype != np.uint8 or pixels.shape[2:] != (4,) or not self._runs_srgb8():
+        if pixels.dtype != np.uint8 or pixels.shape[2:] != (4,) or not self._one_rgb_pass():
             raise GraphError(f"srgb: expected (h, w, 4) uint8 pixels, one pass of rgb "
                              f"weights, got {pixels.dtype} {pixels.shape}")
-        out, bad = self._srgb_all(pixels, a, b)
-        if bad and not self.fp32 and self._f16():
-            log.warning("%s: the f16 kernels overflowed with the weights %s; running the "
-                        "fp32 ones", self.module, self.weights)
-            self.fp32 = True
+
+        def run() -> tuple[np.ndarray, str | None]:
             out, bad = self._srgb_all(pixels, a, b)
-        if bad:
-            raise GraphError(f"{self.module}'s output with the weights {self.weights} has "
-                             f"{bad} pixels of non-finite values")
-        return out
+            return out, f"{bad} pixels of non-finite values" if bad else None
+
+        return self._finite(run)
 
     def _srgb_all(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
         """(the 8-bit result, its non-finite pixels) of the whole photo, or of its tiles of
         at most srgb_pixels put together."""
-        ht, wd = pixels.shape[:2]
-        if self.pixels(wd, ht) <= self.srgb_pixels:
-            return self._run_srgb8(pixels, a, b)
         bad = [0]
 
-        def run(tile: np.ndarray, a: float, b: float) -> np.ndarray:
-            out, n = self._run_srgb8(tile, a, b)
+        def run(part: np.ndarray, a: float, b: float) -> np.ndarray:
+            out, n = self._run_srgb8(part, a, b)
             bad[0] += n
             return out
 
-        return self._tiled(pixels, a, b, run, self.srgb_pixels), bad[0]
+        return self._denoise(pixels, a, b, run, self.srgb_pixels), bad[0]
 
     def _run_srgb8(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
         session = self._session(pixels, srgb8=True)
@@ -287,20 +281,31 @@ class Denoiser:
                                  "must be even (whole 2 x 2 cells)")
             if image.shape[2] < 3:  # a mosaic: its upload repeats it into r, g and b, of
                 image = image[:, :, :1]  # which each photosite's own colour is read
-        out = self._mean(image, a, b)
-        finite = non_finite(out) is None  # its min and max (12 MP: 10-20 ms)
-        if not self.fp32 and not finite and self._f16():
+
+        def run() -> tuple[np.ndarray, str | None]:
+            out = self._mean(image, a, b)
+            if non_finite(out) is None:  # its min and max (12 MP: 10-20 ms)
+                return out, None
+            return out, f"{int((~np.isfinite(out)).sum())} non-finite values"
+
+        return self._finite(run)
+
+    def _finite(self, run) -> np.ndarray:
+        """run() -> (a result, what in it is not finite, or None): its result, run again
+        with the fp32 kernels where the f16 ones left something not finite; a GraphError
+        saying what where that stays."""
+        out, bad = run()
+        if bad and not self.fp32 and self._f16():
             # f16 activations overflow with weights that grew large in training (kpn) or an
             # input far outside the trained range (unet): the same maths in fp32 (slower;
             # kept for this denoiser's later images too)
             log.warning("%s: the f16 kernels overflowed with the weights %s; running the "
                         "fp32 ones", self.module, self.weights)
             self.fp32 = True
-            out = self._mean(image, a, b)
-            finite = non_finite(out) is None
-        if not finite:
+            out, bad = run()
+        if bad:
             raise GraphError(f"{self.module}'s output with the weights {self.weights} has "
-                             f"{int((~np.isfinite(out)).sum())} non-finite values")
+                             f"{bad}")
         return out
 
     def _mean(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -331,11 +336,15 @@ class Denoiser:
         return any(s.module(f"{self.module}:01").data.get(key) in ("fused", "coopmat")
                    for s in self.sessions.values())
 
-    def _denoise(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
+    def _denoise(self, image: np.ndarray, a: float, b: float, run=None,
+                 limit: int | None = None) -> np.ndarray:
+        """run(image, a, b) (default _run: the float path) on the whole image where it holds
+        at most `limit` pixels (default max_pixels), else on its tiles (_tiled)."""
+        run, limit = run or self._run, limit or self.max_pixels
         ht, wd = image.shape[:2]
-        if self.pixels(wd, ht) <= self.max_pixels:
-            return self._run(image, a, b)
-        return self._tiled(image, a, b)
+        if self.pixels(wd, ht) <= limit:
+            return run(image, a, b)
+        return self._tiled(image, a, b, run, limit)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         session = self._session(image)
