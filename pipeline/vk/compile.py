@@ -259,10 +259,20 @@ def _instructions(spirv: bytes, strict: bool = False):
         i += count
 
 
+def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
+    """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
+    OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
+    return sorted((dset, b) for dset, b, _ in _bound_variables(spirv).values())
+
+
+# The reflection below walks a module's declarations in Python (_declarations); a graph's
+# nodes share kernels and each node's checks read its kernel's module three or four times,
+# so the results are kept per module (a build of kpn: 22 nodes, 8 kernels)
+REFLECT_CACHE = 256
 OP_FUNCTION = 54
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=REFLECT_CACHE)
 def _declarations(spirv: bytes) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """The instructions of a SPIR-V module before its first function, parsed once: its
     types, decorations, constants and global variables, which is all the reflection below
@@ -274,18 +284,6 @@ def _declarations(spirv: bytes) -> tuple[tuple[int, tuple[int, ...]], ...]:
             break
         out.append((op, w))
     return tuple(out)
-
-
-def spirv_bindings(spirv: bytes) -> list[tuple[int, int]]:
-    """The (descriptor set, binding) pairs a SPIR-V module declares, sorted: read from its
-    OpDecorate instructions (a variable decorated with both DescriptorSet and Binding)."""
-    return sorted((dset, b) for dset, b, _ in _bound_variables(spirv).values())
-
-
-# The reflection below walks every instruction in Python (about 2 ms a module); a graph's
-# nodes share kernels and each node's checks read its kernel's module three or four times,
-# so the results are kept per module (a build of kpn: 22 nodes, 8 kernels)
-REFLECT_CACHE = 256
 
 
 def _bytes(spirv) -> bytes:

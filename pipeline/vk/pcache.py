@@ -71,12 +71,16 @@ class PipelineCache:
             log.info("pipeline cache %s is for another device or driver; starting afresh",
                      self.path)
             data = b""
-        self.loaded = len(data)
         self.seed = data  # what the file held: a run that adds nothing to it writes nothing
         info = vk.VkPipelineCacheCreateInfo(
             initialDataSize=len(data), pInitialData=vk.ffi.from_buffer(data) if data else None)
         self.handle = call("vkCreatePipelineCache", vk.vkCreatePipelineCache, device.handle,
                            info, None)
+
+    @property
+    def loaded(self) -> int:
+        """The bytes of driver data the cache started from (0: none, or unusable)."""
+        return len(self.seed)
 
     def data(self) -> bytes:
         """What the driver holds now (vkGetPipelineCacheData's two calls)."""
