@@ -52,13 +52,19 @@ def hash32(x: int) -> int:
     return x ^ (x >> 15)
 
 
+def tile_state(frame: int, seed: int, t: int = 0) -> np.ndarray:
+    """Tile t's state at the frame's start (a uint32 array of one): vkdt's frame state for
+    tile 0, hash32(s ^ hash32(t)) | 1 of it for the others."""
+    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
+    return np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
+
+
 def frame_numbers(generate: int, tiles: int, frame: int, seed: int, wd: int, ht: int,
                   t: int = 0, noise: float = 1.0, nlog: int = 0, amax: float = 0.0,
                   bmax: float = 0.0):
     """Per-frame draws of tile t: (ev, flip, (offx, offy), noise a, noise b, state after
     them, camera). noise, nlog, amax, bmax: the module's params (README.md, step 2)."""
-    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
-    s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
+    s = tile_state(frame, seed, t)
     ev, flip, off = F32(0), 0, (0, 0)
     if tiles and generate:
         s, u = mrand(s)
@@ -220,8 +226,7 @@ def set_numbers(generate: int, frame: int, seed: int, sizes: list, tile: int = T
     """A set tile's draws (the SET variant, README.md "Batches and training sets"): (ev, flip
     in 0..7, image k, zoom z, (offx, offy), state after the crop). sizes: (wd, ht) per
     image."""
-    s0 = (123456789 + 133700 * frame + seed) & 0xFFFFFFFF
-    s = np.array([s0 if t == 0 else hash32(s0 ^ hash32(t)) | 1], np.uint32)
+    s = tile_state(frame, seed, t)
     ev, flip, k, z, off = F32(0), 0, 0, 1, (0, 0)
     if generate:
         s, u = mrand(s)
