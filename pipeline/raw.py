@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GraphError
-from .formats import open_regular
+from .formats import PART, in_parts, open_regular
 
 MAX_PIXELS = 1 << 28  # 268 megapixels: more is refused before LibRaw unpacks anything
 MAX_SIDE = 1 << 16
@@ -78,6 +78,13 @@ class RawMeta:
 class RawImage:
     mosaic: np.ndarray  # (h, w) float32
     meta: RawMeta
+    # what the mosaic was made from, where read_raw made it (a GPU takes these instead: a
+    # quarter of the bytes of the float mosaic; vkgraph/apps/rawdenoise.py): the visible
+    # photosites as stored, and each one's black level (black's P x P tile, repeated) and the
+    # white level; mosaic = (values - black) / (white - black)
+    values: np.ndarray | None = None  # (h, w) uint16
+    black: tuple[tuple[float, ...], ...] | None = None  # P x P, from the top-left
+    white: float | None = None
 
 
 def import_rawpy():
@@ -249,6 +256,28 @@ def read_raw(path, max_pixels: int = MAX_PIXELS) -> RawImage:
     return image
 
 
+def normalised(values: np.ndarray, tile: np.ndarray, white: float) -> np.ndarray:
+    """(values - black) / (white - black) in float32, black the P x P `tile` repeated from
+    the top-left: each place of the pattern with its own level, in bands of whole patterns
+    on the host's threads (the same numbers as the whole-plane arithmetic: the levels are
+    the same float32 scalars)."""
+    ht, wd = values.shape
+    p = tile.shape[0]
+    out = np.empty((ht, wd), np.float32)
+    span = np.float32(white) - tile  # float32, as the plane's would be
+
+    def rows(r0: int, r1: int) -> None:  # r0 on the pattern's grid
+        for dy in range(p):
+            for dx in range(p):
+                o = out[r0 + dy:r1:p, dx::p]
+                np.subtract(values[r0 + dy:r1:p, dx::p], tile[dy, dx], out=o,
+                            dtype=np.float32)
+                np.divide(o, span[dy, dx], out=o)
+
+    in_parts(rows, ht, max(p, PART // max(1, wd) // p * p))
+    return out
+
+
 def _unpack(raw, path: Path, rawpy) -> RawImage:
     values = np.asarray(raw.raw_image_visible)  # unpacks: LibRawError when cut short
     colours = np.asarray(raw.raw_colors_visible)
@@ -264,9 +293,11 @@ def _unpack(raw, path: Path, rawpy) -> RawImage:
     p = len(cfa)
     # black per photosite: LibRaw's per-channel levels repeat with the CFA's period
     tile = black[np.clip(colours[:p, :p], 0, 3)].astype(np.float32)
-    blk = pattern_plane(tile, ht, wd)
-    mosaic = (values.astype(np.float32) - blk) / (np.float32(white) - blk)
+    mosaic = normalised(values, tile, white)
     make, model = _libraw_names(rawpy, path)
     meta = RawMeta(cfa=cfa, wb=_white_balance(raw), rgb_cam=_rgb_cam(raw), make=make,
                    model=model, iso=float(raw.other.iso_speed or 0.0))
-    return RawImage(np.ascontiguousarray(mosaic, np.float32), meta)
+    # a copy: LibRaw's buffer goes with the file's handle (LibRaw's photosites are uint16)
+    kept = np.array(values, np.uint16, order="C") if values.dtype == np.uint16 else None
+    return RawImage(np.ascontiguousarray(mosaic, np.float32), meta, kept,
+                    tuple(tuple(float(v) for v in row) for row in tile), white)

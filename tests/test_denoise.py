@@ -161,7 +161,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     first = den(img, 2e5, 20)
     again = den(img, 1e6, 100.5)
     assert len(den.builds) == 1
-    g = den.builds[(W, H, False, False)][1]
+    g = den.builds[(W, H, False, "float")][1]
     kpn = g.modules[("kpn", "01")]
     assert (kpn.param("noise a"), kpn.param("noise b")) == (1e6, 100.5)
     np.testing.assert_array_equal(first, again)  # these weights do not read the profile
@@ -178,7 +178,7 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     den = Denoiser(device, feat)
     assert den.levels == 2  # from the .lut's text, as kpn takes it (and apply 1)
     low, high = den(img, 2e5, 20), den(img, 5e6, 400)
-    kpn = den.builds[(W, H, False, False)][1].modules[("kpn", "01")]
+    kpn = den.builds[(W, H, False, "float")][1].modules[("kpn", "01")]
     assert (kpn.param("levels"), kpn.param("apply")) == (2, 1)
     assert len(den.builds) == 1 and np.abs(low - high).max() > 1e-3
     bands = band_noise(2)
@@ -198,19 +198,19 @@ def test_denoiser_keeps_two_builds_and_frees_the_others(device, weights):
     den = Denoiser(device, weights)
     img = picture()
     first = den(img, 2e5, 20)
-    oldest = den.builds[(W, H, False, False)][0]
+    oldest = den.builds[(W, H, False, "float")][0]
     owned = list(oldest._owned)
     assert owned and all(any(c is o for c in device.children) for o in owned)
     den(img[:20, :30], 2e5, 20)
     den(img[:24, :28], 2e5, 20)
-    assert list(den.builds) == [(30, 20, False, False), (28, 24, False, False)]
+    assert list(den.builds) == [(30, 20, False, "float"), (28, 24, False, "float")]
     assert oldest.closed and not oldest._owned
     assert not any(c is o for c in device.children for o in owned)
     with pytest.raises(GraphError, match="closed"):
         oldest.run_frame(0)
     den(img[:20, :30], 2e5, 20)  # used again: now the most recent
     np.testing.assert_array_equal(den(img, 2e5, 20), first)
-    assert list(den.builds) == [(30, 20, False, False), (W, H, False, False)]
+    assert list(den.builds) == [(30, 20, False, "float"), (W, H, False, "float")]
     made = [c for build, _ in den.builds.values() for c in build._owned]
     den.close()
     assert not den.builds and made
@@ -238,7 +238,7 @@ def test_denoiser_reruns_in_fp32_when_the_f16_kernels_overflow(device, weights, 
     np.testing.assert_array_equal(got, want)
     assert [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()] == [
         f"kpn: the f16 kernels overflowed with the weights {weights}; running the fp32 ones"]
-    assert den.builds[(W, H, True, False)][1].modules[("kpn", "01")].param("fp32") == 1
+    assert den.builds[(W, H, True, "float")][1].modules[("kpn", "01")].param("fp32") == 1
     np.testing.assert_array_equal(den(img, 2e5, 20), want)  # fp32 from now on
     monkeypatch.setattr(Denoiser, "_run", lambda self, image, a, b: np.full(
         image.shape[:2] + (3,), np.inf, np.float32))
@@ -481,12 +481,12 @@ def test_prepare_builds_what_the_call_runs(device, weights, tmp_path):
     want = Denoiser(device, weights)(img, 1e6, 100)
     den = Denoiser(device, weights)
     den.prepare(W, H)
-    session = den.sessions[(W, H, False, False)]
+    session = den.sessions[(W, H, False, "float")]
     np.testing.assert_array_equal(den(img, 1e6, 100), want)
     assert list(den.sessions.values()) == [session]
     tiled = Denoiser(device, weights, levels=2, max_pixels=1600)
     tiled.prepare(60, 52)
-    assert list(tiled.sessions) == [(40, 40, False, False)]  # its tiles' size (the test above)
+    assert list(tiled.sessions) == [(40, 40, False, "float")]  # its tiles' size (the test above)
     exif = Image.Exif()
     exif[0x0112] = 6  # turned a quarter: the upright image is 30 wide, 50 high
     Image.new("RGB", (50, 30)).save(tmp_path / "o.jpg", exif=exif.tobytes())

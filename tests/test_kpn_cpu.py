@@ -147,7 +147,7 @@ def test_kpn_cpu_reads_lut_weights_like_portable(cpu_device, tmp_path, monkeypat
         use_variant(monkeypatch, variant)
         den = Denoiser(cpu_device, lut)
         out[variant] = den(X, 2e5, 20)
-        g = den.builds[(37, 23, False, False)][1]
+        g = den.builds[(37, 23, False, "float")][1]
         nodes[variant] = {n.kernel for n in g.modules[("kpn", "01")].nodes}
     assert {"fwd_cpu", "w32"} <= nodes["cpu"] and "fwd" not in nodes["cpu"]
     assert "fwd" in nodes["portable"] and "w32" not in nodes["portable"]

@@ -159,10 +159,10 @@ def test_the_command_takes_the_8bit_path_for_8bit_photos(tmp_path, capsys, monke
 
 
 def test_prepare_builds_the_path_the_command_takes():
-    """Denoiser.prepare(wd, ht, srgb8=True) (the command, while the JPEG decodes) builds the
+    """Denoiser.prepare(wd, ht, "srgb8") (the command, while the JPEG decodes) builds the
     8-bit graph where srgb8() sends the photo there (a GPU) and the float one where it does
     not (a CPU driver): never a build the call then leaves unused."""
     den = Denoiser(session_device(), WEIGHTS)
-    den.prepare(56, 40, srgb8=True)
-    assert [key[3] for key in den.sessions] == [den.srgb8()]
+    den.prepare(56, 40, "srgb8")
+    assert [key[3] for key in den.sessions] == ["srgb8" if den.srgb8() else "float"]
     den.close()

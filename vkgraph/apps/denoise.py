@@ -34,14 +34,21 @@ memory holds. The tile counts per axis are those that denoise the fewest pixels.
 tile (progress within a file).
 
 8-bit sRGB photos (`srgb(pixels, a, b)`, on one pass of rgb weights; `srgb8()` says
-whether a photo should take it: on a GPU; whole up to `srgb_pixels`, else in tiles of it as
-above): the graph is i-bytes
+whether a photo should take it: on a GPU; whole up to `limits["srgb8"]` pixels, else in
+tiles of it as above): the graph is i-bytes
 (the pixels as they lie in memory, one uint32 each) -> srgb-in (linear rgba) -> kpn or unet
 -> srgb-out (packed 8-bit sRGB, and the count of non-finite pixels) -> o-array, so the 8
 bits travel to and from the device instead of 32-bit floats (12 MP: 48 MB each way instead
 of 192) and the sRGB curves run on the GPU. The curves are the host's own tables on the
 device (shaders/include/srgb8.glsl): the same float32 input and the same codes as the host's
 conversions (tests/test_srgb8.py).
+
+A raw file's mosaic as the camera stored it (`raw16(values, black, scale, matrix, a, b)`, on
+weights of RGGB mosaics): i-bytes (two 16-bit photosites a uint32) -> raw-in (levels and
+white balance: the normalised mosaic as rgba) -> unet -> rgb-out (the camera matrix; three
+floats a pixel, and the count of non-finite pixels) -> o-array: 48 MB up for 24 megapixels
+instead of 384 of rgba floats, and 288 down instead of 384; in tiles of `limits["raw16"]`
+photosites.
 
 (a, b) is the image's noise profile in cnngenin's units, std(x) = sqrt(a + 65535 x b) / 65535;
 it is always handed to kpn (`noise a`, `noise b`), and weights that do not use it ignore it.
@@ -91,6 +98,13 @@ MEMORY_SHARE = 0.75  # of the device's memory, for unet's buffers (max_pixels)
 # so tiles of ~3 MP (1.1 GiB) take 0.3 s less from a 12 MP photo's command than one build
 # (bench/README.md, denoise_wall.py)
 SRGB8_TILE = 3 << 20
+# the most photosites raw16() runs at once (tiles of it beyond), for the same reason
+RAW16_TILE = 6 << 20
+# a Denoiser's paths from the host to the network and back: kind -> (the source, the
+# device's conversion after it, the one after the network); "float" uploads linear rgba
+# floats and downloads the network's rgba
+PATHS = {"float": ("i-array", None, None), "srgb8": ("i-bytes", "srgb-in", "srgb-out"),
+         "raw16": ("i-bytes", "raw-in", "rgb-out")}
 
 
 class Denoiser:
@@ -141,12 +155,14 @@ class Denoiser:
             # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
             self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
         self.profile = profile
-        # (wd, ht, fp32, srgb8) -> ...
-        self.sessions: dict[tuple[int, int, bool, bool], Session] = {}
+        # (wd, ht, fp32, kind) -> ...
+        self.sessions: dict[tuple[int, int, bool, str], Session] = {}
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
         self.fp32 = False  # the fp32 kernels (after the f16 ones overflowed)
-        # the largest 8-bit photo srgb() runs whole (larger ones in tiles of it)
-        self.srgb_pixels = min(self.max_pixels, SRGB8_TILE)
+        # the largest image of a kind run whole (larger ones in tiles of it): 8-bit photos
+        # (srgb()) and 16-bit mosaics (raw16()) in tiles of a few megapixels
+        self.limits = {"srgb8": min(self.max_pixels, SRGB8_TILE),
+                       "raw16": min(self.max_pixels, RAW16_TILE)}
 
     def pixels(self, wd: int, ht: int) -> int:
         """The pixels the module runs at for a wd x ht image (unet: its padded size)."""
@@ -154,22 +170,24 @@ class Denoiser:
         return -(-wd // p) * p * (-(-ht // p) * p)
 
     @property
-    def builds(self) -> dict[tuple[int, int, bool, bool], tuple[Build, Graph]]:
-        """{(wd, ht, fp32, srgb8): (build, graph)} of the sessions kept, oldest first."""
+    def builds(self) -> dict[tuple[int, int, bool, str], tuple[Build, Graph]]:
+        """{(wd, ht, fp32, kind): (build, graph)} of the sessions kept, oldest first."""
         return {key: (s.build, s.graph) for key, s in self.sessions.items()}
 
-    def _session(self, image: np.ndarray, srgb8: bool = False) -> Session:
-        """The session of the image's size (made, or the kept one), fed the image (srgb8:
-        8-bit sRGB pixels, (h, w, 4) uint8)."""
+    def _session(self, image: np.ndarray, kind: str = "float") -> Session:
+        """The session of the image's size and kind (PATHS; made, or the kept one), fed the
+        image: linear floats, else (h, w, 4) uint8 ("srgb8": 8-bit sRGB pixels; "raw16": a
+        16-bit mosaic's bytes, two photosites a uint32)."""
         ht, wd = image.shape[:2]
-        key = (wd, ht, self.fp32, srgb8)
+        key = (wd, ht, self.fp32, kind)
         if key in self.sessions:
             self.sessions[key] = self.sessions.pop(key)  # the most recently used last
         else:
             while len(self.sessions) >= KEEP_BUILDS:  # free the device memory of the oldest
                 self.sessions.pop(next(iter(self.sessions))).close()
+            source, into, out = PATHS[kind]
             g = Graph(self.registry)
-            g.add_module("i-bytes" if srgb8 else "i-array", "main")
+            g.add_module(source, "main")
             # the API rather than cfg lines: a weights path may hold a ':'
             g.add_module("i-lut", "w").set_param("filename", str(self.weights.resolve()))
             den = g.add_module(self.module, "01")
@@ -179,38 +197,42 @@ class Denoiser:
                 den.set_param("fp32", 1)
             g.add_module("o-array", "main")
             g.connect("i-lut", "w", "output", self.module, "01", "w")
-            if srgb8:
-                g.add_module("srgb-in", "main")
-                g.add_module("srgb-out", "main")
+            first, last = (source, "main"), (self.module, "01")
+            if into is not None:  # the device's conversions before and after the network
+                g.add_module(into, "main")
+                g.add_module(out, "main")
                 g.add_module("o-array", "bad")
-                g.connect("i-bytes", "main", "output", "srgb-in", "main", "input")
-                g.connect("srgb-in", "main", "output", self.module, "01", "input")
-                g.connect(self.module, "01", "output", "srgb-out", "main", "input")
-                g.connect("srgb-out", "main", "output", "o-array", "main", "input")
-                g.connect("srgb-out", "main", "bad", "o-array", "bad", "input")
-            else:
-                g.connect("i-array", "main", "output", self.module, "01", "input")
-                g.connect(self.module, "01", "output", "o-array", "main", "input")
+                g.connect(source, "main", "output", into, "main", "input")
+                g.connect(out, "main", "bad", "o-array", "bad", "input")
+                first = (into, "main")
+                g.connect(self.module, "01", "output", out, "main", "input")
+                last = (out, "main")
+            g.connect(*first, "output", self.module, "01", "input")
+            g.connect(*last, "output", "o-array", "main", "input")
             # every kernel of kpn and unet writes its outputs whole: they may share memory
             self.sessions[key] = Session(g, self.device, profile=self.profile, transient=True)
         session = self.sessions[key]
-        session.feed("i-bytes:main" if srgb8 else "i-array:main", image)
+        session.feed(f"{PATHS[kind][0]}:main", image)
         return session
 
-    def prepare(self, wd: int, ht: int, srgb8: bool = False) -> None:
-        """Build now what the first call with a wd x ht image needs (its session: the whole
-        image's, or its tiles'; srgb8: an 8-bit photo's, where srgb8() allows it), fed
-        zeros until the image comes: `vkgraph denoise` builds while the photo is still
+    def prepare(self, wd: int, ht: int, kind: str = "float") -> None:
+        """Build now what the first call with a wd x ht image of this kind (PATHS) needs
+        (its session: the whole image's, or its tiles'; "srgb8" where srgb8() allows it),
+        fed zeros until the image comes: `vkgraph denoise` builds while the photo is still
         being decoded (the build is pipeline creation in the driver, which lets go of the
         GIL)."""
-        srgb8 = srgb8 and self.srgb8()  # the build the command's call will want
-        limit = self.srgb_pixels if srgb8 else self.max_pixels
+        if kind == "srgb8" and not self.srgb8():
+            kind = "float"  # the build the command's call will want
+        limit = self.limits.get(kind, self.max_pixels)
         if self.pixels(wd, ht) > limit:
             cx, cy, margin = self.tiling(wd, ht, limit)
             step = 1 << self.depth
             wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
-        zeros = np.zeros((ht, wd, 4), np.uint8 if srgb8 else np.float32)
-        self._session(zeros, srgb8=srgb8).prepare()
+        if kind == "float":
+            zeros = np.zeros((ht, wd, 4), np.float32)
+        else:  # raw16: (h, w) photosites of two bytes, 4 bytes a pair
+            zeros = np.zeros((ht, wd // 2 if kind == "raw16" else wd, 4), np.uint8)
+        self._session(zeros, kind).prepare()
 
     def close(self) -> None:
         """Free the sessions' device memory (the device stays open)."""
@@ -248,7 +270,7 @@ class Denoiser:
 
     def _srgb_all(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
         """(the 8-bit result, its non-finite pixels) of the whole photo, or of its tiles of
-        at most srgb_pixels put together."""
+        at most limits["srgb8"] put together."""
         bad = [0]
 
         def run(part: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -256,15 +278,59 @@ class Denoiser:
             bad[0] += n
             return out
 
-        return self._denoise(pixels, a, b, run, self.srgb_pixels), bad[0]
+        return self._denoise(pixels, a, b, run, self.limits["srgb8"]), bad[0]
 
     def _run_srgb8(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
-        session = self._session(pixels, srgb8=True)
-        session.set(f"{self.module}:01", "noise a", float(a))
-        session.set(f"{self.module}:01", "noise b", float(b))
-        session.step(0)
+        session = self._step(pixels, "srgb8", a, b)
         out = session.take("o-array:main").view(np.uint8).reshape(pixels.shape)
         return out, int(session.take("o-array:bad")[0])
+
+    def _step(self, image: np.ndarray, kind: str, a: float, b: float,
+              params: dict | None = None) -> Session:
+        """The session of the image's kind, fed it, its noise params (and `params`, {(module,
+        param): value} of the device's conversions, PATHS) set, and run."""
+        session = self._session(image, kind)
+        session.set(f"{self.module}:01", "noise a", float(a))
+        session.set(f"{self.module}:01", "noise b", float(b))
+        for (module, name), value in (params or {}).items():
+            session.set(f"{module}:main", name, value)
+        session.step(0)  # frame 0: the sources upload again, the params if they changed
+        return session
+
+    def raw16(self, values: np.ndarray, black, scale, matrix, a: float, b: float
+              ) -> np.ndarray:
+        """The denoised and demosaiced (h, w, 3) float32 rgb of an RGGB mosaic as stored,
+        (h, w) uint16 of even size (weights of mosaics, `cfa`): on the device each
+        photosite is made (code - black) * scale with the black and scale (2 x 2 each) of
+        its place in its cell, the network runs, and its rgb is multiplied by `matrix` (3 x
+        3) and downloaded as three floats a pixel (modules raw-in and rgb-out): 2 bytes a
+        photosite up instead of rgba floats' 16, no host pass over the values. Whole up to
+        limits["raw16"] photosites, else in tiles; non-finite results refused as
+        __call__ refuses them."""
+        values = np.asarray(values)
+        if (not self.cfa or values.dtype != np.uint16 or values.ndim != 2
+                or values.shape[0] % 2 or values.shape[1] % 2 or self.ensemble != 1):
+            raise GraphError(f"raw16: expected an RGGB mosaic of uint16 codes of even width "
+                             f"and height and one pass of weights of mosaics, got "
+                             f"{values.dtype} {values.shape} (ensemble {self.ensemble})")
+        params = {("raw-in", "black"): [float(v) for v in np.ravel(black)],
+                  ("raw-in", "scale"): [float(v) for v in np.ravel(scale)],
+                  ("rgb-out", "matrix"): [float(v) for v in np.ravel(matrix)]}
+        bad = [0]
+
+        def run(part: np.ndarray, a: float, b: float) -> np.ndarray:
+            h, w = part.shape
+            session = self._step(part.view(np.uint8).reshape(h, w // 2, 4), "raw16", a, b,
+                                 params)
+            bad[0] += int(session.take("o-array:bad")[0])
+            return session.take("o-array:main").reshape(h, w, 3)
+
+        def whole() -> tuple[np.ndarray, str | None]:
+            bad[0] = 0
+            out = self._denoise(values, a, b, run, self.limits["raw16"])
+            return out, f"{bad[0]} pixels of non-finite values" if bad[0] else None
+
+        return self._finite(whole)
 
     def __call__(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         """The denoised rgb (h, w, 3) float32 of a linear float image (h, w, >= 3 or grey)
@@ -347,11 +413,8 @@ class Denoiser:
         return self._tiled(image, a, b, run, limit)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
-        session = self._session(image)
-        session.set(f"{self.module}:01", "noise a", float(a))
-        session.set(f"{self.module}:01", "noise b", float(b))
-        session.step(0)  # frame 0: the sources upload again, the params if they changed
-        return session.take("o-array:main")[..., :3]  # a view: the rgba is the download's own
+        # a view: the rgba is the download's own
+        return self._step(image, "float", a, b).take("o-array:main")[..., :3]
 
     def tiling(self, wd: int, ht: int, limit: int | None = None) -> tuple[int, int, int]:
         """(core x, core y, margin) of the tiles for an image too large to run whole: tiles

@@ -18,7 +18,10 @@ demosaic as they denoise: the mosaic is white-balanced on the host (each photosi
 colour's multiplier, as demosaic's `wb` does), brought to the RGGB phase and to an even size
 by mirrored rows and columns (numpy's "reflect": row -1 is row 1, of the same colours), run,
 and the result cropped back before the camera matrix. Bayer patterns only: X-Trans is an
-error with those weights.
+error with those weights. Where the raw keeps its photosites as stored (read_raw's
+`values`) and one pass is run, the stored codes go to the device instead, brought to RGGB
+the same way, and the levels, white balance and camera matrix are applied there
+(Denoiser.raw16: an eighth of the upload, no host pass over the values).
 """
 
 from __future__ import annotations
@@ -124,9 +127,9 @@ def to_rec709(rgb: np.ndarray, raw: RawImage) -> np.ndarray:
     return out
 
 
-def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
-    """(the white-balanced mosaic in RGGB phase and of even size, (top, left): where the
-    raw's own mosaic starts in it). GraphError for a pattern that is not Bayer."""
+def bayer_of(raw: RawImage) -> tuple[int, int]:
+    """(row, column) of red in the raw's 2 x 2 cells; GraphError for a pattern that is not
+    Bayer or a mosaic without a whole cell."""
     red = bayer_red(raw.meta.cfa)
     if red is None:
         kind = "X-Trans" if raw.meta.period == 6 else "not a Bayer one"
@@ -135,6 +138,13 @@ def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     ht, wd = raw.mosaic.shape
     if min(ht, wd) < 2:
         raise GraphError(f"a {wd}x{ht} mosaic holds no whole 2 x 2 Bayer cell")
+    return red
+
+
+def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
+    """(the white-balanced mosaic in RGGB phase and of even size, (top, left): where the
+    raw's own mosaic starts in it). GraphError for a pattern that is not Bayer."""
+    red = bayer_of(raw)
     cfa = np.asarray(raw.meta.cfa)
     gains = np.asarray(raw.meta.wb, np.float32)
     mosaic = np.asarray(raw.mosaic, np.float32)
@@ -145,13 +155,43 @@ def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     return rggb_phase(balanced, red), red
 
 
-def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0
+def raw16(den, raw: RawImage, a: float, b: float) -> np.ndarray:
+    """Linear Rec.709 (h, w, 3) of a Bayer raw whose stored codes it keeps (`values`), by
+    the Denoiser's raw16 path: the codes brought to the RGGB phase and an even size as
+    rggb_mosaic brings the mosaic, each place of the cell given the black level and the
+    factor (its colour's white-balance multiplier over white - black) of the photosite it
+    came from; the device's rgb cropped back."""
+    red = bayer_of(raw)
+    ht, wd = raw.values.shape
+    top, left = red
+    black = np.asarray(raw.black, np.float64)
+    cfa = np.asarray(raw.meta.cfa)
+    gains = np.asarray(raw.meta.wb, np.float64)
+    # place (dy, dx) of an RGGB cell holds photosites of place ((dy - top) % 2, (dx - left)
+    # % 2) of the raw's own cells (mirrored rows and columns keep their places)
+    blk = np.empty((2, 2))
+    scale = np.empty((2, 2))
+    for dy in range(2):
+        for dx in range(2):
+            y, x = (dy - top) % 2, (dx - left) % 2
+            blk[dy, dx] = black[y, x]
+            scale[dy, dx] = gains[cfa[y, x]] / (raw.white - black[y, x])
+    codes = rggb_phase(raw.values, red)
+    out = den.raw16(codes, blk, scale, raw.meta.rgb_cam, a, b)
+    return out[top:top + ht, left:left + wd]
+
+
+def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0,
+                profile: NoiseProfile | None = None
                 ) -> tuple[np.ndarray, NoiseProfile, tuple[float, float]]:
     """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
-    the white-balanced profile times `strength`). With weights of RGGB mosaics (`den.cfa`)
-    the denoiser demosaics too (module docstring); else demosaic, then the denoiser."""
-    profile = profile_for(raw, noise)
+    the white-balanced profile times `strength`). The profile: `profile` where the caller
+    has it, else profile_for(raw, noise). With weights of RGGB mosaics (`den.cfa`) the
+    denoiser demosaics too (module docstring); else demosaic, then the denoiser."""
+    profile = profile or profile_for(raw, noise)
     a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
+    if den.cfa and raw.values is not None and den.ensemble == 1:
+        return raw16(den, raw, a, b), profile, (a, b)
     if den.cfa:
         mosaic, (top, left) = rggb_mosaic(raw)
         ht, wd = raw.mosaic.shape

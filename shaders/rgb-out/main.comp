@@ -1,0 +1,26 @@
+#version 460
+#extension GL_GOOGLE_include_directive : enable
+#include "vkgraph.glsl"
+#include "params.gen"
+
+// rgba -> out.rgb = M in.rgb (params.matrix, row by row) as three floats a pixel, rows one
+// after another: an (h, w, 3) float32 array as it lies in memory, which an OpenEXR or TIFF
+// writer takes without a copy. `bad` counts the pixels with a non-finite result, so that the
+// host can refuse them (it is zeroed before every frame).
+IMG_IN(0, img_in)
+SSBO_OUT(1, float, img_out)
+layout(std430, set = 1, binding = 2) buffer bad_buf { uint bad[]; };
+
+void main() {
+  ivec2 p = ivec2(gl_GlobalInvocationID.xy);
+  if (!inside(0, p)) return;
+  vec3 c = img_in[texel(0, p)].rgb;
+  float m[9] = params.matrix;
+  vec3 o = vec3(dot(vec3(m[0], m[1], m[2]), c), dot(vec3(m[3], m[4], m[5]), c),
+                dot(vec3(m[6], m[7], m[8]), c));
+  if (any(isnan(o)) || any(isinf(o))) atomicAdd(bad[0], 1u);
+  int i = 3 * (p.x + p.y * node.roi[0].x);
+  img_out[i] = o.r;
+  img_out[i + 1] = o.g;
+  img_out[i + 2] = o.b;
+}
