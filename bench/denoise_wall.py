@@ -33,7 +33,8 @@ long device run.
     python bench/denoise_wall.py --make photo12.jpg      # the 12 MP test photo, then exit
 
 --commands N times the whole command instead, as a user runs it: `python -m vkgraph denoise
-IN -o OUT` N times in fresh processes (interpreter start, import and exit included), with
+IN -o OUT` N times in fresh processes (OUT of IN's type; EXR for a camera raw file;
+interpreter start, import and exit included), with
 --base DIR (another checkout, e.g. `git worktree add DIR <commit>`) run in turn with each,
 from its own folder; one line per run and the medians. --make writes the benchmark's 12 MP
 JPEG: scikit-image's astronaut resized to 4000x3000 (bicubic), Gaussian noise of std 6/255
@@ -138,9 +139,13 @@ def commands(args) -> None:
     walls: dict[str, list[float]] = {name: [] for name, _ in trees}
     with tempfile.TemporaryDirectory() as tmp:
         src = args.input.resolve()
+        from vkgraph.cli.denoise import RAW_OUT
+        from vkgraph.pipeline.raw import is_raw
+
+        suffix = RAW_OUT if is_raw(src) else src.suffix  # a raw file: the command's default
         for k in range(args.commands):
             for name, root in trees:
-                out = Path(tmp) / f"{name}{src.suffix}"
+                out = Path(tmp) / f"{name}{suffix}"
                 argv = [sys.executable, "-m", "vkgraph", "denoise", str(src), "-o", str(out),
                         *args.more] + (["--device", args.device] if args.device else [])
                 others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)

@@ -226,9 +226,10 @@ def cmd_denoise(args) -> int:
     outs = output_paths(inputs, args.output, args.outdir)
     from vkgraph.pipeline.raw import check_raw, is_raw
 
-    for p in inputs:  # a raw file LibRaw cannot read (or vkgraph not use) is exit 2 now
-        if is_raw(p):
-            check_raw(p)
+    if args.ray is not None:  # a raw file LibRaw cannot read (or vkgraph not use): exit 2
+        for p in inputs:  # (run_here checks on its reader thread while the device opens)
+            if is_raw(p):
+                check_raw(p)
     check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else None
     shipped = {default_weights(p, gpu) for p in inputs for gpu in (False, True)}
@@ -330,7 +331,9 @@ class Denoisers:
         self.ensemble = ensemble
         self.made = {}
 
-    def for_file(self, src: Path):
+    def for_file(self, src: Path, read=None):
+        """The Denoiser of the file; read: its read to come (ReadAhead), where a raw file's
+        colour pattern is taken from."""
         from vkgraph.apps.denoise import Denoiser
 
         w = self.weights
@@ -338,8 +341,10 @@ class Denoisers:
             from vkgraph.pipeline.raw import is_raw, read_raw
 
             gpu = on_gpu(self.device)
-            # a raw file's pattern picks the GPU weights (read once: the decode reuses it)
-            pattern = read_raw(src).meta.cfa if gpu and is_raw(src) else None
+            pattern = None
+            if gpu and is_raw(src):  # a raw file's pattern picks the GPU weights
+                raw = read.result().raw if read is not None else read_raw(src)
+                pattern = raw.meta.cfa
             w = default_weights(src, gpu, pattern)
         if w not in self.made:
             self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
@@ -403,14 +408,16 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
         device = open_device(args)
         closing = threading.Thread(target=device.close, name="vkgraph-close")
         try:
+            reads.checked.result()  # a raw file LibRaw cannot read (or vkgraph not use): exit 2
             dens = Denoisers(device, weights, args.levels, tile_progress(bar), args.ensemble)
             for k, (src, dst) in enumerate(jobs):
                 bar.set_postfix_str(src.name[:40], refresh=False)
                 read = reads.take(k)  # (and the next photo's read starts)
                 last = closing.start if k == len(jobs) - 1 else None
                 try:
-                    ok, text = True, denoise_file(dens.for_file(src), src, dst, args.noise,
-                                                  args.quality, args.strength, read, last)
+                    ok, text = True, denoise_file(dens.for_file(src, read), src, dst,
+                                                  args.noise, args.quality, args.strength,
+                                                  read, last)
                 except FILE_ERRORS as e:
                     ok, text = False, error_text(src, e)
                 failed += not ok
@@ -428,36 +435,44 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
 
 
 class ReadAhead:
-    """read_photo of the photos of `jobs` on one thread, a photo ahead: take(k) hands
-    photo k's read (a Future) over and starts photo k + 1's, so at most two decoded photos
-    are held. Photo 0 starts at once, so that its decoding and noise estimate (12 MP: 0.3-0.6
-    s) overlap the device's start and the build (decoders and numpy let go of the GIL).
-    Camera raw files, and files whose decoding takes the process's stdout and stderr (EXR:
-    formats.captures_stdio; the main thread's lines would land in it), are read where they
+    """read_photo (read_raw_photo for camera raw files) of the photos of `jobs` on one
+    thread, a photo ahead: take(k) hands photo k's read (a Future) over and starts photo k +
+    1's, so at most two decoded photos are held. Photo 0 starts at once, so that its
+    decoding and noise estimate (12 MP: 0.3-0.6 s; a 24 MP raw file: 0.3-0.4 s) overlap the
+    device's start and the build (decoders and numpy let go of the GIL). Before it the
+    thread checks every raw file (`checked`, a Future: check_raw decodes each, so a broken
+    one is exit 2 before any file is written; the last one checked stays decoded for its
+    read). Files whose decoding takes the process's stdout and stderr (EXR:
+    formats.captures_stdio; the main thread's lines would land in it) are read where they
     are denoised (None)."""
 
     def __init__(self, jobs, noise, strength: float):
         from concurrent.futures import ThreadPoolExecutor
 
+        from vkgraph.pipeline.raw import check_raw, is_raw
+
         self.srcs = [src for src, _ in jobs]
         self.noise, self.strength = noise, strength
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="vkgraph-read")
         self.reads = {}
+        raws = [p for p in self.srcs if is_raw(p)]
+        self.checked = self.pool.submit(lambda: [check_raw(p) for p in raws])
         self._start(0)
 
     def _start(self, k: int) -> None:
         from vkgraph.pipeline.formats import captures_stdio
-        from vkgraph.pipeline.raw import is_raw
 
-        if (k < len(self.srcs) and k not in self.reads and not is_raw(self.srcs[k])
-                and not captures_stdio(self.srcs[k])):
+        if k < len(self.srcs) and k not in self.reads and not captures_stdio(self.srcs[k]):
             self.reads[k] = self.pool.submit(self._read, self.srcs[k])
 
     def _read(self, src: Path):
         """read_photo on the reader thread, holding formats.STDIO: the main thread's capture
         of the process's stdout (an EXR written) must not take in what this read prints."""
         from vkgraph.pipeline.formats import STDIO
+        from vkgraph.pipeline.raw import is_raw
 
+        if is_raw(src):
+            return read_raw_photo(src, self.noise)
         with STDIO:
             return read_photo(src, self.noise, self.strength)
 
@@ -648,6 +663,23 @@ def read_photo(src: Path, noise, strength: float = 1.0) -> Photo:
     return Photo(image, rgbx, meta, (a, b), how)
 
 
+class RawPhoto(NamedTuple):
+    """A camera raw file read (read_raw_photo): the mosaic and its noise profile."""
+
+    raw: object  # pipeline.raw.RawImage
+    profile: object  # apps.camnoise.NoiseProfile
+
+
+def read_raw_photo(src: Path, noise) -> RawPhoto:
+    """A camera raw file decoded, and its noise profile (`noise`, else darktable's for its
+    camera, else estimated)."""
+    from vkgraph.apps.camnoise import profile_for
+    from vkgraph.pipeline.raw import read_raw
+
+    raw = read_raw(src)
+    return RawPhoto(raw, profile_for(raw, noise))
+
+
 def writes_8bit(dst: Path, meta=None) -> bool:
     """Whether write_like writes dst in 8-bit sRGB (JPEG, WebP; PNG and TIFF of an 8-bit
     input)."""
@@ -667,7 +699,7 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
     from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
-        return denoise_raw_file(den, src, dst, noise, quality, strength, denoised)
+        return denoise_raw_file(den, src, dst, noise, quality, strength, denoised, read)
     if den.cfa:
         raise GraphError(f"the weights {den.weights.name} denoise camera raw files (RGGB "
                          "mosaics: their .lut says 'cfa rggb'), and this is not one")
@@ -677,7 +709,8 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
     else:
         size = upright_size(src)
         if size is not None:  # a JPEG (8-bit) to an 8-bit file: the 8-bit path's build
-            den.prepare(*size, srgb8=src.suffix.lower() in JPEG_FORMATS and writes_8bit(dst))
+            jpeg8 = src.suffix.lower() in JPEG_FORMATS and writes_8bit(dst)
+            den.prepare(*size, "srgb8" if jpeg8 else "float")
         photo = read.result()
     meta, (a, b), how = photo.meta, photo.profile, photo.how
     ht, wd = (photo.rgbx if photo.image is None else photo.image).shape[:2]
@@ -693,16 +726,16 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
-                     strength: float = 1.0, denoised=None) -> str:
+                     strength: float = 1.0, denoised=None, read=None) -> str:
     """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py):
-    16-bit where the output format has it; `strength` multiplies the level kpn gets."""
+    16-bit where the output format has it; `strength` multiplies the level kpn gets. read:
+    its read_raw_photo to come (ReadAhead), else it is read here."""
     from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw
     from vkgraph.pipeline.formats import ImageMeta, write_like
-    from vkgraph.pipeline.raw import read_raw
 
     t0 = time.perf_counter()
-    raw = read_raw(src)
-    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength)
+    raw, profile = read.result() if read is not None else read_raw_photo(src, noise)
+    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength, profile)
     if denoised is not None:
         denoised()
     write_like(dst, out, ImageMeta("raw", "u16"), quality)
