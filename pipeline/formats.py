@@ -245,55 +245,119 @@ def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
     data an 8-bit encoding is made from). Every image and weights writer passes them, so
     this is the one check that no file gets a NaN or Inf (nor a value its number type cannot
     hold, which would become one): RuntimeFailure naming the file and the first such value
-    (where_in as for non_finite), before anything is written."""
+    (where_in as for non_finite), before anything is written. (A writer that writes as its
+    data comes, pipeline/exrstream.py, checks each part before it writes it.)"""
     path = Path(path)
     found = None if values is None else non_finite(values, where_in)
     if found is not None:
         raise RuntimeFailure(f"not written: the data holds {found[1]} (a file never gets "
                              "NaN or Inf)", where=str(path))
     parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
-    folder = path.parent
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except OSError:
-        mode = None
-    while True:
-        tmp = temp_name(path)
+    with AtomicFile(path) as f:
+        for part in parts:
+            f.write(part)
+
+
+class AtomicFile:
+    """A file written through a temp file beside `path` (atomic_write's): `write` appends,
+    `pwrite` writes at an offset; leaving the `with` block normally fsyncs it and renames it
+    over the target (`commit`), leaving it by an exception removes it (`abort`) and the
+    previous file stays as it was. Errors as atomic_write's."""
+
+    def __init__(self, path: PathLike):
+        self.path = Path(path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
+            self.mode = os.stat(self.path).st_mode & 0o7777
+        except OSError:
+            self.mode = None
+        while True:
+            self.tmp = temp_name(self.path)
+            try:
+                self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise _write_error(self.path, e) from None
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def write(self, data) -> None:
+        self._io(lambda view: os.write(self.fd, view), data)
+
+    def pwrite(self, data, offset: int) -> None:
+        done = [offset]
+
+        def at(view) -> int:
+            n = os.pwrite(self.fd, view, done[0])
+            done[0] += n
+            return n
+
+        self._io(at, data)
+
+    def truncate(self, size: int) -> None:
+        self._io(lambda: os.ftruncate(self.fd, size))
+
+    def _io(self, call, data=None) -> None:
+        """call(view) until the data is written (a call returns what it wrote), or call()
+        once without data; an OSError removes the temp file."""
+        try:
+            if data is None:
+                call()
+                return
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[call(view):]
         except OSError as e:
-            raise _write_error(path, e) from None
-    try:
+            self.abort()
+            raise _write_error(self.path, e) from None
+
+    def commit(self) -> None:
+        """fsync, rename over the target, fsync the folder (where it can be opened)."""
+        if self.fd is None:
+            return
         try:
-            for part in parts:
-                view = memoryview(part).cast("B")
-                while view:
-                    view = view[os.write(fd, view):]
-            if mode is not None:
-                os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
+            try:
+                if self.mode is not None:
+                    os.fchmod(self.fd, self.mode)
+                os.fsync(self.fd)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+            os.replace(self.tmp, self.path)
+            self.tmp = None
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, OSError):
+                raise _write_error(self.path, e) from None
+            raise
+        try:  # make the rename itself durable; not every filesystem lets us open a folder
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
         except OSError:
             pass
-        if isinstance(e, OSError):
-            raise _write_error(path, e) from None
-        raise
-    try:  # make the rename itself durable; not every filesystem lets us open a folder
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+
+    def abort(self) -> None:
+        """Close and remove the temp file (the target untouched); once, then nothing."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
 
 
 def read_cached(cache: dict, slot: str, path: PathLike, reader):
