@@ -343,7 +343,7 @@ class Denoisers:
             gpu = on_gpu(self.device)
             pattern = None
             if gpu and is_raw(src):  # a raw file's pattern picks the GPU weights
-                raw = read.result().raw if read is not None else read_raw(src)
+                raw = read.raw.result() if read is not None else read_raw(src)
                 pattern = raw.meta.cfa
             w = default_weights(src, gpu, pattern)
         if w not in self.made:
@@ -435,7 +435,7 @@ def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
 
 
 class ReadAhead:
-    """read_photo (read_raw_photo for camera raw files) of the photos of `jobs` on one
+    """read_photo (a RawRead for camera raw files) of the photos of `jobs` on one
     thread, a photo ahead: take(k) hands photo k's read (a Future) over and starts photo k +
     1's, so at most two decoded photos are held. Photo 0 starts at once, so that its
     decoding and noise estimate (12 MP: 0.3-0.6 s; a 24 MP raw file: 0.3-0.4 s) overlap the
@@ -461,18 +461,21 @@ class ReadAhead:
 
     def _start(self, k: int) -> None:
         from vkgraph.pipeline.formats import captures_stdio
+        from vkgraph.pipeline.raw import is_raw
 
-        if k < len(self.srcs) and k not in self.reads and not captures_stdio(self.srcs[k]):
-            self.reads[k] = self.pool.submit(self._read, self.srcs[k])
+        if k >= len(self.srcs) or k in self.reads:
+            return
+        src = self.srcs[k]
+        if is_raw(src):
+            self.reads[k] = RawRead(self.pool, src, self.noise)
+        elif not captures_stdio(src):
+            self.reads[k] = self.pool.submit(self._read, src)
 
     def _read(self, src: Path):
         """read_photo on the reader thread, holding formats.STDIO: the main thread's capture
         of the process's stdout (an EXR written) must not take in what this read prints."""
         from vkgraph.pipeline.formats import STDIO
-        from vkgraph.pipeline.raw import is_raw
 
-        if is_raw(src):
-            return read_raw_photo(src, self.noise)
         with STDIO:
             return read_photo(src, self.noise, self.strength)
 
@@ -663,21 +666,18 @@ def read_photo(src: Path, noise, strength: float = 1.0) -> Photo:
     return Photo(image, rgbx, meta, (a, b), how)
 
 
-class RawPhoto(NamedTuple):
-    """A camera raw file read (read_raw_photo): the mosaic and its noise profile."""
+class RawRead:
+    """A camera raw file read on a pool's thread (ReadAhead): `raw`, a Future of its
+    RawImage, then `profile`, one of its noise profile (`noise`, else darktable's for its
+    camera, else estimated), so that the device can build for the mosaic while the
+    profile is estimated."""
 
-    raw: object  # pipeline.raw.RawImage
-    profile: object  # apps.camnoise.NoiseProfile
+    def __init__(self, pool, src: Path, noise):
+        from vkgraph.apps.camnoise import profile_for
+        from vkgraph.pipeline.raw import read_raw
 
-
-def read_raw_photo(src: Path, noise) -> RawPhoto:
-    """A camera raw file decoded, and its noise profile (`noise`, else darktable's for its
-    camera, else estimated)."""
-    from vkgraph.apps.camnoise import profile_for
-    from vkgraph.pipeline.raw import read_raw
-
-    raw = read_raw(src)
-    return RawPhoto(raw, profile_for(raw, noise))
+        self.raw = pool.submit(read_raw, src)
+        self.profile = pool.submit(lambda: profile_for(self.raw.result(), noise))
 
 
 def writes_8bit(dst: Path, meta=None) -> bool:
@@ -729,17 +729,34 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
                      strength: float = 1.0, denoised=None, read=None) -> str:
     """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py):
     16-bit where the output format has it; `strength` multiplies the level kpn gets. read:
-    its read_raw_photo to come (ReadAhead), else it is read here."""
-    from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw
+    its RawRead to come (ReadAhead), else it is read here. On the device's path the build
+    runs while the noise profile is estimated."""
+    from vkgraph.apps.camnoise import profile_for
+    from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw, on_device, prepare
     from vkgraph.pipeline.formats import ImageMeta, write_like
+    from vkgraph.pipeline.raw import read_raw
 
     t0 = time.perf_counter()
-    raw, profile = read.result() if read is not None else read_raw_photo(src, noise)
-    out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength, profile)
-    if denoised is not None:
-        denoised()
-    write_like(dst, out, ImageMeta("raw", "u16"), quality)
+    raw = read.raw.result() if read is not None else read_raw(src)
+    if on_device(den, raw):
+        prepare(den, raw)
+    profile = read.profile.result() if read is not None else profile_for(raw, noise)
     ht, wd = raw.mosaic.shape
+    if WRITERS[dst.suffix.lower()] == "exr" and on_device(den, raw):
+        # the EXR is compressed and written band by band while the device makes the next
+        from vkgraph.pipeline.exrstream import ExrStream
+
+        with ExrStream(dst, wd, ht) as exr:
+            out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength,
+                                          profile, exr.rows)
+            if denoised is not None:
+                denoised()
+            exr.finish(out)
+    else:
+        out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength, profile)
+        if denoised is not None:
+            denoised()
+        write_like(dst, out, ImageMeta("raw", "u16"), quality)
     a, b = profile.scalar()
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
     how = profile.source + (f", strength {strength:g}" if strength != 1.0 else "")

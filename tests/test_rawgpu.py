@@ -163,3 +163,42 @@ def test_normalised_is_the_plane_arithmetic(p):
     blk = pattern_plane(tile, 37, 50)
     want = (values.astype(np.float32) - blk) / (np.float32(WHITE) - blk)
     assert np.array_equal(normalised(values, tile, WHITE), want)
+
+
+def test_exr_written_band_by_band_is_the_result(weights, tmp_path):
+    """denoise_raw telling an ExrStream its rows band by band (tiles of a few rows, a
+    mosaic cropped after its RGGB phase): the file holds the result, bit for bit."""
+    pytest.importorskip("OpenEXR")
+    from vkgraph.apps.rawdenoise import denoise_raw
+    from vkgraph.pipeline.exrstream import ExrStream
+    from vkgraph.pipeline.formats import read_exr
+
+    raw = raw_of(((1, 0), (2, 1)), 70, 45)  # GRBG, odd width: a mirrored column in front
+    den = Denoiser(session_device(), weights)
+    den.limits["raw16"] = 48 * 48
+    told = []
+    with ExrStream(tmp_path / "a.exr", 45, 70) as exr:
+        def rows(out, stop):
+            told.append(stop)
+            exr.rows(out, stop)
+
+        out, _, _ = denoise_raw(den, None, raw, noise=(A, B), rows=rows)
+        exr.finish(out)
+    assert len(told) > 2 and told == sorted(told) and told[-1] == 70
+    assert np.array_equal(read_exr(tmp_path / "a.exr")[..., :3], out)
+
+
+@pytest.mark.parametrize("limit", [None, 48 * 48])
+def test_prepare_builds_what_raw16_runs(weights, limit):
+    """rawdenoise.prepare (the command, while the profile is estimated) builds the session
+    raw16 then runs (whole, or its tiles): one build in all."""
+    from vkgraph.apps.rawdenoise import prepare, raw16
+
+    raw = raw_of(((1, 2), (0, 1)), 61, 50)  # GBRG, odd height: a mirrored row in front
+    den = Denoiser(session_device(), weights)
+    if limit:
+        den.limits["raw16"] = limit
+    prepare(den, raw)
+    assert len(den.builds) == 1
+    raw16(den, raw, A, B)
+    assert len(den.builds) == 1

@@ -297,8 +297,8 @@ class Denoiser:
         session.step(0)  # frame 0: the sources upload again, the params if they changed
         return session
 
-    def raw16(self, values: np.ndarray, black, scale, matrix, a: float, b: float
-              ) -> np.ndarray:
+    def raw16(self, values: np.ndarray, black, scale, matrix, a: float, b: float,
+              rows=None) -> np.ndarray:
         """The denoised and demosaiced (h, w, 3) float32 rgb of an RGGB mosaic as stored,
         (h, w) uint16 of even size (weights of mosaics, `cfa`): on the device each
         photosite is made (code - black) * scale with the black and scale (2 x 2 each) of
@@ -306,7 +306,8 @@ class Denoiser:
         3) and downloaded as three floats a pixel (modules raw-in and rgb-out): 2 bytes a
         photosite up instead of rgba floats' 16, no host pass over the values. Whole up to
         limits["raw16"] photosites, else in tiles; non-finite results refused as
-        __call__ refuses them."""
+        __call__ refuses them. rows(out, stop), where given, is told as rows [0, stop) of
+        the result become final (an fp32 retry starts again with another array)."""
         values = np.asarray(values)
         if (not self.cfa or values.dtype != np.uint16 or values.ndim != 2
                 or values.shape[0] % 2 or values.shape[1] % 2 or self.ensemble != 1):
@@ -327,7 +328,7 @@ class Denoiser:
 
         def whole() -> tuple[np.ndarray, str | None]:
             bad[0] = 0
-            out = self._denoise(values, a, b, run, self.limits["raw16"])
+            out = self._denoise(values, a, b, run, self.limits["raw16"], rows)
             return out, f"{bad[0]} pixels of non-finite values" if bad[0] else None
 
         return self._finite(whole)
@@ -403,14 +404,18 @@ class Denoiser:
                    for s in self.sessions.values())
 
     def _denoise(self, image: np.ndarray, a: float, b: float, run=None,
-                 limit: int | None = None) -> np.ndarray:
+                 limit: int | None = None, rows=None) -> np.ndarray:
         """run(image, a, b) (default _run: the float path) on the whole image where it holds
-        at most `limit` pixels (default max_pixels), else on its tiles (_tiled)."""
+        at most `limit` pixels (default max_pixels), else on its tiles (_tiled). rows(out,
+        stop), where given, is told as rows [0, stop) of the result `out` become final."""
         run, limit = run or self._run, limit or self.max_pixels
         ht, wd = image.shape[:2]
         if self.pixels(wd, ht) <= limit:
-            return run(image, a, b)
-        return self._tiled(image, a, b, run, limit)
+            out = run(image, a, b)
+            if rows is not None:
+                rows(out, ht)
+            return out
+        return self._tiled(image, a, b, run, limit, rows)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         # a view: the rgba is the download's own
@@ -445,26 +450,29 @@ class Denoiser:
         return best[1], best[2], margin
 
     def _tiled(self, image: np.ndarray, a: float, b: float, run=None,
-               limit: int | None = None) -> np.ndarray:
+               limit: int | None = None, rows=None) -> np.ndarray:
         """run(tile, a, b) (default _run: the rgb of the float path) over the tiles of
-        tiling(limit), put together; the result has run's channels and dtype."""
+        tiling(limit), put together, a band of rows after another; the result has run's
+        channels and dtype. rows(out, stop) after each band (_denoise)."""
         run = run or self._run
         ht, wd = image.shape[:2]
         cx, cy, margin = self.tiling(wd, ht, limit)
         step = 1 << self.depth
-        rows = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
+        bands = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
         cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
         out = None
         if self.on_tile is not None:
-            self.on_tile(0, len(rows) * len(cols))
+            self.on_tile(0, len(bands) * len(cols))
         for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
-                (r, c) for r in rows for c in cols):
+                (r, c) for r in bands for c in cols):
             res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
             if out is None:
                 out = np.empty((ht, wd, res.shape[2]), res.dtype)
             out[ky0:ky1, kx0:kx1] = res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0]
+            if rows is not None and kx1 == wd:  # the band's last tile
+                rows(out, ky1)
             if self.on_tile is not None:
-                self.on_tile(k + 1, len(rows) * len(cols))
+                self.on_tile(k + 1, len(bands) * len(cols))
         return out
 
 

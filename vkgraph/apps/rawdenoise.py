@@ -155,7 +155,26 @@ def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     return rggb_phase(balanced, red), red
 
 
-def raw16(den, raw: RawImage, a: float, b: float) -> np.ndarray:
+def on_device(den, raw: RawImage) -> bool:
+    """Whether denoise_raw takes the stored codes to the device (raw16): weights of
+    mosaics, one pass, a raw that keeps its codes."""
+    return den.cfa and raw.values is not None and den.ensemble == 1
+
+
+def _rggb_size(raw: RawImage) -> tuple[int, int]:
+    """(width, height) of the raw's mosaic brought to the RGGB phase (rggb_phase)."""
+    top, left = bayer_of(raw)
+    ht, wd = raw.mosaic.shape
+    return wd + left + (wd + left) % 2, ht + top + (ht + top) % 2
+
+
+def prepare(den, raw: RawImage) -> None:
+    """Build what raw16 will run for this raw (Denoiser.prepare), before its noise profile
+    is known."""
+    den.prepare(*_rggb_size(raw), "raw16")
+
+
+def raw16(den, raw: RawImage, a: float, b: float, rows=None) -> np.ndarray:
     """Linear Rec.709 (h, w, 3) of a Bayer raw whose stored codes it keeps (`values`), by
     the Denoiser's raw16 path: the codes brought to the RGGB phase and an even size as
     rggb_mosaic brings the mosaic, each place of the cell given the black level and the
@@ -177,21 +196,27 @@ def raw16(den, raw: RawImage, a: float, b: float) -> np.ndarray:
             blk[dy, dx] = black[y, x]
             scale[dy, dx] = gains[cfa[y, x]] / (raw.white - black[y, x])
     codes = rggb_phase(raw.values, red)
-    out = den.raw16(codes, blk, scale, raw.meta.rgb_cam, a, b)
+    told = None
+    if rows is not None:  # the rows of the raw's own image, cropped as the result is
+        def told(out, stop):
+            rows(out[top:top + ht, left:left + wd], min(ht, stop - top))
+    out = den.raw16(codes, blk, scale, raw.meta.rgb_cam, a, b, told)
     return out[top:top + ht, left:left + wd]
 
 
 def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0,
-                profile: NoiseProfile | None = None
+                profile: NoiseProfile | None = None, rows=None
                 ) -> tuple[np.ndarray, NoiseProfile, tuple[float, float]]:
     """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
     the white-balanced profile times `strength`). The profile: `profile` where the caller
     has it, else profile_for(raw, noise). With weights of RGGB mosaics (`den.cfa`) the
-    denoiser demosaics too (module docstring); else demosaic, then the denoiser."""
+    denoiser demosaics too (module docstring); else demosaic, then the denoiser. rows(out,
+    stop): told as rows of the result become final, where the device's path (on_device)
+    makes it in bands (a writer may begin with them)."""
     profile = profile or profile_for(raw, noise)
     a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
-    if den.cfa and raw.values is not None and den.ensemble == 1:
-        return raw16(den, raw, a, b), profile, (a, b)
+    if on_device(den, raw):
+        return raw16(den, raw, a, b, rows), profile, (a, b)
     if den.cfa:
         mosaic, (top, left) = rggb_mosaic(raw)
         ht, wd = raw.mosaic.shape
