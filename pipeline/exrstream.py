@@ -1,24 +1,29 @@
 """An OpenEXR file written while its rows are still being made (`vkgraph denoise` of a raw
-file on a GPU: the compression of a band of rows overlaps the device's work on the next).
+file on a GPU: the file is written band by band while the device makes the next band).
 
     with ExrStream("out.exr", wd, ht) as exr:
         for ...:                      # as rows of `image` (ht, wd, >= 3) float32 become final
             exr.rows(image, stop)     # rows [0, stop) are final
         exr.finish(image)             # the rest; the file replaces out.exr
 
-The file is what formats.write_exr writes for float32 rgb: one part, scanlines, channels
-B, G, R (OpenEXR's order by name) of FLOAT samples, ZIP compression (blocks of 16 rows,
-each: the rows' samples channel by channel, their bytes split into even and odd halves, each
-byte replaced by its difference to the one before plus 128, then zlib; stored as they are
-where that is not smaller), line order increasing y. The OpenEXR library reads it
-(tests/test_exrstream.py: the same samples, bit for bit).
+The file is one part of scanlines, channels B, G, R (OpenEXR's order by name) of FLOAT
+samples, line order increasing y, and either uncompressed (`none`, the default: one chunk
+a row, the row's samples channel by channel) or ZIP (`zip`: chunks of 16 rows, the rows'
+samples channel by channel, their bytes split into even and odd halves, each byte replaced
+by its difference to the one before plus 128, then zlib; stored as they are where that is
+not smaller). The OpenEXR library reads both (tests/test_exrstream.py: the same samples,
+bit for bit). Uncompressed is the default because float32 samples of a photograph hardly
+compress: ZIP saves 4-6% of a denoised photograph's bytes (the held-out photographs,
+lightly blurred) and 2% of the raw benchmark's picture, for about a second of 16 cores on
+24 megapixels.
 
-Each whole block of final rows is compressed on a thread of its own pool (zlib and numpy let
-go of the GIL) and written at its place by one writer thread, in order, so that when the
-last rows come only their blocks, the offset table and the file's fsync are left. The file
-is an AtomicFile: a failure (an exception in the `with` block, a non-finite sample, an OS
-error) removes it and the previous file stays. Rows given from another array (a run made
-again: the Denoiser's fp32 retry) start the file over; a view of the same rows is the same.
+Each group of 16 final rows is made into its chunks on a thread of its own pool (zlib and
+numpy let go of the GIL) and written at its place by one writer thread, in order, so that
+when the last rows come only their chunks, the offset table and the file's fsync are left.
+The file is an AtomicFile: a failure (an exception in the `with` block, a non-finite
+sample, an OS error) removes it and the previous file stays. Rows given from another array
+(a run made again: the Denoiser's fp32 retry) start the file over; a view of the same rows
+is the same.
 """
 
 from __future__ import annotations
@@ -34,15 +39,15 @@ import numpy as np
 from .errors import RuntimeFailure
 from .formats import AtomicFile, non_finite
 
-ROWS = 16  # rows a ZIP block holds
+ROWS = 16  # rows a group holds (a ZIP chunk's)
 LEVEL = 1  # zlib's: float samples compress little at any level, and 1 is the fastest
-ZIP = 3  # OpenEXR's compression code for ZIP
+CODES = {"none": 0, "zip": 3}  # OpenEXR's compression codes
 FLOAT = 2  # OpenEXR's pixel type code for 32-bit float
 
 
-def header(wd: int, ht: int) -> bytes:
+def header(wd: int, ht: int, compression: str = "none") -> bytes:
     """The magic number, the version (2: one part of scanlines) and the attributes an
-    OpenEXR file must have, for float32 B, G, R and ZIP."""
+    OpenEXR file must have, for float32 B, G, R and the compression."""
     def attr(name: str, kind: str, value: bytes) -> bytes:
         return (name.encode() + b"\0" + kind.encode() + b"\0" + struct.pack("<i", len(value))
                 + value)
@@ -51,7 +56,7 @@ def header(wd: int, ht: int) -> bytes:
                         for c in (b"B", b"G", b"R")) + b"\0"
     window = struct.pack("<4i", 0, 0, wd - 1, ht - 1)
     return (struct.pack("<ii", 20000630, 2) + attr("channels", "chlist", channels)
-            + attr("compression", "compression", bytes([ZIP]))
+            + attr("compression", "compression", bytes([CODES[compression]]))
             + attr("dataWindow", "box2i", window) + attr("displayWindow", "box2i", window)
             + attr("lineOrder", "lineOrder", b"\0")
             + attr("pixelAspectRatio", "float", struct.pack("<f", 1.0))
@@ -59,10 +64,14 @@ def header(wd: int, ht: int) -> bytes:
             + attr("screenWindowWidth", "float", struct.pack("<f", 1.0)) + b"\0")
 
 
+def _planar(rows: np.ndarray) -> np.ndarray:
+    """rows (n, wd, >= 3) float32 as OpenEXR's scanlines hold them: (n, 3, wd), B G R."""
+    return np.ascontiguousarray(rows[:, :, 2::-1].transpose(0, 2, 1), np.float32)
+
+
 def zip_block(rows: np.ndarray, level: int = LEVEL) -> bytes:
-    """A ZIP block's data of rows (n, wd, >= 3) float32 (the module docstring's steps)."""
-    planar = np.ascontiguousarray(rows[:, :, 2::-1].transpose(0, 2, 1), np.float32)
-    raw = planar.reshape(-1).view(np.uint8)
+    """A ZIP chunk's data of rows (n, wd, >= 3) float32 (the module docstring's steps)."""
+    raw = _planar(rows).reshape(-1).view(np.uint8)
     n = raw.size
     half = (n + 1) // 2
     split = np.empty(n, np.uint8)
@@ -76,6 +85,22 @@ def zip_block(rows: np.ndarray, level: int = LEVEL) -> bytes:
     return packed if len(packed) < n else raw.tobytes()
 
 
+def chunks(rows: np.ndarray, y0: int, compression: str = "none") -> tuple[bytes, list[int]]:
+    """The chunks of rows (n, wd, >= 3) float32 that start at row y0, one after another as
+    the file holds them (each: its first row, its data's size, its data), and where each
+    begins in them."""
+    if compression == "zip":
+        data = zip_block(rows)
+        return struct.pack("<ii", y0, len(data)) + data, [0]
+    n, wd = rows.shape[:2]
+    size = 12 * wd  # one row: three channels of wd float32
+    out = np.empty((n, 8 + size), np.uint8)
+    out[:, :8] = np.stack([np.arange(y0, y0 + n), np.full(n, size)], -1).astype(
+        "<i4").view(np.uint8)
+    out[:, 8:] = _planar(rows).reshape(n, -1).view(np.uint8)
+    return out.tobytes(), [k * (8 + size) for k in range(n)]
+
+
 def _where(image) -> tuple | None:
     """An array's memory, shape and strides: views of the same rows compare equal (the
     array given before is held, so another array cannot have its memory)."""
@@ -85,13 +110,19 @@ def _where(image) -> tuple | None:
 
 
 class ExrStream:
-    """A float32 rgb OpenEXR file written as its rows come (module docstring)."""
+    """A float32 rgb OpenEXR file written as its rows come (module docstring), compression
+    "none" or "zip"."""
 
-    def __init__(self, path, wd: int, ht: int, threads: int | None = None):
-        self.path, self.wd, self.ht = Path(path), wd, ht
-        self.blocks = -(-ht // ROWS)
-        self.head = header(wd, ht)
-        self.start = len(self.head) + 8 * self.blocks  # where the blocks begin
+    def __init__(self, path, wd: int, ht: int, compression: str = "none",
+                 threads: int | None = None):
+        if compression not in CODES:
+            raise RuntimeFailure(f"ExrStream writes compression {' or '.join(CODES)}, not "
+                                 f"'{compression}'")
+        self.path, self.wd, self.ht, self.compression = Path(path), wd, ht, compression
+        self.blocks = -(-ht // ROWS)  # groups of rows
+        self.table = self.blocks if compression == "zip" else ht  # chunks: offsets
+        self.head = header(wd, ht, compression)
+        self.start = len(self.head) + 8 * self.table  # where the chunks begin
         self.file = AtomicFile(self.path)
         self.encoders = ThreadPoolExecutor(threads or min(16, os.cpu_count() or 1),
                                            thread_name_prefix="vkgraph-exr")
@@ -116,7 +147,7 @@ class ExrStream:
             if not f.cancelled():
                 f.exception()  # waits; a failure of the old rows does not matter now
         self.image, self.pending, self.done = image, [], 0
-        self.offsets = [0] * self.blocks
+        self.offsets = [0] * self.table
         self.end = self.start  # where the next block goes
         self.bad = None
 
@@ -134,8 +165,9 @@ class ExrStream:
             self.pending.append(self.writer.submit(self._write, k, encoded))
         self.done = max(self.done, last)
 
-    def _encode(self, image: np.ndarray, k: int) -> bytes | None:
-        """Block k's data, or None (and self.bad said) where a sample is not finite."""
+    def _encode(self, image: np.ndarray, k: int) -> tuple[bytes, list[int]] | None:
+        """Group k's chunks (chunks()), or None (and self.bad said) where a sample is not
+        finite."""
         y0 = k * ROWS
         rows = image[y0:y0 + ROWS, :, :3]
         found = non_finite(rows)
@@ -144,17 +176,19 @@ class ExrStream:
             y, x, c = np.unravel_index(i, rows.shape)
             self.bad = f"{rows[y, x, c]} at x={x} y={y0 + y} channel {c}"
             return None
-        return zip_block(rows)
+        return chunks(rows, y0, self.compression)
 
     def _write(self, k: int, encoded) -> None:
-        data = encoded.result()
-        if data is None:
+        done = encoded.result()
+        if done is None:
             return
-        self.offsets[k] = self.end
-        self.file.pwrite(struct.pack("<ii", k * ROWS, len(data)), self.end)
-        self.file.pwrite(data, self.end + 8)
-        self.file.start_writeback(self.end, 8 + len(data))
-        self.end += 8 + len(data)
+        data, starts = done
+        first = k if self.compression == "zip" else k * ROWS  # the group's first chunk
+        for j, at in enumerate(starts):
+            self.offsets[first + j] = self.end + at
+        self.file.pwrite(data, self.end)
+        self.file.start_writeback(self.end, len(data))  # (less for finish's fsync)
+        self.end += len(data)
 
     def finish(self, image: np.ndarray) -> None:
         """The rows not yet given (all of image's), the offset table and the header; the
@@ -167,7 +201,7 @@ class ExrStream:
             if self.bad is not None:
                 raise RuntimeFailure(f"not written: the data holds {self.bad} (a file never "
                                      "gets NaN or Inf)", where=str(self.path))
-            self.file.pwrite(self.head + struct.pack(f"<{self.blocks}Q", *self.offsets), 0)
+            self.file.pwrite(self.head + struct.pack(f"<{self.table}Q", *self.offsets), 0)
             self.file.truncate(self.end)  # (a run made again may have written more)
             self.file.commit()
         except BaseException:

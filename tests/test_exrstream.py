@@ -24,11 +24,12 @@ def picture(ht: int, wd: int, channels: int = 3, seed: int = 0) -> np.ndarray:
     return x.astype(np.float32)
 
 
+@pytest.mark.parametrize("compression", ["none", "zip"])
 @pytest.mark.parametrize("ht,wd,stops", [(53, 37, [7, 16, 20, 40]), (16, 1, []), (1, 5, [1]),
                                          (200, 64, [48, 96, 144])])
-def test_stream_reads_back_bit_for_bit(tmp_path, ht, wd, stops):
+def test_stream_reads_back_bit_for_bit(tmp_path, ht, wd, stops, compression):
     image = picture(ht, wd, 4)  # rgba in: alpha dropped, as write_exr drops it
-    with ExrStream(tmp_path / "a.exr", wd, ht, threads=3) as exr:
+    with ExrStream(tmp_path / "a.exr", wd, ht, compression, threads=3) as exr:
         for stop in stops:
             exr.rows(image, stop)
         exr.finish(image)
@@ -39,9 +40,10 @@ def test_stream_reads_back_bit_for_bit(tmp_path, ht, wd, stops):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.exr", "b.exr"]
 
 
-def test_rows_from_another_array_start_over(tmp_path):
+@pytest.mark.parametrize("compression", ["none", "zip"])
+def test_rows_from_another_array_start_over(tmp_path, compression):
     first, second = picture(70, 30, seed=1), picture(70, 30, seed=2)
-    with ExrStream(tmp_path / "a.exr", 30, 70) as exr:
+    with ExrStream(tmp_path / "a.exr", 30, 70, compression) as exr:
         exr.rows(first, 64)  # written, then the run is made again
         exr.rows(second, 32)
         exr.finish(second)
