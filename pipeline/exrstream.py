@@ -187,7 +187,6 @@ class ExrStream:
         for j, at in enumerate(starts):
             self.offsets[first + j] = self.end + at
         self.file.pwrite(data, self.end)
-        self.file.start_writeback(self.end, len(data))  # (less for finish's fsync)
         self.end += len(data)
 
     def finish(self, image: np.ndarray) -> None:

@@ -302,17 +302,6 @@ class AtomicFile:
 
         self._io(at, data)
 
-    def start_writeback(self, offset: int, size: int) -> None:
-        """Ask the system to start writing [offset, offset + size) to the disk now, where it
-        can (Linux's POSIX_FADV_DONTNEED starts the range's writeback), so that commit's
-        fsync has less left to wait for; nothing where it cannot."""
-        advise = getattr(os, "posix_fadvise", None)
-        if advise is not None and self.fd is not None:
-            try:
-                advise(self.fd, offset, size, os.POSIX_FADV_DONTNEED)
-            except OSError:
-                pass
-
     def truncate(self, size: int) -> None:
         self._io(lambda: os.ftruncate(self.fd, size))
 
