@@ -302,11 +302,6 @@ class AtomicFile:
 
         self._io(at, data)
 
-    def sync(self) -> None:
-        """Flush what was written so far to the disk (fdatasync where there is one), so that
-        commit's fsync has less left to wait for."""
-        self._io(lambda: getattr(os, "fdatasync", os.fsync)(self.fd))
-
     def truncate(self, size: int) -> None:
         self._io(lambda: os.ftruncate(self.fd, size))
 

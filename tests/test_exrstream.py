@@ -69,19 +69,3 @@ def test_failures_leave_the_previous_file(tmp_path):
     assert target.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["a.exr"]
 
-
-def test_flushing_as_it_goes_writes_the_same_file(tmp_path, monkeypatch):
-    """The writer's flushes to the disk (every SYNC_BYTES) change nothing in the file."""
-    from vkgraph.pipeline import exrstream
-
-    image = picture(90, 40)
-    files = []
-    for every in (0, 4096):
-        monkeypatch.setattr(exrstream, "SYNC_BYTES", every)
-        path = tmp_path / f"{every}.exr"
-        with ExrStream(path, 40, 90) as exr:
-            exr.rows(image, 50)
-            exr.finish(image)
-        files.append(path.read_bytes())
-    assert files[0] == files[1]
-    assert np.array_equal(read_exr(tmp_path / "4096.exr")[..., :3], image)
