@@ -7,38 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_srgb8 import chain
 from test_unet_infer import A, B, noisy, write_weights
 
-from vkgraph.api import Session
 from vkgraph.apps.denoise import Denoiser
 from vkgraph.modules.unet_t import reference as ref
 from vkgraph.pipeline.errors import GraphError
-from vkgraph.pipeline.graph import Graph
 from vkgraph.pipeline.raw import RawImage, RawMeta
-from vkgraph.pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from vkgraph.pipeline.testing import session_device
 
 BLACK = np.array([[500.0, 510.0], [520.0, 530.0]])
 WHITE = 16383.0
 WB = (2.0, 1.0, 1.5)
 MATRIX = ((1.6, -0.4, -0.2), (-0.3, 1.5, -0.2), (0.0, -0.5, 1.5))
-
-
-def run(module: str, source: str, data, params: dict, outputs=("output",)) -> dict:
-    """source -> module (its params set) -> an o-array per output, run once."""
-    g = Graph(Registry([DEFAULT_DIR, HOST_MODULES]))
-    g.add_module(source, "main")
-    g.add_module(module, "main")
-    g.connect(source, "main", "output", module, "main", "input")
-    for name in outputs:
-        g.add_module("o-array", name)
-        g.connect(module, "main", name, "o-array", name, "input")
-    with Session(g, session_device()) as s:
-        s.feed(f"{source}:main", data)
-        for name, value in params.items():
-            s.set(f"{module}:main", name, value)
-        s.step(0)
-        return {name: s.take(f"o-array:{name}") for name in outputs}
 
 
 def codes(h: int, w: int, seed: int = 1) -> np.ndarray:
@@ -51,8 +32,9 @@ def test_raw_in_levels_and_white_balance():
     values = codes(6, 10)
     gain = np.array([[2.0, 1.0], [1.0, 1.5]])
     scale = gain / (WHITE - BLACK)
-    got = run("raw-in", "i-bytes", values.view(np.uint8).reshape(6, 5, 4),
-              {"black": BLACK.ravel().tolist(), "scale": scale.ravel().tolist()})["output"]
+    got = chain("raw-in", "i-bytes", values.view(np.uint8).reshape(6, 5, 4),
+                params={"black": BLACK.ravel().tolist(),
+                        "scale": scale.ravel().tolist()})["output"]
     assert got.shape == (6, 10, 4) and got.dtype == np.float32
     blk, g = np.tile(BLACK, (3, 5)), np.tile(gain, (3, 5))
     want = (values - blk) / (WHITE - blk) * g
@@ -67,8 +49,8 @@ def test_rgb_out_matrix_packed_and_non_finite_counted():
     rng = np.random.default_rng(2)
     rgba = rng.random((5, 7, 4)).astype(np.float32)
     rgba[1, 2, :3] = 3e38  # finite in, infinite after the matrix
-    out = run("rgb-out", "i-array", rgba, {"matrix": np.ravel(MATRIX).tolist()},
-              ("output", "bad"))
+    out = chain("rgb-out", "i-array", rgba, ("output", "bad"),
+                {"matrix": np.ravel(MATRIX).tolist()})
     got = out["output"].reshape(5, 7, 3)
     want = rgba[..., :3].astype(np.float64) @ np.array(MATRIX).T
     ok = np.ones((5, 7), bool)

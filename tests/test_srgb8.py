@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = str(ROOT / "graphs" / "weights" / "kpn-photo.lut")
 
 
-def chain(module: str, source: str, data, outputs=("output",)) -> dict:
-    """source -> module -> an o-array per output, run once; what each sink took."""
+def chain(module: str, source: str, data, outputs=("output",), params=None) -> dict:
+    """source -> module (its `params` set) -> an o-array per output, run once; what each
+    sink took."""
     g = Graph(Registry([DEFAULT_DIR, HOST_MODULES]))
     g.add_module(source, "main")
     g.add_module(module, "main")
@@ -41,6 +42,8 @@ def chain(module: str, source: str, data, outputs=("output",)) -> dict:
         g.connect(module, "main", name, "o-array", name, "input")
     with Session(g, session_device()) as s:
         s.feed(f"{source}:main", data)
+        for name, value in (params or {}).items():
+            s.set(f"{module}:main", name, value)
         s.step(0)
         return {name: s.take(f"o-array:{name}") for name in outputs}
 
