@@ -743,7 +743,7 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     profile = read.profile.result() if read is not None else profile_for(raw, noise)
     ht, wd = raw.mosaic.shape
     if WRITERS[dst.suffix.lower()] == "exr" and on_device(den, raw):
-        # the EXR is compressed and written band by band while the device makes the next
+        # the EXR is written band by band while the device makes the next (exrstream.py)
         from vkgraph.pipeline.exrstream import ExrStream
 
         with ExrStream(dst, wd, ht) as exr:

@@ -230,7 +230,7 @@ class Denoiser:
             wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
         if kind == "float":
             zeros = np.zeros((ht, wd, 4), np.float32)
-        else:  # raw16: (h, w) photosites of two bytes, 4 bytes a pair
+        else:  # 8-bit pixels (h, w, 4); raw16's (h, w) photosites as (h, w / 2, 4) bytes
             zeros = np.zeros((ht, wd // 2 if kind == "raw16" else wd, 4), np.uint8)
         self._session(zeros, kind).prepare()
 
