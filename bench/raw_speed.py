@@ -103,7 +103,7 @@ def stages(den, src: Path, dst: Path, noise, kpn: bool) -> dict[str, float]:
         lap("mosaic")
         if not kpn:
             return out
-        ht, wd = raw.mosaic.shape
+        ht, wd = raw.shape
         den(mosaic, a, b)  # the first call at this size builds: not counted
         t = time.perf_counter()
         rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]

@@ -741,7 +741,7 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     if on_device(den, raw):
         prepare(den, raw)
     profile = read.profile.result() if read is not None else profile_for(raw, noise)
-    ht, wd = raw.mosaic.shape
+    ht, wd = raw.shape
     if WRITERS[dst.suffix.lower()] == "exr" and on_device(den, raw):
         # the EXR is written band by band while the device makes the next (exrstream.py)
         from vkgraph.pipeline.exrstream import ExrStream

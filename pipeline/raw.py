@@ -2,6 +2,7 @@
 
     raw = read_raw("photo.dng")
     raw.mosaic          # (h, w) float32: the visible area, (value - black) / (white - black)
+    raw.values          # (h, w) uint16: the same photosites as stored
     raw.meta.cfa        # the colour (0 R, 1 G, 2 B) of each photosite of the top-left P x P
     raw.meta.wb         # as-shot white-balance multipliers (r, g, b), green 1
     raw.meta.rgb_cam    # white-balanced camera rgb -> linear Rec.709 (rows sum to 1)
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,17 +76,38 @@ class RawMeta:
         return XYZ_FROM_RGB @ np.array(self.rgb_cam) @ np.diag(self.wb)
 
 
-@dataclass
 class RawImage:
-    mosaic: np.ndarray  # (h, w) float32
-    meta: RawMeta
-    # what the mosaic was made from, where read_raw made it (a GPU takes these instead: a
-    # quarter of the bytes of the float mosaic; vkgraph/apps/rawdenoise.py): the visible
-    # photosites as stored, and each one's black level (black's P x P tile, repeated) and the
-    # white level; mosaic = (values - black) / (white - black)
-    values: np.ndarray | None = None  # (h, w) uint16
-    black: tuple[tuple[float, ...], ...] | None = None  # P x P, from the top-left
-    white: float | None = None
+    """A raw file's mosaic and its RawMeta. `mosaic`: (h, w) float32, given, or made on first
+    use from what read_raw keeps: `values`, the visible photosites as stored ((h, w)
+    uint16), `black`, their black levels (a P x P tile from the top-left, repeated) and
+    `white`, mosaic = (values - black) / (white - black) (normalised()). The GPU's path takes
+    the stored values instead (a quarter of the float mosaic's bytes;
+    vkgraph/apps/rawdenoise.py) and never makes the mosaic; the noise estimate makes it on
+    the reader thread."""
+
+    def __init__(self, mosaic: np.ndarray | None, meta: RawMeta,
+                 values: np.ndarray | None = None,
+                 black: tuple[tuple[float, ...], ...] | None = None,
+                 white: float | None = None):
+        if mosaic is None and (values is None or black is None or white is None):
+            raise GraphError("a raw image needs its mosaic, or its values and levels")
+        self._mosaic, self.meta = mosaic, meta
+        self.values, self.black, self.white = values, black, white
+        self._lock = threading.Lock()
+
+    @property
+    def mosaic(self) -> np.ndarray:
+        if self._mosaic is None:
+            with self._lock:  # made once, whichever thread asks first
+                if self._mosaic is None:
+                    self._mosaic = normalised(self.values, np.asarray(self.black, np.float32),
+                                              self.white)
+        return self._mosaic
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(h, w) of the mosaic (without making it)."""
+        return (self.values if self._mosaic is None else self._mosaic).shape
 
 
 def import_rawpy():
@@ -143,9 +166,11 @@ def pattern_plane(tile, ht: int, wd: int) -> np.ndarray:
     return np.tile(tile, (-(-ht // p), -(-wd // p)))[:ht, :wd]
 
 
-def _cfa(raw, colours: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    """The P x P pattern of colours 0/1/2 at the visible area's top-left; LibRaw's colour
-    indices name letters of color_desc ('RGBG': index 3 is the second green)."""
+def _cfa(raw, ht: int, wd: int) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
+    """(LibRaw's colour indices of the P x P photosites at the visible area's top-left, the
+    pattern of colours 0/1/2 they are); LibRaw's indices name letters of color_desc ('RGBG':
+    index 3 is the second green). Only those P x P are asked for (LibRaw's COLOR at the
+    visible area's offset, as rawpy's raw_colors_visible gives them), not the whole plane."""
     desc = raw.color_desc.decode("ascii", "replace")
     letters = {"R": 0, "G": 1, "B": 2}
     pattern = raw.raw_pattern
@@ -154,14 +179,19 @@ def _cfa(raw, colours: np.ndarray) -> tuple[tuple[int, ...], ...]:
         raise GraphError("not a Bayer (2x2) or X-Trans (6x6) colour filter array (a linear "
                          "or RGB raw)")
     p = shape[0]
-    ht, wd = colours.shape
     if ht < p or wd < p:
         raise GraphError(f"the visible area ({wd}x{ht}) is smaller than its {p}x{p} pattern")
-    top = colours[:p, :p]
+    s = raw.sizes
+    top = np.array([[raw.raw_color(s.top_margin + y, s.left_margin + x) for x in range(p)]
+                    for y in range(p)])
+    if top.min() < 0 or top.max() >= len(desc) or any(desc[i] not in letters
+                                                     for i in top.ravel()):
+        raise GraphError(f"colour indices {sorted(set(top.ravel().tolist()))} outside the "
+                         f"sensor's colours {desc!r}")
     cfa = np.vectorize(lambda i: letters[desc[i]])(top)
     if {0, 1, 2} - set(cfa.ravel().tolist()):
         raise GraphError("the colour filter array lacks red, green or blue")
-    return tuple(tuple(int(c) for c in row) for row in cfa)
+    return top, tuple(tuple(int(c) for c in row) for row in cfa)
 
 
 def _white_balance(raw) -> tuple[float, float, float]:
@@ -280,24 +310,22 @@ def normalised(values: np.ndarray, tile: np.ndarray, white: float) -> np.ndarray
 
 def _unpack(raw, path: Path, rawpy) -> RawImage:
     values = np.asarray(raw.raw_image_visible)  # unpacks: LibRawError when cut short
-    colours = np.asarray(raw.raw_colors_visible)
-    if values.shape != colours.shape or values.ndim != 2:
+    if values.ndim != 2:
         raise GraphError("not a single-plane colour filter array (a linear or RGB raw)")
     ht, wd = values.shape
-    cfa = _cfa(raw, colours)
+    colours, cfa = _cfa(raw, ht, wd)
     black = np.asarray(raw.black_level_per_channel, np.float64)
     white = float(raw.white_level)
     if not np.all(white > black):
         raise GraphError(f"white level {white:g} is not above the black levels "
                          f"{', '.join(f'{b:g}' for b in black)}")
-    p = len(cfa)
     # black per photosite: LibRaw's per-channel levels repeat with the CFA's period
-    tile = black[np.clip(colours[:p, :p], 0, 3)].astype(np.float32)
-    mosaic = normalised(values, tile, white)
+    tile = black[np.clip(colours, 0, 3)].astype(np.float32)
     make, model = _libraw_names(rawpy, path)
     meta = RawMeta(cfa=cfa, wb=_white_balance(raw), rgb_cam=_rgb_cam(raw), make=make,
                    model=model, iso=float(raw.other.iso_speed or 0.0))
-    # a copy: LibRaw's buffer goes with the file's handle (LibRaw's photosites are uint16)
-    kept = np.array(values, np.uint16, order="C") if values.dtype == np.uint16 else None
-    return RawImage(np.ascontiguousarray(mosaic, np.float32), meta, kept,
-                    tuple(tuple(float(v) for v in row) for row in tile), white)
+    levels = tuple(tuple(float(v) for v in row) for row in tile)
+    if values.dtype != np.uint16:  # (LibRaw's photosites are uint16)
+        return RawImage(normalised(values, tile, white), meta)
+    # a copy: LibRaw's buffer goes with the file's handle; the mosaic is made when used
+    return RawImage(None, meta, np.array(values, np.uint16, order="C"), levels, white)

@@ -184,3 +184,23 @@ def test_prepare_builds_what_raw16_runs(weights, limit):
     assert len(den.builds) == 1
     raw16(den, raw, A, B)
     assert len(den.builds) == 1
+
+
+def test_a_dng_on_the_device_path_never_makes_the_float_mosaic(weights, tmp_path):
+    """read_raw keeps the stored codes and makes the float mosaic only when asked: the
+    device's path with a given profile never asks, and gives the float path's image."""
+    pytest.importorskip("rawpy")
+    pytest.importorskip("tifffile")
+    from test_raw import scene, write
+
+    from vkgraph.apps.rawdenoise import denoise_raw
+    from vkgraph.pipeline.raw import read_raw
+
+    write(tmp_path / "a.dng", scene(36, 50), ((1, 2), (0, 1)), noise=(A, B))  # GBRG
+    raw = read_raw(tmp_path / "a.dng")
+    assert raw.values.dtype == np.uint16 and raw.shape == (36, 50)
+    den = Denoiser(session_device(), weights)
+    dev, _, _ = denoise_raw(den, None, raw, noise=(A, B))
+    assert raw._mosaic is None  # not made
+    host, _, _ = denoise_raw(den, None, RawImage(raw.mosaic, raw.meta), noise=(A, B))
+    np.testing.assert_allclose(dev, host, rtol=1e-4, atol=1e-5)

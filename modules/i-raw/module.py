@@ -16,7 +16,7 @@ def give(module, raw: RawImage) -> bool:
     metadata (the pattern and white balance are recorded into the build)."""
     old = module.data.get("given")
     module.data["given"] = raw
-    return (not isinstance(old, RawImage) or old.mosaic.shape != raw.mosaic.shape
+    return (not isinstance(old, RawImage) or old.shape != raw.shape
             or old.meta != raw.meta)
 
 
@@ -29,7 +29,7 @@ def _load(graph, module) -> RawImage:
 
 def modify_roi_out(graph, module) -> None:
     raw = _load(graph, module)
-    ht, wd = raw.mosaic.shape
+    ht, wd = raw.shape
     module.connector("output").roi = Roi(wd, ht)
     graph.meta(module, "output")["raw"] = raw.meta
 

@@ -60,7 +60,7 @@ class Demosaicer:
     def __call__(self, raw: RawImage, wb: bool = True, colour: bool = False) -> np.ndarray:
         """(h, w, 3) float32: balanced (wb) and demosaiced, in camera rgb or (colour) linear
         Rec.709."""
-        ht, wd = raw.mosaic.shape
+        ht, wd = raw.shape
         if ht * wd <= self.max_pixels:
             return self._run(raw, wb, colour)
         p = raw.meta.period
@@ -78,7 +78,7 @@ class Demosaicer:
         return out
 
     def _run(self, raw: RawImage, wb: bool, colour: bool) -> np.ndarray:
-        ht, wd = raw.mosaic.shape
+        ht, wd = raw.shape
         key = (wd, ht, wb, colour)
         if key not in self.sessions:
             g = Graph(self.registry)
@@ -135,7 +135,7 @@ def bayer_of(raw: RawImage) -> tuple[int, int]:
         kind = "X-Trans" if raw.meta.period == 6 else "not a Bayer one"
         raise GraphError(f"these weights denoise RGGB (Bayer) mosaics; this file's colour "
                          f"pattern is {kind}")
-    ht, wd = raw.mosaic.shape
+    ht, wd = raw.shape
     if min(ht, wd) < 2:
         raise GraphError(f"a {wd}x{ht} mosaic holds no whole 2 x 2 Bayer cell")
     return red
@@ -164,7 +164,7 @@ def on_device(den, raw: RawImage) -> bool:
 def _rggb_size(raw: RawImage) -> tuple[int, int]:
     """(width, height) of the raw's mosaic brought to the RGGB phase (rggb_phase)."""
     top, left = bayer_of(raw)
-    ht, wd = raw.mosaic.shape
+    ht, wd = raw.shape
     return wd + left + (wd + left) % 2, ht + top + (ht + top) % 2
 
 
@@ -219,7 +219,7 @@ def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float
         return raw16(den, raw, a, b, rows), profile, (a, b)
     if den.cfa:
         mosaic, (top, left) = rggb_mosaic(raw)
-        ht, wd = raw.mosaic.shape
+        ht, wd = raw.shape
         rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]
     else:
         rgb = den(dem(raw, wb=True, colour=False), a, b)
