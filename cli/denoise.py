@@ -727,14 +727,16 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
                      strength: float = 1.0, denoised=None, read=None) -> str:
-    """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py):
-    16-bit where the output format has it; `strength` multiplies the level kpn gets. read:
-    its RawRead to come (ReadAhead), else it is read here. On the device's path the build
-    runs while the noise profile is estimated."""
+    """A camera raw file demosaiced, denoised and colour-converted (vkgraph/apps/rawdenoise.py),
+    turned upright by the orientation the camera recorded, with the camera's EXIF (make,
+    model, date, exposure) where the output format holds it: 16-bit where the output format
+    has it; `strength` multiplies the level kpn gets. read: its RawRead to come
+    (ReadAhead), else it is read here. On the device's path the build runs while the noise
+    profile is estimated, and an EXR is written band by band as it is made (when upright)."""
     from vkgraph.apps.camnoise import profile_for
     from vkgraph.apps.rawdenoise import demosaicer_of, denoise_raw, on_device, prepare
-    from vkgraph.pipeline.formats import ImageMeta, write_like
-    from vkgraph.pipeline.raw import read_raw
+    from vkgraph.pipeline.formats import ImageMeta, orient, write_like
+    from vkgraph.pipeline.raw import exif_of, read_raw
 
     t0 = time.perf_counter()
     raw = read.raw.result() if read is not None else read_raw(src)
@@ -742,24 +744,27 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
         prepare(den, raw)
     profile = read.profile.result() if read is not None else profile_for(raw, noise)
     ht, wd = raw.shape
+    turn = raw.meta.orientation
+    meta = ImageMeta("raw", "u16", exif=exif_of(raw.meta), orientation=turn)
     if WRITERS[dst.suffix.lower()] == "exr" and on_device(den, raw):
-        # the EXR is written band by band while the device makes the next (exrstream.py)
         from vkgraph.pipeline.exrstream import ExrStream
 
-        with ExrStream(dst, wd, ht) as exr:
+        # (orientations 5..8 swap rows and columns)
+        with ExrStream(dst, *((ht, wd) if turn >= 5 else (wd, ht))) as exr:
+            # upright, the file is written band by band while the device makes the next
             out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength,
-                                          profile, exr.rows)
+                                          profile, exr.rows if turn == 1 else None)
             if denoised is not None:
                 denoised()
-            exr.finish(out)
+            exr.finish(orient(out, turn))
     else:
         out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength, profile)
         if denoised is not None:
             denoised()
-        write_like(dst, out, ImageMeta("raw", "u16"), quality)
+        write_like(dst, orient(out, turn), meta, quality)
     a, b = profile.scalar()
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
     how = profile.source + (f", strength {strength:g}" if strength != 1.0 else "")
     return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
-            f"({how}), weights {den.weights.name}, {time.perf_counter() - t0:.2f} s")
-
+            f"({how}), weights {den.weights.name}{kept(meta, dst, quality)}, "
+            f"{time.perf_counter() - t0:.2f} s")

@@ -6,6 +6,7 @@
     raw.meta.cfa        # the colour (0 R, 1 G, 2 B) of each photosite of the top-left P x P
     raw.meta.wb         # as-shot white-balance multipliers (r, g, b), green 1
     raw.meta.rgb_cam    # white-balanced camera rgb -> linear Rec.709 (rows sum to 1)
+    raw.meta.orientation  # the EXIF Orientation the camera recorded (exif_of: the rest)
 
 Normalisation: each photosite has the black level of its CFA position (LibRaw's per-channel
 black plus the common one) and the white level; the mosaic is (value - black) / (white -
@@ -64,6 +65,14 @@ class RawMeta:
     make: str = ""
     model: str = ""
     iso: float = 0.0
+    # how the photo is meant to be seen (the EXIF Orientation 1..8 the camera recorded) and
+    # what it says of the shot (0 or "" where it says nothing)
+    orientation: int = 1
+    exposure: float = 0.0  # seconds
+    fnumber: float = 0.0
+    focal: float = 0.0  # mm
+    taken: str = ""  # "YYYY:MM:DD HH:MM:SS"
+    artist: str = ""
 
     @property
     def period(self) -> int:
@@ -74,6 +83,56 @@ class RawMeta:
     def cam_xyz(self) -> np.ndarray:
         """3 x 3: raw camera rgb (not white-balanced) -> CIE XYZ (D65)."""
         return XYZ_FROM_RGB @ np.array(self.rgb_cam) @ np.diag(self.wb)
+
+
+# LibRaw's flip (ImageSizes.flip) -> the EXIF Orientation it came from (LibRaw reads EXIF's o
+# as flip "50132467"[o])
+FLIP_ORIENTATION = {0: 1, 1: 2, 2: 4, 3: 3, 4: 5, 5: 8, 6: 6, 7: 7}
+
+
+def exif_of(meta: RawMeta) -> bytes | None:
+    """EXIF (Pillow's `exif=` form) for a picture made from the raw: the camera's make and
+    model, the artist, the date and, in the Exif IFD, the exposure time, f-number, ISO,
+    focal length and the date taken; no Orientation (the picture is made upright). None
+    where the raw says none of it."""
+    from fractions import Fraction
+
+    from PIL import Image
+    from PIL.TiffImagePlugin import IFDRational
+
+    def rational(v: float) -> IFDRational:
+        f = Fraction(v).limit_denominator(1_000_000)
+        return IFDRational(f.numerator, f.denominator)
+
+    exif = Image.Exif()
+    for tag, text in ((0x010F, meta.make), (0x0110, meta.model), (0x013B, meta.artist),
+                      (0x0132, meta.taken)):
+        if text:
+            exif[tag] = text
+    shot = exif.get_ifd(0x8769)
+    for tag, value in ((0x829A, meta.exposure), (0x829D, meta.fnumber),
+                       (0x920A, meta.focal)):
+        if value > 0:
+            shot[tag] = rational(value)
+    if meta.iso > 0:
+        shot[0x8827] = min(65535, int(round(meta.iso)))
+    if meta.taken:
+        shot[0x9003] = meta.taken
+    return exif.tobytes() if len(exif) or shot else None
+
+
+def _shot(raw) -> dict:
+    """RawMeta's orientation and shot fields from LibRaw (sizes.flip, rawpy's `other`)."""
+    other = raw.other
+    taken = other.timestamp
+    stamp = (taken.strftime("%Y:%m:%d %H:%M:%S")
+             if taken is not None and taken.timestamp() > 0 else "")
+    artist = other.artist if isinstance(other.artist, str) else ""
+    return {"orientation": FLIP_ORIENTATION.get(int(raw.sizes.flip), 1),
+            "exposure": float(other.shutter_speed or 0.0),
+            "fnumber": float(other.aperture or 0.0),
+            "focal": float(other.focal_length or 0.0), "taken": stamp,
+            "artist": "".join(ch for ch in artist if ch.isprintable()).strip()}
 
 
 class RawImage:
@@ -323,7 +382,7 @@ def _unpack(raw, path: Path, rawpy) -> RawImage:
     tile = black[np.clip(colours, 0, 3)].astype(np.float32)
     make, model = _libraw_names(rawpy, path)
     meta = RawMeta(cfa=cfa, wb=_white_balance(raw), rgb_cam=_rgb_cam(raw), make=make,
-                   model=model, iso=float(raw.other.iso_speed or 0.0))
+                   model=model, iso=float(raw.other.iso_speed or 0.0), **_shot(raw))
     levels = tuple(tuple(float(v) for v in row) for row in tile)
     if values.dtype != np.uint16:  # (LibRaw's photosites are uint16)
         return RawImage(normalised(values, tile, white), meta)

@@ -41,8 +41,10 @@ def scene(h: int = 48, w: int = 60, seed: int = 0) -> np.ndarray:
     return np.clip(rgb + 0.01 * rng.standard_normal(rgb.shape), 0.02, 0.95)
 
 
-def write(path, clean, cfa, noise=None, black=BLACK, iso=800, make="Acme", model="Cam 1"):
-    """A DNG of `clean` through vkgraph/apps/dng.py's camera; noise (a, b) on the mosaic."""
+def write(path, clean, cfa, noise=None, black=BLACK, iso=800, make="Acme", model="Cam 1",
+          **more):
+    """A DNG of `clean` through vkgraph/apps/dng.py's camera; noise (a, b) on the mosaic;
+    `more`: write_dng's other tags (orientation, taken)."""
     mosaic = dng.camera_mosaic(clean, cfa)
     if noise is not None:
         mosaic = add_noise(mosaic, *noise, seed=3)
@@ -50,7 +52,8 @@ def write(path, clean, cfa, noise=None, black=BLACK, iso=800, make="Acme", model
     blk = black if p == 2 else int(np.asarray(black).min())
     levels = np.asarray(blk).ravel() if p == 2 else blk
     dng.write_dng(path, dng.mosaic_counts(mosaic, blk, WHITE), cfa, levels, WHITE,
-                  dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, make=make, model=model, iso=iso)
+                  dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, make=make, model=model, iso=iso,
+                  **more)
     return mosaic
 
 
@@ -336,6 +339,57 @@ def test_denoise_a_dng(tmp_path, capsys, monkeypatch):
     assert main(["denoise", str(tmp_path / "photo.dng"), "--noise", "1e4", "100"]) == 0
     assert "(given)" in capsys.readouterr().out
     assert (tmp_path / "photo-denoised.exr").is_file()
+
+
+@pytest.mark.parametrize("orientation", [1, 2, 3, 6, 8])
+def test_read_orientation_and_the_shot(tmp_path, orientation):
+    """The EXIF Orientation a camera recorded (LibRaw's flip, mapped back) and what the
+    file says of the shot; exif_of makes EXIF of them without an Orientation."""
+    from PIL import Image
+
+    from vkgraph.pipeline.raw import exif_of
+
+    write(tmp_path / "a.dng", scene(), dng.BAYER["RGGB"], iso=1600, orientation=orientation,
+          taken="2024:05:06 07:08:09")
+    meta = read_raw(tmp_path / "a.dng").meta
+    assert (meta.orientation, meta.taken, meta.iso) == (orientation, "2024:05:06 07:08:09",
+                                                        1600.0)
+    exif = Image.Exif()
+    exif.load(exif_of(meta))
+    assert (exif[0x010F], exif[0x0110], exif[0x0132]) == ("Acme", "Cam 1",
+                                                          "2024:05:06 07:08:09")
+    assert 0x0112 not in exif
+    shot = exif.get_ifd(0x8769)
+    assert (shot[0x8827], shot[0x9003]) == (1600, "2024:05:06 07:08:09")
+
+
+def test_denoise_turns_a_raw_upright_and_keeps_its_exif(tmp_path, capsys):
+    """A portrait raw (Orientation 6) comes out upright: the landscape file's result turned
+    as Pillow's exif_transpose turns it, to the bit; a JPEG gets the camera's EXIF without
+    an Orientation, so that a viewer does not turn it again."""
+    from PIL import Image
+
+    from vkgraph.pipeline.formats import orient
+
+    clean = 0.5 * scene(32, 40) + 0.1
+    for name, turn in (("land", 1), ("port", 6)):
+        write(tmp_path / f"{name}.dng", clean, dng.BAYER["GBRG"], noise=(1e4, 100.0),
+              orientation=turn, taken="2024:05:06 07:08:09")
+        for ext in ("tif", "jpg"):
+            assert main(["denoise", str(tmp_path / f"{name}.dng"), "-o",
+                         str(tmp_path / f"{name}.{ext}"), "--noise", "1e4", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "port.tif: 40x32 Bayer" in out and "turned upright (EXIF orientation 6), EXIF" in out
+    import tifffile
+
+    land, port = (tifffile.imread(tmp_path / f"{n}.tif") for n in ("land", "port"))
+    assert land.shape == (32, 40, 3) and port.shape == (40, 32, 3)
+    assert np.array_equal(port, orient(land, 6))
+    with Image.open(tmp_path / "port.jpg") as im:
+        assert im.size == (32, 40)
+        exif = im.getexif()
+        assert exif.get(0x0112, 1) == 1 and exif[0x010F] == "Acme"
+        assert exif.get_ifd(0x8769)[0x9003] == "2024:05:06 07:08:09"
 
 
 def test_gpu_default_weights_follow_the_pattern(tmp_path, capsys, monkeypatch):

@@ -204,3 +204,26 @@ def test_a_dng_on_the_device_path_never_makes_the_float_mosaic(weights, tmp_path
     assert raw._mosaic is None  # not made
     host, _, _ = denoise_raw(den, None, RawImage(raw.mosaic, raw.meta), noise=(A, B))
     np.testing.assert_allclose(dev, host, rtol=1e-4, atol=1e-5)
+
+
+def test_a_portrait_raw_to_exr_on_the_device_path_is_upright(weights, tmp_path, capsys):
+    """`vkgraph denoise` with weights of mosaics (the device's path, its EXR written by
+    ExrStream): a portrait raw (Orientation 8) is the landscape one's result turned."""
+    pytest.importorskip("rawpy")
+    pytest.importorskip("tifffile")
+    from test_raw import scene, write
+
+    from vkgraph.cli.main import main
+    from vkgraph.pipeline.formats import orient, read_exr
+
+    clean = 0.5 * scene(32, 40) + 0.1
+    for name, turn in (("land", 1), ("port", 8)):
+        write(tmp_path / f"{name}.dng", clean, ((0, 1), (1, 2)), noise=(A, B),
+              orientation=turn)
+        assert main(["denoise", str(tmp_path / f"{name}.dng"), "-o",
+                     str(tmp_path / f"{name}.exr"), "--weights", str(weights),
+                     "--noise", str(A), str(B)]) == 0
+    assert "turned upright (EXIF orientation 8)" in capsys.readouterr().out
+    land, port = (read_exr(tmp_path / f"{n}.exr")[..., :3] for n in ("land", "port"))
+    assert land.shape == (32, 40, 3) and port.shape == (40, 32, 3)
+    assert np.array_equal(port, orient(land, 8))

@@ -37,10 +37,12 @@ def _rationals(values, den: int = 1_000_000) -> tuple[int, ...]:
 
 def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
               make: str = "vkgraph", model: str = "synthetic", iso: int = 0,
-              active_area: tuple[int, int, int, int] | None = None) -> bytes:
+              active_area: tuple[int, int, int, int] | None = None, orientation: int = 1,
+              taken: str = "") -> bytes:
     """The file's bytes (module docstring); active_area (top, left, bottom, right): the
     photosites that see light, the rest a masked margin (the CFA pattern starts at its
-    top-left)."""
+    top-left); orientation: the EXIF Orientation (1..8) the camera recorded; taken: its
+    DateTime, "YYYY:MM:DD HH:MM:SS"."""
     import io
 
     import tifffile
@@ -71,6 +73,10 @@ def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
     ]
     if active_area is not None:
         tags.append((50829, "I", 4, tuple(int(v) for v in active_area), True))  # ActiveArea
+    if orientation != 1:
+        tags.append((274, "H", 1, int(orientation), True))  # Orientation
+    if taken:
+        tags.append((306, "s", 0, taken, True))  # DateTime
     if iso:
         tags.append((_PLACEHOLDER, "I", 1, 0, True))
     buf = io.BytesIO()
@@ -94,9 +100,9 @@ def dng_bytes(counts: np.ndarray, cfa, black, white: int, color_matrix, neutral,
 
 
 def write_dng(path, counts, cfa, black, white, color_matrix, neutral, make="vkgraph",
-              model="synthetic", iso=0, active_area=None) -> Path:
+              model="synthetic", iso=0, active_area=None, orientation=1, taken="") -> Path:
     atomic_write(path, dng_bytes(counts, cfa, black, white, color_matrix, neutral, make,
-                                 model, iso, active_area))
+                                 model, iso, active_area, orientation, taken))
     return Path(path)
 
 
