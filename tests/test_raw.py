@@ -341,7 +341,7 @@ def test_denoise_a_dng(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "photo-denoised.exr").is_file()
 
 
-@pytest.mark.parametrize("orientation", [1, 2, 3, 6, 8])
+@pytest.mark.parametrize("orientation", range(1, 9))
 def test_read_orientation_and_the_shot(tmp_path, orientation):
     """The EXIF Orientation a camera recorded (LibRaw's flip, mapped back) and what the
     file says of the shot; exif_of makes EXIF of them without an Orientation."""
