@@ -1102,13 +1102,17 @@ def orient(pixels: np.ndarray, orientation: int) -> np.ndarray:
     if cols:
         p = p[:, ::-1]
     out = np.empty(p.shape, p.dtype)
-
-    def part(r0: int, r1: int) -> None:  # bands of output rows on the host's threads
-        np.copyto(out[r0:r1], p[r0:r1])
-
-    in_parts(part, p.shape[0], max(1, PART // max(1, p[0].size)))
+    copy_rows(out, p)
     return out if out.dtype == pixels.dtype else out.view(pixels.dtype).reshape(
         out.shape[:2] + pixels.shape[2:])
+
+
+def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src in bands of rows on the host's threads (a 24 MP image turned, or a 6 M
+    photosite tile's rgb put in place: tens of MB, 12 ms a 72 MB copy on one core of an H100
+    machine)."""
+    in_parts(lambda r0, r1: np.copyto(dst[r0:r1], src[r0:r1]), dst.shape[0],
+             max(1, PART // max(1, dst[0].size)))
 
 
 def _pixel_words(pixels: np.ndarray) -> np.ndarray:

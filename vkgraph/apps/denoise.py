@@ -76,7 +76,7 @@ import numpy as np
 
 from ..api import Session
 from ..pipeline.errors import GraphError
-from ..pipeline.formats import PART, in_parts, non_finite, read_lut
+from ..pipeline.formats import copy_rows, non_finite, read_lut
 from ..pipeline.graph import Graph
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
@@ -468,20 +468,12 @@ class Denoiser:
             res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
             if out is None:
                 out = np.empty((ht, wd, res.shape[2]), res.dtype)
-            put(out[ky0:ky1, kx0:kx1], res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0])
+            copy_rows(out[ky0:ky1, kx0:kx1], res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0])
             if rows is not None and kx1 == wd:  # the band's last tile
                 rows(out, ky1)
             if self.on_tile is not None:
                 self.on_tile(k + 1, len(bands) * len(cols))
         return out
-
-
-def put(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src in bands of rows on the host's threads (a tile of 6 M photosites' rgb
-    is 72 MB: 12 ms on one core of an H100 machine)."""
-    rows = dst.shape[0]
-    in_parts(lambda r0, r1: np.copyto(dst[r0:r1], src[r0:r1]), rows,
-             max(1, PART // max(1, dst[0].size)))
 
 
 def check_weights(weights: Path, levels: int | None = None, registry=None) -> int | None:
