@@ -511,10 +511,15 @@ def rggb_phase(mosaic: np.ndarray, red: tuple[int, int]) -> np.ndarray:
     brought to the RGGB phase and to an even size by mirrored rows and columns in front of
     and after it (numpy's "reflect": row -1 is row 1, of the same colours); it starts at
     `red` in the result. The mosaic itself where it already is so."""
-    top, left = red
-    h, w = mosaic.shape[:2]
-    pad = ((top, (h + top) % 2), (left, (w + left) % 2)) + ((0, 0),) * (mosaic.ndim - 2)
+    pad = rggb_padding(*mosaic.shape[:2], red) + ((0, 0),) * (mosaic.ndim - 2)
     return np.pad(mosaic, pad, mode="reflect") if any(map(any, pad)) else mosaic
+
+
+def rggb_padding(h: int, w: int, red: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    """((rows before, after), (columns before, after)) that rggb_phase mirrors around an h x w
+    mosaic whose red is at `red`: red to the front, then an even size."""
+    top, left = red
+    return (top, (h + top) % 2), (left, (w + left) % 2)
 
 
 def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool] | None:

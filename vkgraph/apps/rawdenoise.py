@@ -37,7 +37,7 @@ from ..pipeline.graph import Graph
 from ..pipeline.raw import RawImage
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from .camnoise import NoiseProfile, profile_for
-from .denoise import bayer_red, max_pixels_of, rggb_phase, spans, tile_length
+from .denoise import bayer_red, max_pixels_of, rggb_padding, rggb_phase, spans, tile_length
 
 
 class Demosaicer:
@@ -161,17 +161,12 @@ def on_device(den, raw: RawImage) -> bool:
     return den.cfa and raw.values is not None and den.ensemble == 1
 
 
-def _rggb_size(raw: RawImage) -> tuple[int, int]:
-    """(width, height) of the raw's mosaic brought to the RGGB phase (rggb_phase)."""
-    top, left = bayer_of(raw)
-    ht, wd = raw.shape
-    return wd + left + (wd + left) % 2, ht + top + (ht + top) % 2
-
-
 def prepare(den, raw: RawImage) -> None:
-    """Build what raw16 will run for this raw (Denoiser.prepare), before its noise profile
-    is known."""
-    den.prepare(*_rggb_size(raw), "raw16")
+    """Build what raw16 will run for this raw (Denoiser.prepare: the size rggb_phase brings
+    it to), before its noise profile is known."""
+    ht, wd = raw.shape
+    rows, cols = rggb_padding(ht, wd, bayer_of(raw))
+    den.prepare(wd + sum(cols), ht + sum(rows), "raw16")
 
 
 def raw16(den, raw: RawImage, a: float, b: float, rows=None) -> np.ndarray:
