@@ -78,9 +78,11 @@ class Buffers:
         """Does the host map a buffer the kernels write (CPU drivers)?"""
         return any(b.mapped is not None for bufs in self.buffers.values() for b in bufs)
 
-    def new(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True):
-        """A buffer of this build (freed with it); zero=False: not zeroed (Buffer's)."""
-        buf = self.device.buffer(nbytes, host, near, zero)
+    def new(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True,
+            cached: bool = False):
+        """A buffer of this build (freed with it); zero=False: not zeroed, cached=True:
+        in memory the host reads quickly (Buffer's)."""
+        buf = self.device.buffer(nbytes, host, near, zero, cached)
         self.owned.append(buf)
         return buf
 
@@ -199,8 +201,10 @@ class Buffers:
             if node.kernel is None:
                 c0 = node.connectors[0]
                 # not zeroed: a source's is written whole before it is copied, a sink's
-                # copied into whole before the host reads it
-                self.staging[id(node)] = self.new(c0.nbytes(), host=True, zero=False)
+                # copied into whole before the host reads it (a sink's: in memory the
+                # host's caches hold, where the driver has such memory: Buffer's cached)
+                self.staging[id(node)] = self.new(c0.nbytes(), host=True, zero=False,
+                                                  cached=node.is_sink)
         for node in self.schedule:
             if node.kernel is None:
                 continue

@@ -484,9 +484,10 @@ class Device:
         return cls(info, pds[info.index], surface)
 
     # factories (each child registers itself for teardown)
-    def buffer(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True):
+    def buffer(self, nbytes: int, host: bool = False, near: bool = False, zero: bool = True,
+               cached: bool = False):
         from .memory import Buffer
-        return self._own(Buffer(self, nbytes, host, near, zero))
+        return self._own(Buffer(self, nbytes, host, near, zero, cached))
 
     def zero_all(self, buffers) -> None:
         """Every byte of these buffers (made with zero=False) 0, in one submission."""
