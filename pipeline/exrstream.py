@@ -17,11 +17,16 @@ compress: ZIP saves 4-6% of a denoised photograph's bytes (the held-out photogra
 lightly blurred) and 2% of the raw benchmark's picture, for about a second of 16 cores on
 24 megapixels.
 
-Each group of 16 final rows is made into its chunks on a thread of its own pool (zlib and
-numpy let go of the GIL) and written at its place by one writer thread, in order, so that
-when the last rows come only their chunks, the offset table and the file's fsync are left
-(flushing the file to the disk as it goes, every 32 MB, made the command 0.12 s slower on an
-H100 machine: bench/README.md).
+Each group of final rows (16 with ZIP, a chunk; up to 256 uncompressed) is made into its
+chunks on a thread of its own pool (zlib and numpy let go of the GIL) and written at its
+place by one writer thread, in order, so that when the last rows come only their chunks, the
+offset table and the file's fsync are left. Uncompressed rows whose channels each lie
+contiguous (an (h, w, 3) view of (h, 3, w) memory, as rgb-out's `planar` makes them) are
+written from the array as they are, a row's y and size and its three planes by one pwritev,
+without a pass over the samples but the non-finite check. After each write the system is
+asked to start writing it to the disk (AtomicFile.start_writeback), so that the fsync at the
+end finds little left (a 288 MB file on an H100 machine: 0.14-0.23 s -> 1 ms; an fdatasync
+every 32 MB, which waits, made the command 0.12 s slower: bench/README.md).
 The file is an AtomicFile: a failure (an exception in the `with` block, a non-finite
 sample, an OS error) removes it and the previous file stays. Rows given from another array
 (a run made again: the Denoiser's fp32 retry) start the file over; a view of the same rows
@@ -41,7 +46,10 @@ import numpy as np
 from .errors import RuntimeFailure
 from .formats import AtomicFile, non_finite
 
-ROWS = 16  # rows a group holds (a ZIP chunk's)
+ROWS = {"zip": 16, "none": 256}  # rows a group holds: a ZIP chunk's; uncompressed, 18 MB at
+# 6000 pixels a row (a task of the encoders, written by one pwrite)
+THREADS = {"zip": 16, "none": 4}  # encoders at most: zlib's work, or three copies a group
+# (more threads of short tasks wait on each other for the interpreter's lock)
 LEVEL = 1  # zlib's: float samples compress little at any level, and 1 is the fastest
 CODES = {"none": 0, "zip": 3}  # OpenEXR's compression codes
 FLOAT = 2  # OpenEXR's pixel type code for 32-bit float
@@ -87,20 +95,30 @@ def zip_block(rows: np.ndarray, level: int = LEVEL) -> bytes:
     return packed if len(packed) < n else raw.tobytes()
 
 
-def chunks(rows: np.ndarray, y0: int, compression: str = "none") -> tuple[bytes, list[int]]:
+def chunks(rows: np.ndarray, y0: int, compression: str = "none") -> tuple[object, list[int]]:
     """The chunks of rows (n, wd, >= 3) float32 that start at row y0, one after another as
-    the file holds them (each: its first row, its data's size, its data), and where each
-    begins in them."""
+    the file holds them (each: its first row, its data's size, its data; bytes, or an array
+    of exactly those bytes), and where each begins in them."""
     if compression == "zip":
         data = zip_block(rows)
         return struct.pack("<ii", y0, len(data)) + data, [0]
     n, wd = rows.shape[:2]
     size = 12 * wd  # one row: three channels of wd float32
-    out = np.empty((n, 8 + size), np.uint8)
-    out[:, :8] = np.stack([np.arange(y0, y0 + n), np.full(n, size)], -1).astype(
-        "<i4").view(np.uint8)
-    out[:, 8:] = _planar(rows).reshape(n, -1).view(np.uint8)
-    return out.tobytes(), [k * (8 + size) for k in range(n)]
+    out = np.empty((n, 2 + 3 * wd), np.float32)  # a row: y and size (int32), B, G, R
+    words = out.view(np.int32)
+    words[:, 0] = np.arange(y0, y0 + n)
+    words[:, 1] = size
+    for c in range(3):  # a channel's samples at a time (numpy's whole transpose of
+        out[:, 2 + c * wd:2 + (c + 1) * wd] = rows[:, :, 2 - c]  # them is several x slower)
+    return out, [k * (8 + size) for k in range(n)]
+
+
+def _planes(rows: np.ndarray) -> bool:
+    """Whether each channel of each row of rows (n, wd, c) float32 lies contiguous (a view
+    of (n, c, wd) memory: rgb-out's `planar`), so that a row's chunk is written from it as
+    it is."""
+    return rows.dtype == np.float32 and (rows.shape[1] == 1
+                                         or rows.strides[1] == rows.itemsize)
 
 
 def _where(image) -> tuple | None:
@@ -121,12 +139,18 @@ class ExrStream:
             raise RuntimeFailure(f"ExrStream writes compression {' or '.join(CODES)}, not "
                                  f"'{compression}'")
         self.path, self.wd, self.ht, self.compression = Path(path), wd, ht, compression
-        self.blocks = -(-ht // ROWS)  # groups of rows
-        self.table = self.blocks if compression == "zip" else ht  # chunks: offsets
+        # a ZIP chunk is 16 rows, so its groups begin at multiples of 16; uncompressed
+        # rows go as they come, in groups of at most ROWS
+        self.group, self.align = ROWS[compression], (16 if compression == "zip" else 1)
+        self.table = -(-ht // 16) if compression == "zip" else ht  # chunks: offsets
+        self.lines = np.empty((ht, 2), "<i4")  # an uncompressed row's chunk: y, its size
+        self.lines[:, 0] = np.arange(ht)
+        self.lines[:, 1] = 12 * wd
         self.head = header(wd, ht, compression)
         self.start = len(self.head) + 8 * self.table  # where the chunks begin
         self.file = AtomicFile(self.path)
-        self.encoders = ThreadPoolExecutor(threads or min(16, os.cpu_count() or 1),
+        self.encoders = ThreadPoolExecutor(threads or min(THREADS[compression],
+                                                          os.cpu_count() or 1),
                                            thread_name_prefix="vkgraph-exr")
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="vkgraph-exr-write")
         self.image = None
@@ -148,48 +172,62 @@ class ExrStream:
         for f in self.pending:
             if not f.cancelled():
                 f.exception()  # waits; a failure of the old rows does not matter now
-        self.image, self.pending, self.done = image, [], 0
+        self.image, self.pending, self.done = image, [], 0  # rows given to the encoders
         self.offsets = [0] * self.table
         self.end = self.start  # where the next chunk goes
         self.bad = None
 
     def rows(self, image: np.ndarray, stop: int) -> None:
-        """Rows [0, stop) of image (ht, wd, >= 3), float32, are final: their whole blocks
-        (all of them where stop reaches the last row) are compressed and written."""
+        """Rows [0, stop) of image (ht, wd, >= 3), float32, are final: those not yet given
+        (in groups of whole ZIP chunks where compressed, unless stop reaches the last row)
+        are encoded and written."""
         if _where(image) != _where(self.image):  # (a view made again of it is the same)
             if image.shape[:2] != (self.ht, self.wd) or image.shape[2] < 3:
                 raise RuntimeFailure(f"an EXR of {self.wd}x{self.ht} rgb was begun; got rows "
                                      f"of an array {image.shape}", where=str(self.path))
             self._over(image)
-        last = self.blocks if stop >= self.ht else stop // ROWS
-        for k in range(self.done, last):
-            encoded = self.encoders.submit(self._encode, image, k)
-            self.pending.append(self.writer.submit(self._write, k, encoded))
+        last = self.ht if stop >= self.ht else stop // self.align * self.align
+        for y0 in range(self.done, last, self.group):
+            y1 = min(y0 + self.group, last)
+            encoded = self.encoders.submit(self._encode, image, y0, y1)
+            self.pending.append(self.writer.submit(self._write, y0, encoded))
         self.done = max(self.done, last)
 
-    def _encode(self, image: np.ndarray, k: int) -> tuple[bytes, list[int]] | None:
-        """Group k's chunks (chunks()), or None (and self.bad said) where a sample is not
-        finite."""
-        y0 = k * ROWS
-        rows = image[y0:y0 + ROWS, :, :3]
+    def _encode(self, image: np.ndarray, y0: int, y1: int):
+        """The chunks (chunks()) of rows [y0, y1), or the rows themselves where they are
+        written as they lie (uncompressed rows of channel planes: _planes), or None (and
+        self.bad said) where a sample is not finite."""
+        rows = image[y0:y1, :, :3]
         found = non_finite(rows)
         if found is not None:
             i, _ = found
             y, x, c = np.unravel_index(i, rows.shape)
             self.bad = f"{rows[y, x, c]} at x={x} y={y0 + y} channel {c}"
             return None
+        if self.compression == "none" and _planes(rows):
+            return rows
         return chunks(rows, y0, self.compression)
 
-    def _write(self, k: int, encoded) -> None:
+    def _write(self, y0: int, encoded) -> None:
         done = encoded.result()
         if done is None:
             return
-        data, starts = done
-        first = k if self.compression == "zip" else k * ROWS  # the group's first chunk
-        for j, at in enumerate(starts):
-            self.offsets[first + j] = self.end + at
-        self.file.pwrite(data, self.end)
-        self.end += len(data)
+        at = self.end
+        if isinstance(done, np.ndarray):  # rows of planes: each row's y and size, its B,
+            rows = done                   # G and R planes, straight from the array
+            size = 8 + 12 * self.wd
+            starts = [k * size for k in range(len(rows))]
+            self.file.pwritev([part for k, row in enumerate(rows) for part in (
+                self.lines[y0 + k], row[:, 2], row[:, 1], row[:, 0])], at)
+            self.end += size * len(rows)
+        else:
+            data, starts = done
+            self.file.pwrite(data, at)
+            self.end += memoryview(data).nbytes
+        first = y0 // 16 if self.compression == "zip" else y0  # its first chunk
+        for j, start in enumerate(starts):
+            self.offsets[first + j] = at + start
+        self.file.start_writeback(at, self.end - at)
 
     def finish(self, image: np.ndarray) -> None:
         """The rows not yet given (all of image's), the offset table and the header; the

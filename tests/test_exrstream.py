@@ -26,7 +26,8 @@ def picture(ht: int, wd: int, channels: int = 3, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("compression", ["none", "zip"])
 @pytest.mark.parametrize("ht,wd,stops", [(53, 37, [7, 16, 20, 40]), (16, 1, []), (1, 5, [1]),
-                                         (200, 64, [48, 96, 144])])
+                                         (200, 64, [48, 96, 144]),
+                                         (600, 8, [7, 300, 301, 590])])  # groups split
 def test_stream_reads_back_bit_for_bit(tmp_path, ht, wd, stops, compression):
     image = picture(ht, wd, 4)  # rgba in: alpha dropped, as write_exr drops it
     with ExrStream(tmp_path / "a.exr", wd, ht, compression, threads=3) as exr:
@@ -69,3 +70,26 @@ def test_failures_leave_the_previous_file(tmp_path):
     assert target.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["a.exr"]
 
+
+
+def test_rows_of_planes_written_as_they_lie(tmp_path, monkeypatch):
+    """An (h, w, 3) view of (h, 3, w) memory (rgb-out's planar result), cropped a column on
+    either side, written by pwritev calls that write a few bytes each: the same file."""
+    import os
+
+    planes = np.ascontiguousarray(picture(40, 23).transpose(0, 2, 1))  # (h, 3, w)
+    image = planes.transpose(0, 2, 1)[:, 1:-1]
+    assert image.strides[1] == 4
+    real = os.pwritev
+    calls = []
+
+    def short(fd, buffers, offset):  # at most 7 bytes a call, from at most 3 buffers
+        calls.append(len(buffers))
+        return real(fd, [bytes(memoryview(b).cast("B"))[:7] for b in buffers[:3]][:1], offset)
+
+    monkeypatch.setattr(os, "pwritev", short)
+    with ExrStream(tmp_path / "a.exr", 21, 40, threads=2) as exr:
+        exr.rows(image, 17)
+        exr.finish(image)
+    assert len(calls) > 40 * 4
+    assert np.array_equal(read_exr(tmp_path / "a.exr")[..., :3], image)

@@ -58,6 +58,10 @@ def test_rgb_out_matrix_packed_and_non_finite_counted():
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-6)
     assert not np.all(np.isfinite(got[1, 2]))
     assert int(out["bad"][0]) == 1
+    # planar 1: each row's r, g and b planes, the same numbers
+    planes = chain("rgb-out", "i-array", rgba, ("output",),
+                   {"matrix": np.ravel(MATRIX).tolist(), "planar": 1})["output"]
+    assert np.array_equal(planes.reshape(5, 3, 7).transpose(0, 2, 1)[ok], got[ok])
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +113,10 @@ def test_raw16_tiles_equal_the_whole(weights):
     tiled = raw16(den, raw, A, B)
     assert len(seen) > 2 and seen[-1][0] == seen[-1][1]
     np.testing.assert_array_equal(tiled, whole)
+    # planar: the same numbers, each row's channels in planes (x the innermost step)
+    planes = raw16(den, raw, A, B, planar=True)
+    assert planes.strides[1] == 4 and planes.strides[2] > 4
+    np.testing.assert_array_equal(planes, whole)
 
 
 def test_raw16_refuses_what_it_cannot_run(weights, monkeypatch):
@@ -147,9 +155,11 @@ def test_normalised_is_the_plane_arithmetic(p):
     assert np.array_equal(normalised(values, tile, WHITE), want)
 
 
-def test_exr_written_band_by_band_is_the_result(weights, tmp_path):
+@pytest.mark.parametrize("planar", [False, True])
+def test_exr_written_band_by_band_is_the_result(weights, tmp_path, planar):
     """denoise_raw telling an ExrStream its rows band by band (tiles of a few rows, a
-    mosaic cropped after its RGGB phase): the file holds the result, bit for bit."""
+    mosaic cropped after its RGGB phase), pixel by pixel or in planes (written from the
+    array as it lies): the file holds the result, bit for bit."""
     pytest.importorskip("OpenEXR")
     from vkgraph.apps.rawdenoise import denoise_raw
     from vkgraph.pipeline.exrstream import ExrStream
@@ -164,10 +174,27 @@ def test_exr_written_band_by_band_is_the_result(weights, tmp_path):
             told.append(stop)
             exr.rows(out, stop)
 
-        out, _, _ = denoise_raw(den, None, raw, noise=(A, B), rows=rows)
+        out, _, _ = denoise_raw(den, None, raw, noise=(A, B), rows=rows, planar=planar)
         exr.finish(out)
+    assert (out.strides[1] == 4) == planar
     assert len(told) > 2 and told == sorted(told) and told[-1] == 70
     assert np.array_equal(read_exr(tmp_path / "a.exr")[..., :3], out)
+
+
+def test_raw16_tiles_a_landscape_raw_in_bands_of_whole_rows(weights):
+    """A raw wider than tall in tiles: bands of whole rows (a writer streams each band as
+    it is done), not the strips of whole columns that would denoise fewer pixels."""
+    from vkgraph.apps.rawdenoise import raw16
+
+    raw = raw_of(((0, 1), (1, 2)), 48, 160)
+    den = Denoiser(session_device(), weights)
+    den.limits["raw16"] = 176 * 40
+    cx, cy, _ = den.tiling(160, 48, den.limits["raw16"])
+    assert cx < 160  # where any tiles would do, columns
+    tiles, told = [], []
+    den.on_tile = lambda done, total: tiles.append(total)
+    raw16(den, raw, A, B, lambda out, stop: told.append(stop))
+    assert tiles[-1] == len(told) > 1 and told == sorted(told) and told[-1] == 48
 
 
 @pytest.mark.parametrize("limit", [None, 48 * 48])

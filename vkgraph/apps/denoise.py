@@ -225,7 +225,7 @@ class Denoiser:
             kind = "float"  # the build the command's call will want
         limit = self.limits.get(kind, self.max_pixels)
         if self.pixels(wd, ht) > limit:
-            cx, cy, margin = self.tiling(wd, ht, limit)
+            cx, cy, margin = self.tiling(wd, ht, limit, bands=kind == "raw16")
             step = 1 << self.depth
             wd, ht = tile_length(wd, cx, margin, step), tile_length(ht, cy, margin, step)
         if kind == "float":
@@ -298,7 +298,7 @@ class Denoiser:
         return session
 
     def raw16(self, values: np.ndarray, black, scale, matrix, a: float, b: float,
-              rows=None) -> np.ndarray:
+              rows=None, planar: bool = False) -> np.ndarray:
         """The denoised and demosaiced (h, w, 3) float32 rgb of an RGGB mosaic as stored,
         (h, w) uint16 of even size (weights of mosaics, `cfa`): on the device each
         photosite is made (code - black) * scale with the black and scale (2 x 2 each) of
@@ -307,7 +307,9 @@ class Denoiser:
         photosite up instead of rgba floats' 16, no host pass over the values. Whole up to
         limits["raw16"] photosites, else in tiles; non-finite results refused as
         __call__ refuses them. rows(out, stop), where given, is told as rows [0, stop) of
-        the result become final (an fp32 retry starts again with another array)."""
+        the result become final (an fp32 retry starts again with another array). planar:
+        the result is a view of (h, 3, w) memory, each row's r, g and b planes (rgb-out's
+        `planar`: what an OpenEXR scanline holds, pipeline/exrstream.py)."""
         values = np.asarray(values)
         if (not self.cfa or values.dtype != np.uint16 or values.ndim != 2
                 or values.shape[0] % 2 or values.shape[1] % 2 or self.ensemble != 1):
@@ -316,7 +318,8 @@ class Denoiser:
                              f"{values.dtype} {values.shape} (ensemble {self.ensemble})")
         params = {("raw-in", "black"): [float(v) for v in np.ravel(black)],
                   ("raw-in", "scale"): [float(v) for v in np.ravel(scale)],
-                  ("rgb-out", "matrix"): [float(v) for v in np.ravel(matrix)]}
+                  ("rgb-out", "matrix"): [float(v) for v in np.ravel(matrix)],
+                  ("rgb-out", "planar"): int(planar)}
         bad = [0]
 
         def run(part: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -324,11 +327,12 @@ class Denoiser:
             session = self._step(part.view(np.uint8).reshape(h, w // 2, 4), "raw16", a, b,
                                  params)
             bad[0] += int(session.take("o-array:bad")[0])
-            return session.take("o-array:main").reshape(h, w, 3)
+            out = session.take("o-array:main")
+            return out.reshape(h, 3, w).transpose(0, 2, 1) if planar else out.reshape(h, w, 3)
 
         def whole() -> tuple[np.ndarray, str | None]:
             bad[0] = 0
-            out = self._denoise(values, a, b, run, self.limits["raw16"], rows)
+            out = self._denoise(values, a, b, run, self.limits["raw16"], rows, bands=True)
             return out, f"{bad[0]} pixels of non-finite values" if bad[0] else None
 
         return self._finite(whole)
@@ -404,10 +408,11 @@ class Denoiser:
                    for s in self.sessions.values())
 
     def _denoise(self, image: np.ndarray, a: float, b: float, run=None,
-                 limit: int | None = None, rows=None) -> np.ndarray:
+                 limit: int | None = None, rows=None, bands: bool = False) -> np.ndarray:
         """run(image, a, b) (default _run: the float path) on the whole image where it holds
-        at most `limit` pixels (default max_pixels), else on its tiles (_tiled). rows(out,
-        stop), where given, is told as rows [0, stop) of the result `out` become final."""
+        at most `limit` pixels (default max_pixels), else on its tiles (_tiled; bands:
+        tiling's). rows(out, stop), where given, is told as rows [0, stop) of the result
+        `out` become final."""
         run, limit = run or self._run, limit or self.max_pixels
         ht, wd = image.shape[:2]
         if self.pixels(wd, ht) <= limit:
@@ -415,17 +420,20 @@ class Denoiser:
             if rows is not None:
                 rows(out, ht)
             return out
-        return self._tiled(image, a, b, run, limit, rows)
+        return self._tiled(image, a, b, run, limit, rows, bands)
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         # a view: the rgba is the download's own
         return self._step(image, "float", a, b).take("o-array:main")[..., :3]
 
-    def tiling(self, wd: int, ht: int, limit: int | None = None) -> tuple[int, int, int]:
+    def tiling(self, wd: int, ht: int, limit: int | None = None, bands: bool = False
+               ) -> tuple[int, int, int]:
         """(core x, core y, margin) of the tiles for an image too large to run whole: tiles
         keep runs of core pixels (the last one shorter) and are tile_length() long, at most
         `limit` (default max_pixels) in all (unet: padded); the counts per axis are those
-        with the fewest pixels denoised."""
+        with the fewest pixels denoised. bands: tiles of whole rows where they fit (a band
+        of rows is then final as each tile is done, which a writer streams, raw16), though
+        a landscape photo's strips of whole columns would denoise a few % fewer pixels."""
         limit = limit or self.max_pixels
         step = 1 << self.depth
         margin = self.margin
@@ -441,6 +449,8 @@ class Denoiser:
                     if best is None or cost < best[0]:
                         best = (cost, cx, cy)
                     break
+            if bands and best is not None:
+                break  # (nx = 1 fits)
         if best is None:
             what = (f"{self.depth} pyramid levels" if self.module == "kpn" else
                     f"a U-Net of {self.net[1]} scales")
@@ -450,13 +460,14 @@ class Denoiser:
         return best[1], best[2], margin
 
     def _tiled(self, image: np.ndarray, a: float, b: float, run=None,
-               limit: int | None = None, rows=None) -> np.ndarray:
+               limit: int | None = None, rows=None, bands: bool = False) -> np.ndarray:
         """run(tile, a, b) (default _run: the rgb of the float path) over the tiles of
-        tiling(limit), put together, a band of rows after another; the result has run's
-        channels and dtype. rows(out, stop) after each band (_denoise)."""
+        tiling(limit, bands), put together, a band of rows after another; the result has
+        run's channels, dtype and layout (empty_as). rows(out, stop) after each band
+        (_denoise)."""
         run = run or self._run
         ht, wd = image.shape[:2]
-        cx, cy, margin = self.tiling(wd, ht, limit)
+        cx, cy, margin = self.tiling(wd, ht, limit, bands)
         step = 1 << self.depth
         bands = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
         cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
@@ -467,13 +478,23 @@ class Denoiser:
                 (r, c) for r in bands for c in cols):
             res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
             if out is None:
-                out = np.empty((ht, wd, res.shape[2]), res.dtype)
+                out = empty_as(res, ht, wd)
             copy_rows(out[ky0:ky1, kx0:kx1], res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0])
             if rows is not None and kx1 == wd:  # the band's last tile
                 rows(out, ky1)
             if self.on_tile is not None:
                 self.on_tile(k + 1, len(bands) * len(cols))
         return out
+
+
+def empty_as(like: np.ndarray, ht: int, wd: int) -> np.ndarray:
+    """An empty (ht, wd, c) array of like's channels and dtype, laid out as `like`: pixel
+    by pixel, or (an (h, w, c) view of (h, c, w) memory, raw16's planar result) a row's
+    channel planes one after another."""
+    c = like.shape[2]
+    if c > 1 and like.strides[1] == like.itemsize:  # x is the innermost step: planes
+        return np.empty((ht, c, wd), like.dtype).transpose(0, 2, 1)
+    return np.empty((ht, wd, c), like.dtype)
 
 
 def check_weights(weights: Path, levels: int | None = None, registry=None) -> int | None:

@@ -169,12 +169,13 @@ def prepare(den, raw: RawImage) -> None:
     den.prepare(wd + sum(cols), ht + sum(rows), "raw16")
 
 
-def raw16(den, raw: RawImage, a: float, b: float, rows=None) -> np.ndarray:
+def raw16(den, raw: RawImage, a: float, b: float, rows=None, planar: bool = False
+          ) -> np.ndarray:
     """Linear Rec.709 (h, w, 3) of a Bayer raw whose stored codes it keeps (`values`), by
     the Denoiser's raw16 path: the codes brought to the RGGB phase and an even size as
     rggb_mosaic brings the mosaic, each place of the cell given the black level and the
     factor (its colour's white-balance multiplier over white - black) of the photosite it
-    came from; the device's rgb cropped back."""
+    came from; the device's rgb cropped back. planar: Denoiser.raw16's."""
     red = bayer_of(raw)
     ht, wd = raw.values.shape
     top, left = red
@@ -195,23 +196,24 @@ def raw16(den, raw: RawImage, a: float, b: float, rows=None) -> np.ndarray:
     if rows is not None:  # the rows of the raw's own image, cropped as the result is
         def told(out, stop):
             rows(out[top:top + ht, left:left + wd], min(ht, stop - top))
-    out = den.raw16(codes, blk, scale, raw.meta.rgb_cam, a, b, told)
+    out = den.raw16(codes, blk, scale, raw.meta.rgb_cam, a, b, told, planar)
     return out[top:top + ht, left:left + wd]
 
 
 def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float = 1.0,
-                profile: NoiseProfile | None = None, rows=None
+                profile: NoiseProfile | None = None, rows=None, planar: bool = False
                 ) -> tuple[np.ndarray, NoiseProfile, tuple[float, float]]:
     """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
     the white-balanced profile times `strength`). The profile: `profile` where the caller
     has it, else profile_for(raw, noise). With weights of RGGB mosaics (`den.cfa`) the
     denoiser demosaics too (module docstring); else demosaic, then the denoiser. rows(out,
     stop): told as rows of the result become final, where the device's path (on_device)
-    makes it in bands (a writer may begin with them)."""
+    makes it in bands (a writer may begin with them); planar: there, a result laid out as
+    an OpenEXR scanline holds it (Denoiser.raw16's `planar`)."""
     profile = profile or profile_for(raw, noise)
     a, b = (strength * v for v in profile.balanced(raw.meta.wb).scalar())
     if on_device(den, raw):
-        return raw16(den, raw, a, b, rows), profile, (a, b)
+        return raw16(den, raw, a, b, rows, planar), profile, (a, b)
     if den.cfa:
         mosaic, (top, left) = rggb_mosaic(raw)
         ht, wd = raw.shape
