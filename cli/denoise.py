@@ -64,6 +64,7 @@ JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
 QUALITY_FORMATS = ("jpg", "webp")  # the outputs --quality sets
+METADATA_FORMATS = ("png", "jpg", "webp", "tiff")  # the outputs that keep EXIF and ICC
 RAW_OUT = ".exr"  # a raw input's output format unless -o names another
 CLIP = 200  # characters of a failed file's message
 STRENGTH = (0.01, 100.0)  # --strength's range
@@ -209,7 +210,7 @@ def one_line(text: str) -> str:
 
 
 def cmd_denoise(args) -> int:
-    from .common import StopSignals, UsageError
+    from .common import UsageError
 
     if args.noise is not None and not all(math.isfinite(v) and v >= 0 for v in args.noise):
         raise UsageError("denoise: --noise A B: expected two finite numbers >= 0")
@@ -224,7 +225,19 @@ def cmd_denoise(args) -> int:
         import_ray()  # a missing extra is said before anything is created
     inputs = [Path(p) for p in args.inputs]
     outs = output_paths(inputs, args.output, args.outdir)
+    start = Start(args, list(zip(inputs, outs, strict=True))) if args.ray is None else None
+    try:
+        return _denoise(args, inputs, outs, start)
+    finally:
+        if start is not None:
+            start.close()
+
+
+def _denoise(args, inputs: list[Path], outs: list[Path], start) -> int:
+    """cmd_denoise once its start is under way (Start; None with --ray)."""
     from vkgraph.pipeline.raw import check_raw, is_raw
+
+    from .common import StopSignals, UsageError
 
     if args.ray is not None:  # a raw file LibRaw cannot read (or vkgraph not use): exit 2
         for p in inputs:  # (run_here checks on its reader thread while the device opens)
@@ -246,8 +259,11 @@ def cmd_denoise(args) -> int:
     with StopSignals() as stop:
         bar = files_bar(len(inputs), args.progress or sys.stderr.isatty())
         try:
-            run = run_on_ray if args.ray is not None else run_here
-            failed, done = run(args, list(zip(inputs, outs, strict=True)), weights, bar, stop)
+            jobs = list(zip(inputs, outs, strict=True))
+            if args.ray is not None:
+                failed, done = run_on_ray(args, jobs, weights, bar, stop)
+            else:
+                failed, done = run_here(args, jobs, weights, bar, stop, start)
         finally:
             bar.close()
     if stop():
@@ -392,20 +408,47 @@ def error_text(src: Path, e: Exception) -> str:
 FILE_ERRORS = (VkgraphError, OSError, ValueError, MemoryError)  # a file's, not the run's
 
 
-def run_here(args, jobs, weights, bar, stop) -> tuple[int, int]:
+class Start:
+    """The device's start (open_device, on a thread) and the first photo's read (ReadAhead)
+    begun as the command begins, before the weights and the options are checked (0.04 s on
+    an H100 machine that the device's start, 0.15-0.17 s there, no longer waits for); run_here
+    takes them (`taken`), else close() closes them."""
+
+    def __init__(self, args, jobs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .common import open_device
+
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="vkgraph-open")
+        self.device = self.pool.submit(open_device, args)
+        self.reads = ReadAhead(jobs, args.noise, args.strength)
+        self.taken = False
+
+    def close(self) -> None:
+        if not self.taken:
+            self.reads.close()
+            if self.device.exception() is None:  # (waits for it)
+                self.device.result().close()
+        self.pool.shutdown()
+
+
+def run_here(args, jobs, weights, bar, stop, start: Start | None = None) -> tuple[int, int]:
     """Every file on this process's device; (failed, done). Each photo is read (decoded,
     its noise estimated) on a thread while the one before it is denoised and written, the
     first while the device opens and kpn's kernels are built (ReadAhead). Once the last
     photo is denoised, the device closes on a thread while it is written (freeing a 12 MP
-    U-Net's buffers takes a GPU driver about as long as the encode and the write)."""
+    U-Net's buffers takes a GPU driver about as long as the encode and the write). start:
+    the device's start and the reads, begun already (Start), else begun here."""
     import threading
 
     from .common import open_device
 
     failed = done = 0
-    reads = ReadAhead(jobs, args.noise, args.strength)
+    if start is not None:
+        start.taken = True
+    reads = start.reads if start is not None else ReadAhead(jobs, args.noise, args.strength)
     try:
-        device = open_device(args)
+        device = start.device.result() if start is not None else open_device(args)
         closing = threading.Thread(target=device.close, name="vkgraph-close")
         try:
             reads.checked.result()  # a raw file LibRaw cannot read (or vkgraph not use): exit 2
@@ -622,9 +665,9 @@ def kept(meta, dst: Path, quality: int | None) -> str:
     said = []
     if meta.orientation != 1:
         said.append(f"turned upright (EXIF orientation {meta.orientation})")
-    if meta.exif and kind in ("png", "jpg", "webp", "tiff"):
+    if meta.exif and kind in METADATA_FORMATS:
         said.append("EXIF")
-    if meta.icc and kind in ("png", "jpg", "webp", "tiff"):
+    if meta.icc and kind in METADATA_FORMATS:
         said.append("ICC profile")
     if meta.depth != "u8" and kind in ("png", "tiff"):
         said.append("float" if kind == "tiff" and meta.depth.startswith("f") else "16-bit")
@@ -745,18 +788,22 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     profile = read.profile.result() if read is not None else profile_for(raw, noise)
     ht, wd = raw.shape
     turn = raw.meta.orientation
-    meta = ImageMeta("raw", "u16", exif=exif_of(raw.meta), orientation=turn)
-    if WRITERS[dst.suffix.lower()] == "exr" and on_device(den, raw):
+    kind = WRITERS[dst.suffix.lower()]
+    # (EXIF only where the output keeps it: making it imports Pillow, 0.02 s)
+    exif = exif_of(raw.meta) if kind in METADATA_FORMATS else None
+    meta = ImageMeta("raw", "u16", exif=exif, orientation=turn)
+    if kind == "exr" and on_device(den, raw):
         from vkgraph.pipeline.exrstream import ExrStream
 
         # (orientations 5..8 swap rows and columns)
         with ExrStream(dst, *((ht, wd) if turn >= 5 else (wd, ht))) as exr:
             # upright, the file is written band by band while the device makes the next
             out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength,
-                                          profile, exr.rows if turn == 1 else None)
+                                          profile, exr.rows if turn == 1 else None,
+                                          planar=turn == 1)
             if denoised is not None:
                 denoised()
-            exr.finish(orient(out, turn))
+            exr.finish(out if turn == 1 else orient(out, turn))  # (upright: rows as made)
     else:
         out, profile, _ = denoise_raw(den, demosaicer_of(den), raw, noise, strength, profile)
         if denoised is not None:
