@@ -8,8 +8,8 @@ import argparse
 import signal
 import threading
 
+from vkgraph.pipeline.constants import INT32
 from vkgraph.pipeline.errors import GraphError, clip
-from vkgraph.pipeline.module import INT32
 
 
 class UsageError(GraphError):

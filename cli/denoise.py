@@ -30,8 +30,8 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
+from vkgraph.pipeline.constants import IMAGE_WRITERS, JPG_QUALITY
 from vkgraph.pipeline.errors import GraphError, VkgraphError, clip, printable
-from vkgraph.pipeline.formats import IMAGE_WRITERS, JPG_QUALITY, output_quality
 
 log = logging.getLogger("vkgraph")
 
@@ -161,7 +161,7 @@ def strength(text: str) -> float:
 def output_paths(inputs: list[Path], output: str | None, outdir: str | None) -> list[Path]:
     """Where each input's result goes; UsageError for -o with several inputs, an unknown
     format, an output that is an input, or two inputs that would write the same file."""
-    from vkgraph.pipeline.raw import is_raw
+    from vkgraph.pipeline.constants import is_raw
 
     from .common import UsageError
 
@@ -314,7 +314,7 @@ def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
     linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
     better ones of GPU_WEIGHTS for the first three kinds. pattern: a raw file's colour
     pattern where it is known (RawMeta.cfa): one that is not Bayer gets "raw-other"."""
-    from vkgraph.pipeline.raw import is_raw
+    from vkgraph.pipeline.constants import is_raw
 
     suffix = src.suffix.lower()
     if is_raw(src):
@@ -661,6 +661,8 @@ def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:
 
 def kept(meta, dst: Path, quality: int | None) -> str:
     """What of the input the output keeps, for the file's line."""
+    from vkgraph.pipeline.formats import output_quality
+
     kind = WRITERS[dst.suffix.lower()]
     said = []
     if meta.orientation != 1:
@@ -738,8 +740,8 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
     (from its header), else the photo is read here. denoised(): called once the device's
     work for the file is done, before the result is written (run_here closes the device
     then, after the last file)."""
+    from vkgraph.pipeline.constants import is_raw
     from vkgraph.pipeline.formats import upright_size, write_like
-    from vkgraph.pipeline.raw import is_raw
 
     if is_raw(src):
         return denoise_raw_file(den, src, dst, noise, quality, strength, denoised, read)

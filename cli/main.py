@@ -441,16 +441,16 @@ def main(argv: list[str] | None = None) -> int:
             from vkgraph import __version__
             print(f"vkgraph {__version__}")
             return 0
-        from vkgraph.pipeline import registry
-        registry.USER_DIRS[:] = [Path(d).expanduser() for d in args.modules]
-        for d in registry.user_dirs():
+        from vkgraph.pipeline import folders  # (registry's, without numpy: see denoise)
+        folders.USER_DIRS[:] = [Path(d).expanduser() for d in args.modules]
+        for d in folders.user_dirs():
             if not d.is_dir():
                 from vkgraph.pipeline.formats import path_kind
 
                 kind = path_kind(d)
                 raise UsageError(f"module folder '{clip(printable(str(d)), 200)}' "
                                  + (f"is {kind}, not a folder" if kind else "does not exist")
-                                 + f" (--modules or ${registry.ENV})")
+                                 + f" (--modules or ${folders.ENV})")
         if args.command is None:
             parser.print_help()
             return 2

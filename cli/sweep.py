@@ -39,7 +39,7 @@ row per trial, best first), weights/<trial>.lut and Ray Tune's own records (ray/
 
 def add_parser(sub) -> None:
     """`vkgraph sweep` on the subcommand parsers of cli/main.py."""
-    from vkgraph.apps.sweep import METRICS
+    from vkgraph.pipeline.constants import METRICS
 
     from .common import integer
 

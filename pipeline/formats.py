@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .constants import IMAGE_WRITERS, JPG_QUALITY  # noqa: F401 (the writers; cli)
 from .errors import GraphError, RuntimeFailure
 
 PathLike = str | os.PathLike
@@ -1868,9 +1869,6 @@ def write_tiff(path: PathLike, array, depth: str = "u8", exif: bytes | None = No
 
 
 # a file name's extension -> the format written
-IMAGE_WRITERS = {".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".tif": "tiff", ".tiff": "tiff",
-                 ".webp": "webp", ".exr": "exr", ".pfm": "pfm"}
-JPG_QUALITY = 95  # JPEG/WebP output of an input without a JPEG quality
 
 
 def output_quality(meta: ImageMeta, quality: int | None = None) -> int:

@@ -27,6 +27,7 @@ from types import ModuleType
 import numpy as np
 
 from . import loader
+from .constants import FLT_MAX, INT32  # noqa: F401 (cfg.py and params take them from here)
 from .errors import GraphError, RuntimeFailure, clip, closest
 
 MAX_NAME = 8
@@ -39,9 +40,6 @@ FORMAT_DTYPE = {"f16": np.float16, "f32": np.float32, "ui8": np.uint8, "u8": np.
                 "ui16": np.uint16, "u16": np.uint16, "ui32": np.uint32, "u32": np.uint32,
                 "atom": np.float32}
 
-# what a param value must fit on the device: ints are GLSL `int`, floats are `float`
-INT32 = (-2**31, 2**31 - 1)
-FLT_MAX = 3.4028234663852886e38
 # vkdt's name for the param that names a module's file: never empty (Path("") is ".")
 FILE_PARAM = "filename"
 

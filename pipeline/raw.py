@@ -38,14 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .constants import RAW_EXTENSIONS, is_raw  # noqa: F401 (the readers; cli, apps)
 from .errors import GraphError
 from .formats import PART, in_parts, open_regular
 
 MAX_PIXELS = 1 << 28  # 268 megapixels: more is refused before LibRaw unpacks anything
 MAX_SIDE = 1 << 16
-RAW_EXTENSIONS = {".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2",
-                  ".raf", ".orf", ".rw2", ".pef", ".srw", ".3fr", ".fff", ".iiq", ".mos",
-                  ".mef", ".mrw", ".x3f", ".erf", ".kdc", ".dcr", ".rwl", ".raw"}
 # linear sRGB/Rec.709 (D65) -> CIE XYZ
 XYZ_FROM_RGB = np.array([[0.4124564, 0.3575761, 0.1804375],
                          [0.2126729, 0.7151522, 0.0721750],
@@ -175,11 +173,6 @@ def import_rawpy():
     except ImportError:
         raise GraphError(MISSING) from None
     return rawpy
-
-
-def is_raw(path) -> bool:
-    """Does the file name say camera raw? (The CLI routes such files through read_raw.)"""
-    return Path(path).suffix.lower() in RAW_EXTENSIONS
 
 
 def _libraw_names(rawpy, path: Path) -> tuple[str, str]:

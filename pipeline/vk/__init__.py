@@ -14,21 +14,15 @@ display.py  window surface (glfw) and swapchain: present a buffer of texels, rea
             (imported on its own by the gui: `from vkgraph.pipeline.vk.display import ...`)
 """
 
-from .compile import (
-                      ShaderCompileError,
-                      compile_glsl,
-                      spirv_bindings,
-                      spirv_block_scalars,
-                      spirv_buffer_elements,
-                      spirv_image_bindings,
-                      spirv_texel_bindings,
-                      spirv_writable,
-)
-
 # what needs the `vulkan` package (library.py) is imported on first use, so that compiling
-# and checking shaders works on a machine without a Vulkan loader
+# and checking shaders works on a machine without a Vulkan loader; the compiler's names too,
+# so that opening a device imports no numpy (`vkgraph denoise` opens it while numpy loads)
 _LAZY = {"Device": "device", "DeviceInfo": "device", "choose": "device",
-         "list_devices": "device", "validation_messages": "device", "VulkanError": "errors"}
+         "list_devices": "device", "validation_messages": "device", "VulkanError": "errors",
+         **{name: "compile" for name in (
+             "ShaderCompileError", "compile_glsl", "spirv_bindings", "spirv_block_scalars",
+             "spirv_buffer_elements", "spirv_image_bindings", "spirv_texel_bindings",
+             "spirv_writable")}}
 
 
 def __getattr__(name: str):

@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 
 from ..pipeline.cfg import MAX_FRAMES
+from ..pipeline.constants import METRICS  # --metric: what ranks trials
 from ..pipeline.errors import GraphError, clip
 from ..pipeline.trainer import trainable_modules
 
 KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
-METRICS = {"loss": "min", "best_loss": "min", "psnr": "max"}  # --metric: what ranks trials
 SPACE_MAX = 1 << 20  # bytes of a space file
 
 
