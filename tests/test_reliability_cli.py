@@ -43,8 +43,9 @@ def no_loader(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise OSError("Cannot find Vulkan SDK version")\n')
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(fake.parent)
+    env = dict(os.environ)  # (ahead of the path's own folders, where packages may come from)
+    env["PYTHONPATH"] = os.pathsep.join([str(fake.parent)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
 
