@@ -82,6 +82,18 @@ def test_gradcheck_passes_on_train_raw_at_width_4(capsys):
     assert checked == 12 and compared >= 0.9 * checked, out
 
 
+def test_gradcheck_passes_on_train_unet_with_the_squared_error(capsys):
+    """train-unet.cfg with unet-t's `loss 1` (the squared error) at width 4."""
+    from vkgraph.cli.main import main
+
+    rc = main(["gradcheck", "-g", str(ROOT / "graphs" / "train-unet.cfg"), "--count", "12",
+               "--config", *KPN, "param:unet-t:01:width:4", "param:unet-t:01:loss:1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "PASS" in out, out
+    checked, compared, excluded = map(int, SUMMARY.search(out).groups())
+    assert checked == 12 and compared >= 0.9 * checked, out
+
+
 class KinkedProbe:
     """E(w) = w + 0.5 max(w - 1e-9, 0) on weight 0: slope 1 at w = 0, a kink 1e-9 away."""
 

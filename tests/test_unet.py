@@ -70,7 +70,7 @@ def stacked(img, T, cols):
                            for r in range(rows) for c in range(cols)])
 
 
-def reference_of(X, R, nab, w, width, scales, cfa=False):
+def reference_of(X, R, nab, w, width, scales, cfa=False, l2=False):
     T, cols = int(nab[2]), max(int(nab[3]), 1)
     if T:
         n = (X.shape[0] // T) * cols
@@ -79,7 +79,7 @@ def reference_of(X, R, nab, w, width, scales, cfa=False):
         n, Xs, Rs, th = 1, X, R, X.shape[0]
     a, b = nab[0:4 * n:4], nab[1:4 * n:4]
     O, _ = ref.forward(w, Xs, a, b, th, width, scales, cfa)
-    E, dw = ref.backward(w, Xs, Rs, a, b, th, width, scales, cfa)
+    E, dw = ref.backward(w, Xs, Rs, a, b, th, width, scales, cfa, l2)
     return E, dw, O, (lambda img: stacked(img, T, cols)) if T else (lambda img: img)
 
 
@@ -104,6 +104,32 @@ def test_frame_matches_reference(device, tmp_path, width, scales, size, tiles, p
     # every layer's weights and bias: fp32 sums over the pixels against float64 (precise:
     # float64 sums, stored as fp32 in dw)
     for L in layers(width, scales):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+
+
+@pytest.mark.parametrize("precise", [0, 1])
+@pytest.mark.parametrize("cfa", [False, True])
+def test_l2_frame_matches_reference(device, tmp_path, cfa, precise):
+    """loss 1 (the squared error): the loss, the output and every weight's gradient of a
+    frame against the reference's, on a grid of tiles, RGB and RGGB mosaics."""
+    width, scales = 2, 2
+    g = unet_graph(tmp_path, clean(32, 32), width, scales, (4, 16),
+                   f"param:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}\n"
+                   f"param:unet-t:01:loss:1" + ("\nparam:unet-t:01:cfa:1\n"
+                                                "param:cnngenin:01:generate:4" if cfa else ""))
+    g.frames = 2
+    w = random_weights(width, scales, cfa=cfa)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
+                                           cfa, l2=True)
+    E1, _, _, _ = reference_of(X, R, nab, w.astype(np.float64), width, scales, cfa)
+    assert abs(Eref - E1) > 1e-3 * Eref  # (the squared error is not the L1 loss)
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    for L in layers(width, scales, cfa):
         d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 

@@ -291,6 +291,9 @@ def test_loss_by_hand():
     E, dO = ref.loss(O, R)
     assert E == pytest.approx((1 + 2 + 0.5 + 0.25) / 2, rel=1e-15)
     np.testing.assert_array_equal(dO, np.array([[[0.5, -0.5, 0.5], [-0.5, 0.0, 0.0]]]))
+    E, dO = ref.loss(O, R, l2=True)  # the squared error: 2 (o - r) / P
+    assert E == pytest.approx((1 + 4 + 0.25 + 0.0625) / 2, rel=1e-15)
+    np.testing.assert_array_equal(dO, np.array([[[1.0, -2.0, 0.5], [-0.25, 0.0, 0.0]]]))
 
 
 # ----------------------------------------------------------------- finite differences
@@ -303,14 +306,14 @@ def _regime(w, X, R, a, b, th, width, scales, cfa=False):
     return [cache.z[name] > 0 for name in conv3] + [np.sign(O - R)]
 
 
-def _check_backward(rng, w, X, R, a, b, th, width, scales, cfa=False):
+def _check_backward(rng, w, X, R, a, b, th, width, scales, cfa=False, l2=False):
     """dE/dw of the reference (cfa: of the mosaic network) against central differences of
     step 1e-6 at every bias and 200 random weights (and the largest |dw|), each step inside
     the piece of the maths w lies in: max |fd - dw| <= 1e-6 max |dw| + 1e-9; no layer's
     gradient is zero (the check reaches every one)."""
-    E, dw = ref.backward(w, X, R, a, b, th, width, scales, cfa=cfa)
+    E, dw = ref.backward(w, X, R, a, b, th, width, scales, cfa=cfa, l2=l2)
     O, _ = ref.forward(w, X, a, b, th, width, scales, cfa=cfa)
-    assert dw.shape == w.shape and E == ref.loss(O, R)[0]
+    assert dw.shape == w.shape and E == ref.loss(O, R, l2)[0]
     table = ref.layers(width, scales, cfa)
     for layer in table:
         W, bias = ref.unpack(dw, layer)
@@ -330,7 +333,7 @@ def _check_backward(rng, w, X, R, a, b, th, width, scales, cfa=False):
             wp = w.copy()
             wp[j] += step
             Op, _ = ref.forward(wp, X, a, b, th, width, scales, cfa=cfa)
-            e.append(ref.loss(Op, R)[0])
+            e.append(ref.loss(Op, R, l2)[0])
             same = _regime(wp, X, R, a, b, th, width, scales, cfa)
             assert all(np.array_equal(p, q) for p, q in zip(same, base, strict=True)), (
                 f"parameter {j}: the step crossed a kink, pick another seed")
@@ -341,14 +344,16 @@ def _check_backward(rng, w, X, R, a, b, th, width, scales, cfa=False):
         f"parameter {picks[worst]}: dw {dw[picks[worst]]:.10e}, fd {fd[worst]:.10e}")
 
 
-@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 8, 16, 5)])
-def test_backward_against_finite_differences(width, scales, n, th, Wd, seed):
+@pytest.mark.parametrize("width,scales,n,th,Wd,seed,l2", [
+    (2, 2, 2, 8, 8, 4, False), (3, 3, 1, 8, 16, 5, False), (2, 2, 2, 8, 8, 4, True)])
+def test_backward_against_finite_differences(width, scales, n, th, Wd, seed, l2):
     """Every bias and 200 random weights (and the largest |dw|) of dE/dw against central
-    differences with step 1e-6: max |fd - dw| <= 1e-6 max |dw| + 1e-9."""
+    differences with step 1e-6: max |fd - dw| <= 1e-6 max |dw| + 1e-9 (l2: of the squared
+    error)."""
     rng = np.random.default_rng(seed)
     X, R = _pair(rng, n, th, Wd)
     a, b = NOISE_A[:n], NOISE_B[:n]
-    _check_backward(rng, _weights(rng, width, scales), X, R, a, b, th, width, scales)
+    _check_backward(rng, _weights(rng, width, scales), X, R, a, b, th, width, scales, l2=l2)
 
 
 def test_relu_grad_at_zero():

@@ -163,7 +163,7 @@ def connect_inputs(graph, node, L: Layer, made: dict) -> None:
 
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
                   noise: str = "noiseab", precise: bool = False, ref: bool = False,
-                  cfa: bool = False, fp32: bool = False) -> dict:
+                  cfa: bool = False, fp32: bool = False, l2: bool = False) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
     network `net` (width, scales), run at `size` (wd, ht: multiples of
     2^(scales - 1)) on the module input `input` (at most `size`; prep reads it mirrored to
@@ -174,7 +174,8 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     with cnngenin's per-tile records, whose tile size the convs read too) or "params" (unet:
     its params `noise a`, `noise b`; the convs' noiseab stays unconnected, which reads zeros:
     tile size 0, the whole image). `ref`: the loss against the module input `ref` too (dN:
-    dE/dN, Epart: the loss's partial sums). Returns {"prep", "conv" (name -> node), "made"
+    dE/dN, Epart: the loss's partial sums; l2: the squared error instead of L1). Returns
+    {"prep", "conv" (name -> node), "made"
     (name -> (node, connector) of every activation, "F" included), "loss", "groups" (the
     loss's partials), "sizes" (wd, ht of every scale)}.
     `cfa`: the input is an RGGB mosaic of even width and height; `size` is then the
@@ -251,7 +252,8 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
                   ssbo("Epart", "write", 2 * groups)]
     loss = graph.add_node(module, "loss", (inp.wd, inp.ht), conns, shader=SHADER,
                           push=[W, H, inp.wd, inp.ht, 0],
-                          defines={**({"REF": 1} if ref else {}), **defs})
+                          defines={**({"REF": 1} if ref else {}),
+                                   **({"L2": 1} if ref and l2 else {}), **defs})
     graph.node_connect(conv["out"], "outp", loss, "N")
     graph.bind(module, "input", loss, "input")
     noiseab(loss)

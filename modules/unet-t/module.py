@@ -144,7 +144,8 @@ def network(graph, module, scaffold) -> Network:
     gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
-                        precise=precise, ref=True, cfa=cfa)
+                        precise=precise, ref=True, cfa=cfa,
+                        l2=int(module.param("loss")) == 1)
     cm = fwd["kernels"] == "coopmat"  # the backward's layer kernels are the forward's kind
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])

@@ -321,27 +321,31 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
     return O, Cache(F, s, N, inputs, zs)
 
 
-def loss(O: np.ndarray, R: np.ndarray) -> tuple[float, np.ndarray]:
-    """(E, dE/dO): E = (1/P) sum |O - R| over the P pixels and 3 channels, dE/dO = sign(O-R)/P."""
+def loss(O: np.ndarray, R: np.ndarray, l2: bool = False) -> tuple[float, np.ndarray]:
+    """(E, dE/dO): E = (1/P) sum |O - R| over the P pixels and 3 channels, dE/dO = sign(O-R)/P;
+    l2 (param `loss` 1): E = (1/P) sum (O - R)^2, dE/dO = 2 (O - R) / P."""
     O = np.asarray(O, dtype=np.float64)
     R = np.asarray(R, dtype=np.float64)
     if O.shape != R.shape or O.ndim != 3 or O.shape[2] != 3:
         raise ValueError(f"unet-t: O {O.shape} and R {R.shape} must both be (H, W, 3)")
     P = O.shape[0] * O.shape[1]
     d = O - R
+    if l2:
+        return float((d * d).sum() / P), 2 * d / P
     return float(np.abs(d).sum() / P), np.sign(d) / P
 
 
 def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
-             width: int, scales: int, cfa: bool = False) -> tuple[float, np.ndarray]:
+             width: int, scales: int, cfa: bool = False, l2: bool = False
+             ) -> tuple[float, np.ndarray]:
     """(E, dw): the loss of forward's O against R and its exact gradient dE/dw (w's shape).
-    cfa: X an RGGB mosaic, R the clean full-resolution RGB (module docstring)."""
+    cfa: X an RGGB mosaic, R the clean full-resolution RGB (module docstring); l2: loss's."""
     w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     R = np.asarray(R, dtype=np.float64)
     if R.shape != X.shape:
         raise ValueError(f"unet-t: R {R.shape} must have X's shape {X.shape}")
     O, cache = forward(w, X, a, b, th, width, scales, cfa)
-    E, dO = loss(O, R)
+    E, dO = loss(O, R, l2)
     net = {layer.name: layer for layer in layers(width, scales, cfa)}
     dw = np.zeros_like(w)
 

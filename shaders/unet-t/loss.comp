@@ -8,6 +8,8 @@
 // The output O = X - s N (N: the network's 3 planes, X the noisy input, s its tile's
 // scale_of) and, with a reference R (REF), the L1 loss
 //   E = (1/P) sum_p sum_rgb |O - R|,   dE/dN = -s sign(O - R) / P   (sign(0) = 0)
+// or with L2 (param `loss` 1) the squared error
+//   E = (1/P) sum_p sum_rgb (O - R)^2,   dE/dN = -2 s (O - R) / P
 // N (and dN) are push.wi x push.hi planes, X and O push.wo x push.ho (P pixels): unet's N is
 // the padded image's, of which O keeps the top left (unet-t: the same size).
 // CFA: X is an RGGB mosaic, N 12 planes of its cells (push.wi x push.hi, half X's size) and
@@ -63,8 +65,13 @@ void main() {
     vec4 r = ref[i];
     for (int c = 0; c < 3; c++) {
       real d = o[c] - real(r[c]);
+#ifdef L2
+      e += d * d;
+      dN[(plane + c) * nn + j] = real(-2) * s * d / real(n);
+#else
       e += abs(d);
       dN[(plane + c) * nn + j] = -s * sign(d) / real(n);
+#endif
     }
 #endif
   }
