@@ -580,14 +580,17 @@ def batch(torch, imgs, rng, n=16, tile=128, dev="cuda", aug=False, leaves=None, 
 
 
 def train(torch, name: str, steps: int, seed: int, dev: str, budget: float | None = None,
-          log_every: int = 500):
+          log_every: int = 500, model=None, loss: str | None = None, lr: float | None = None):
     """Train one variant for `steps` (fewer if the first 50 steps say they would not fit
-    `budget` seconds: the cosine schedule then spans the steps that fit)."""
+    `budget` seconds: the cosine schedule then spans the steps that fit). model, loss,
+    lr: a model to go on from (--finetune), and the loss ("l1", "l2") and rate for it."""
     cfg = VARIANTS[name]
-    model = (Cnn(torch, cfg, dev, seed) if cfg.get("cnn")
-             else Cascade(torch, cfg, 4, dev, seed))
-    l2 = cfg.get("loss") == "l2"
-    opt = torch.optim.Adam(model.W, lr=cfg.get("lr", 2e-3), betas=(0.9, 0.999), eps=1e-8)
+    if model is None:
+        model = (Cnn(torch, cfg, dev, seed) if cfg.get("cnn")
+                 else Cascade(torch, cfg, 4, dev, seed))
+    l2 = (loss or cfg.get("loss")) == "l2"
+    opt = torch.optim.Adam(model.W, lr=lr or cfg.get("lr", 2e-3), betas=(0.9, 0.999),
+                           eps=1e-8)
     total = [steps]
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total[0]) / total[0])))
@@ -678,6 +681,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--ensemble", action="store_true",
                     help="also report the mean of the 8 flips' and transposes' outputs")
+    ap.add_argument("--finetune", metavar="LOSS:LR", nargs="+", default=[],
+                    help="with --lut: also train the weights on --steps more steps with each "
+                    "loss (l1, l2) at its rate (a cosine from it), e.g. l1:1e-4 l2:1e-4")
     ap.add_argument("--lut", type=Path, help="evaluate unet-t's weights (a .lut of width 32, "
                     "scales 3) instead of training the variants")
     args = ap.parse_args(argv)
@@ -691,8 +697,14 @@ def main(argv=None) -> int:
         model = Cnn(torch, VARIANTS["unetmid"], dev, args.seed)
         model.load_lut(args.lut)
         check_against_reference(torch, model, dev)
-    for name in ["lut"] if args.lut else args.variants.split(","):
-        if args.lut:
+    for name in (["lut"] + args.finetune) if args.lut else args.variants.split(","):
+        if args.lut and name != "lut":  # a copy of the weights, trained on
+            loss, lr = name.split(":")
+            model = Cnn(torch, VARIANTS["unetmid"], dev, args.seed)
+            model.load_lut(args.lut)
+            model, secs, losses, steps = train(torch, "unetmid", args.steps, args.seed, dev,
+                                               model=model, loss=loss, lr=float(lr))
+        elif args.lut:
             secs, losses, steps = 0.0, [], 0
         else:
             model, secs, losses, steps = train(torch, name, args.steps, args.seed, dev,

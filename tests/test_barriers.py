@@ -149,8 +149,8 @@ def test_global_slots_copied_where_not_device_local(device, tmp_path, monkeypatc
     b1, m1 = _build(tmp_path, device, "direct")
     make = type(device).buffer
 
-    def far(self, nbytes, host=False, near=False, zero=True):
-        buf = make(self, nbytes, host, near, zero)
+    def far(self, nbytes, host=False, near=False, zero=True, cached=False):
+        buf = make(self, nbytes, host, near, zero, cached)
         if near:
             buf.device_local = False
         return buf

@@ -1,6 +1,7 @@
 """The floors of the code (pipeline/README.md "Floors"): cli -> apps -> package (Session)
--> module folders -> engine -> vk -> ground (pipeline/errors.py and formats.py: the errors
-and the files every floor writes, which import nothing else of vkgraph). Each file imports
+-> module folders -> engine -> vk -> ground (pipeline/errors.py, formats.py and
+constants.py: the errors, the files every floor writes and the constants the command line
+needs first, which import nothing else of vkgraph). Each file imports
 only from its own floor and the floors below it, so the packages form no import circle;
 read from the source with `ast` (imports inside functions count too), nothing is
 imported."""
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # command's
 FLOORS = ["ground", "vk", "engine", "modules", "package", "apps", "cli"]
 PARTS = {"vkgraph.pipeline.errors": "ground", "vkgraph.pipeline.formats": "ground",
+         "vkgraph.pipeline.constants": "ground",
          "vkgraph.__main__": "cli", "vkgraph.pipeline.vk": "vk", "vkgraph.pipeline": "engine",
          "vkgraph.modules": "modules", "vkgraph.apps": "apps", "vkgraph.cli": "cli",
          "vkgraph": "package"}

@@ -47,8 +47,9 @@ A raw file's mosaic as the camera stored it (`raw16(values, black, scale, matrix
 weights of RGGB mosaics): i-bytes (two 16-bit photosites a uint32) -> raw-in (levels and
 white balance: the normalised mosaic as rgba) -> unet -> rgb-out (the camera matrix; three
 floats a pixel, and the count of non-finite pixels) -> o-array: 48 MB up for 24 megapixels
-instead of 384 of rgba floats, and 288 down instead of 384; in tiles of `limits["raw16"]`
-photosites.
+instead of 384 of rgba floats, and 288 down instead of 384; in bands of whole rows of at most
+`limits["raw16"]` photosites (tiling's `bands`: each band is final when it is done, and an EXR
+writer streams it), the rgb pixel by pixel or, `planar`, as each row's r, g and b planes.
 
 (a, b) is the image's noise profile in cnngenin's units, std(x) = sqrt(a + 65535 x b) / 65535;
 it is always handed to kpn (`noise a`, `noise b`), and weights that do not use it ignore it.
