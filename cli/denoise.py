@@ -333,8 +333,11 @@ def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
 
 
 def on_gpu(device) -> bool:
-    """Whether default_weights may pick the GPU weights for this device: any but a CPU."""
-    return device.info.type != "CPU"
+    """Whether default_weights may pick the GPU weights for this device (the Denoiser's
+    own test: any but a CPU driver)."""
+    from vkgraph.apps.denoise import on_gpu as gpu
+
+    return gpu(device)
 
 
 class Denoisers:

@@ -246,8 +246,7 @@ class Denoiser:
         on a GPU, one pass (ensemble 1), rgb weights (not a mosaic's). A CPU driver runs the
         host's float path: the kernels' tables cost it 0.45 s a megapixel against the host's
         tables' few tens of ms (lavapipe indexes a constant array by copying it per thread)."""
-        return self._one_rgb_pass() and getattr(getattr(self.device, "info", None), "type",
-                                                "") != "CPU"
+        return self._one_rgb_pass() and on_gpu(self.device)
 
     def _one_rgb_pass(self) -> bool:
         """What srgb() needs of the weights and the ensemble."""
@@ -486,6 +485,12 @@ class Denoiser:
             if self.on_tile is not None:
                 self.on_tile(k + 1, len(bands) * len(cols))
         return out
+
+
+def on_gpu(device) -> bool:
+    """Whether the device is a GPU (any but a CPU driver): what takes the GPU's weights
+    (`vkgraph denoise`'s defaults) and paths (srgb8)."""
+    return getattr(getattr(device, "info", None), "type", "") != "CPU"
 
 
 def empty_as(like: np.ndarray, ht: int, wd: int) -> np.ndarray:
