@@ -442,12 +442,8 @@ class AtomicFile:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.tmp is not None:
-            try:
-                os.unlink(self.tmp)
-            except OSError:
-                pass
-            self.tmp = None
+        _remove(self.tmp)
+        self.tmp = None
 
 
 def read_cached(cache: dict, slot: str, path: PathLike, reader):
@@ -1866,9 +1862,6 @@ def write_tiff(path: PathLike, array, depth: str = "u8", exif: bytes | None = No
                icc: bytes | None = None) -> None:
     """Linear float -> TIFF (see `tiff_bytes`)."""
     atomic_write(path, tiff_bytes(array, depth, exif, icc), _image_values(array, "TIFF"))
-
-
-# a file name's extension -> the format written
 
 
 def output_quality(meta: ImageMeta, quality: int | None = None) -> int:

@@ -469,13 +469,13 @@ class Denoiser:
         ht, wd = image.shape[:2]
         cx, cy, margin = self.tiling(wd, ht, limit, bands)
         step = 1 << self.depth
-        bands = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
-        cols = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
+        ys = spans(ht, cy, margin, tile_length(ht, cy, margin, step))
+        xs = spans(wd, cx, margin, tile_length(wd, cx, margin, step))
         out = None
         if self.on_tile is not None:
-            self.on_tile(0, len(bands) * len(cols))
+            self.on_tile(0, len(ys) * len(xs))
         for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
-                (r, c) for r in bands for c in cols):
+                (r, c) for r in ys for c in xs):
             res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
             if out is None:
                 out = empty_as(res, ht, wd)
@@ -483,7 +483,7 @@ class Denoiser:
             if rows is not None and kx1 == wd:  # the band's last tile
                 rows(out, ky1)
             if self.on_tile is not None:
-                self.on_tile(k + 1, len(bands) * len(cols))
+                self.on_tile(k + 1, len(ys) * len(xs))
         return out
 
 
