@@ -51,10 +51,13 @@ shared float cm_out[CM_WARPS * 256];
 // fragment `frag` of this warp to cm_out, where the warp's lanes then read their 8 elements
 // each: element e of this lane is the fragment's row CM_ROW(e), column CM_COL(e), value
 // CM_VALUE(e); a CM_SYNC() after the reads. Reached by the whole workgroup (the emulation's
-// syncs are workgroup barriers).
+// syncs are workgroup barriers). Element e of the 32 lanes is two rows, a lane a column:
+// where the columns are pixels, a store of the 32 values writes two runs of 16 (a lane's 8
+// consecutive columns instead wrote 32 places 4 bytes each: 8 times the memory transactions,
+// most of an up layer's time on the H100).
 #define CM_SCRATCH(frag)                              \
   CM_STORE_ROW(frag, cm_out, cm_warp() * 256u, 16u); \
   CM_SYNC();
-#define CM_ROW(e) ((8 * int(cm_lane()) + (e)) / 16)
-#define CM_COL(e) ((8 * int(cm_lane()) + (e)) % 16)
-#define CM_VALUE(e) cm_out[cm_warp() * 256u + 8u * cm_lane() + uint(e)]
+#define CM_ROW(e) (2 * (e) + int(cm_lane()) / 16)
+#define CM_COL(e) (int(cm_lane()) % 16)
+#define CM_VALUE(e) cm_out[cm_warp() * 256u + 32u * uint(e) + cm_lane()]
