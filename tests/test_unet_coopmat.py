@@ -133,3 +133,19 @@ def test_denoise_reruns_in_fp32_past_f16(coopmat, monkeypatch, caplog, tmp_path)
     assert any("unet: the f16 kernels overflowed" in r.getMessage() for r in caplog.records)
     monkeypatch.setenv("VKGRAPH_UNET_KERNELS", "portable")
     np.testing.assert_array_equal(got, Denoiser(coopmat, weights)(img, 0.0, 0.0))
+
+
+def test_inference_matches_reference(coopmat, tmp_path):
+    """unet (inference: the image one tile) on the cooperative-matrix kernels: the 3x3 layers
+    from a staged window (conv3_cm), the up layers a product a tap (UP_SPLIT), on an image
+    whose blocks of 32 x 8 pixels are partial at the right and bottom and whose blocks of
+    channels (9, 18, 36) are partial too."""
+    from test_unet_infer import expected, unet_run, write_weights
+
+    lut, w = write_weights(tmp_path / "w.lut", *NET)
+    X = clean(70, 37)
+    out = unet_run(coopmat, lut, X, tmp_path)
+    want = expected(X, w, *NET)
+    err, change = np.abs(out[..., :3] - want).max(), np.abs(want - X[..., :3]).max()
+    assert change > 1e-3  # the network changes the image
+    assert err <= 0.01 * change

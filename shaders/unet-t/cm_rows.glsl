@@ -12,12 +12,16 @@
 //     thread, wr[i] for sa[lid + i CM_THREADS], xr[16 s + c] for sb[CM_TN c + lid + s
 //     CM_THREADS] (row0, col0: the workgroup's first row and column)
 //   void put(int row, int col, float sum): a result (row < the rows, col < COLN)
+// and may define CM_STEPS, the steps (KK CG where it does not).
 #ifndef CM_FN
 #define CM_FN 2
 #endif
 #define CM_TN (16 * CM_FN * CM_WARPS)
 #define CM_NP (CM_TN / CM_THREADS)
 #define CM_NW (CM_TM * 16 / CM_THREADS)  // the weights a thread stages a step
+#ifndef CM_STEPS
+#define CM_STEPS (KK * CG)
+#endif
 shared float16_t sa[CM_TM * 16];
 shared float16_t sb[16 * CM_TN];
 
@@ -47,13 +51,13 @@ void main() {
   CM_UNROLL for (int f = 0; f < CM_FM * CM_FN; f++) CM_ZERO(acc[f]);
   float wr[CM_NW], xr[16 * CM_NP];
   fetch(0, wr, xr);
-  for (int t = 0; t < KK * CG; t++) {
+  for (int t = 0; t < CM_STEPS; t++) {
     for (int i = 0; i < CM_NW; i++) sa[lid + i * CM_THREADS] = cm_half(wr[i]);
     for (int s = 0; s < CM_NP; s++)
       for (int c = 0; c < 16; c++)
         sb[c * CM_TN + lid + s * CM_THREADS] = cm_half(xr[16 * s + c]);
     barrier();
-    if (t + 1 < KK * CG) fetch(t + 1, wr, xr);
+    if (t + 1 < CM_STEPS) fetch(t + 1, wr, xr);
     CM_A a[CM_FM];
     CM_B b[CM_FN];
     CM_UNROLL for (int i = 0; i < CM_FM; i++) CM_LOAD_ROW(a[i], sa, 256 * i, 16);
