@@ -60,6 +60,10 @@ GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
                "raw-other": ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
                "linear": ROOT / "graphs" / "weights" / "unet-photo.lut",
                "jpeg": ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
+# --ensemble's default where the file's weights are these, on a GPU: the photo U-Net averages
+# the image and its mirror (+0.07 dB on held-out photographs, past VST-BM3D at each noise
+# level: modules/unet-t/README.md), two passes of 12 MP in less than 100 ms of an H100
+GPU_ENSEMBLE = {GPU_WEIGHTS["linear"]: 2}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -129,10 +133,11 @@ def add_parser(sub) -> None:
     p.add_argument("--strength", type=strength, default=1.0, metavar="S",
                    help="multiply the noise level by S: more than 1 smooths more, less "
                    f"than 1 keeps more detail ({STRENGTH[0]:g}..{STRENGTH[1]:g}, default 1)")
-    p.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8), default=1, metavar="N",
+    p.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8), metavar="N",
                    help="average the denoiser over N flips and rotations of each image (1, 2, "
                    "4 or 8; N times the time; the photo U-Net gains 0.07 dB with 2 and 0.14 "
-                   "with 8; default 1)")
+                   f"with 8; default 2 for {shown(GPU_WEIGHTS['linear']).name} on a GPU, "
+                   "else 1)")
     p.add_argument("--levels", type=integer(1, 12), metavar="N", help="kpn's pyramid levels "
                    "(default: what the weights' .lut says, else 4; not with unet-t's weights)")
     p.add_argument("--progress", action="store_true",
@@ -345,10 +350,15 @@ class Denoisers:
     for every file, else each file's default_weights."""
 
     def __init__(self, device, weights: Path | None, levels: int | None, on_tile=None,
-                 ensemble: int = 1):
+                 ensemble: int | None = None):
         self.device, self.weights, self.levels, self.on_tile = device, weights, levels, on_tile
-        self.ensemble = ensemble
+        self.ensemble = ensemble  # None: GPU_ENSEMBLE's for the weights on a GPU, else 1
         self.made = {}
+
+    def ensemble_of(self, weights: Path) -> int:
+        if self.ensemble is not None:
+            return self.ensemble
+        return GPU_ENSEMBLE.get(Path(weights).resolve(), 1) if on_gpu(self.device) else 1
 
     def for_file(self, src: Path, read=None):
         """The Denoiser of the file; read: its read to come (ReadAhead), where a raw file's
@@ -366,7 +376,8 @@ class Denoisers:
                 pattern = raw.meta.cfa
             w = default_weights(src, gpu, pattern)
         if w not in self.made:
-            self.made[w] = Denoiser(self.device, w, levels=self.levels, ensemble=self.ensemble)
+            self.made[w] = Denoiser(self.device, w, levels=self.levels,
+                                    ensemble=self.ensemble_of(w))
             self.made[w].on_tile = self.on_tile
             if self.made[w].module == "unet" and not on_gpu(self.device):
                 log.warning("denoise: %s are unet-t's weights, made for a GPU: on this CPU "
@@ -569,7 +580,7 @@ def tile_progress(bar):
 class DenoiseWorker:
     """A Ray actor: the Vulkan device of the GPU Ray gave it and one Denoiser on it."""
 
-    def __init__(self, weights: str | None, levels: int | None, ensemble: int = 1):
+    def __init__(self, weights: str | None, levels: int | None, ensemble: int | None = None):
         from vkgraph.apps.distributed import open_worker_device
 
         self.device = self.dens = self.error = None
@@ -770,7 +781,12 @@ def denoise_file(den, src: Path, dst: Path, noise, quality: int | None = None,
         denoised()
     write_like(dst, out, meta, quality)
     return (f"{src} -> {dst}: {wd}x{ht}, noise a {a:.4g} b {b:.4g} ({how}), weights "
-            f"{den.weights.name}{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
+            f"{weights_text(den)}{kept(meta, dst, quality)}, {time.perf_counter() - t0:.2f} s")
+
+
+def weights_text(den) -> str:
+    """The weights a report line names: the file, and the ensemble where it is more than 1."""
+    return den.weights.name + (f" (ensemble {den.ensemble})" if den.ensemble > 1 else "")
 
 
 def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = None,
@@ -818,5 +834,5 @@ def denoise_raw_file(den, src: Path, dst: Path, noise, quality: int | None = Non
     pattern = "Bayer" if raw.meta.period == 2 else "X-Trans"
     how = profile.source + (f", strength {strength:g}" if strength != 1.0 else "")
     return (f"{src} -> {dst}: {wd}x{ht} {pattern}, noise a {a:.4g} b {b:.4g} "
-            f"({how}), weights {den.weights.name}{kept(meta, dst, quality)}, "
+            f"({how}), weights {weights_text(den)}{kept(meta, dst, quality)}, "
             f"{time.perf_counter() - t0:.2f} s")

@@ -418,6 +418,21 @@ def test_ensemble_option(device, tmp_path, capsys, weights):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_default_ensemble_is_two_for_the_photo_unet_on_a_gpu(monkeypatch):
+    """Without --ensemble the photo U-Net averages the image and its mirror on a GPU; other
+    weights, and any weights on a CPU, run once; --ensemble N is N for every weights file."""
+    from vkgraph.cli import denoise as cli_denoise
+
+    photo = cli_denoise.GPU_WEIGHTS["linear"]
+    jpeg = cli_denoise.GPU_WEIGHTS["jpeg"]
+    for gpu, want in ((True, (2, 1)), (False, (1, 1))):
+        monkeypatch.setattr(cli_denoise, "on_gpu", lambda device, gpu=gpu: gpu)
+        dens = cli_denoise.Denoisers(None, None, None)
+        assert (dens.ensemble_of(photo), dens.ensemble_of(jpeg)) == want
+        assert dens.ensemble_of(Path(str(photo.parent) + "/../weights/" + photo.name)) == want[0]
+        assert cli_denoise.Denoisers(None, None, None, ensemble=4).ensemble_of(photo) == 4
+
+
 def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
     """Without --weights: raw files, EXR and PFM get the arch 1 weights, JPEGs the arch 1
     weights trained on JPEGs, the other display-referred formats the arch 0 ones; on a GPU

