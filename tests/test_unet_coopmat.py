@@ -149,3 +149,31 @@ def test_inference_matches_reference(coopmat, tmp_path):
     err, change = np.abs(out[..., :3] - want).max(), np.abs(want - X[..., :3]).max()
     assert change > 1e-3  # the network changes the image
     assert err <= 0.01 * change
+
+
+def test_training_frame_with_windows_matches_reference(coopmat, tmp_path, monkeypatch):
+    """cnngenin's tiles of 64 pixels hold whole blocks of conv3_cm at both scales of a
+    2-scale network (32 x 16 pixels at 64 and 32): its 3x3 layers run from windows that read
+    zero outside their tile, and the frame (loss, output, every gradient) is the
+    reference's."""
+    from vkgraph.modules.unet_t import forward
+
+    made = []
+    real = forward.cm_conv3
+    monkeypatch.setattr(forward, "cm_conv3", lambda *a, **k: made.append(a[2]) or real(*a, **k))
+    e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), bias=3.0)
+    assert made == [9, 9, 18, 18, 9, 9]  # every 3x3 layer (their output channels)
+    assert e <= 1e-4 and o <= 1e-4
+    for name, d in dws.items():
+        assert d <= 5e-3, name
+
+
+def test_window_fits_where_blocks_lie_in_tiles():
+    from vkgraph.modules.unet_t.forward import window_fits
+
+    assert window_fits(0, 2, 128) and window_fits(128, 2, 128)  # 32 x 8 blocks in 32
+    assert not window_fits(64, 2, 128)  # 16 pixels a tile at scale 2
+    assert window_fits(64, 1, 32) and window_fits(96, 0, 32)  # 32 x 16 blocks
+    assert not window_fits(16, 0, 32) and not window_fits(48, 0, 32)
+    assert window_fits(128, 1, 64, cfa=True) and not window_fits(128, 2, 64, cfa=True)
+    assert not window_fits(None, 0, 32) and not window_fits(130, 1, 32)

@@ -114,12 +114,32 @@ def cm_layer(graph, kind: str, defines: dict, rows: int, columns: int, taps: int
             "defines": cm_defines(graph, **defines, CM_TM=tm, CM_WARPS=CM_WARPS, CM_FN=CM_FN)}
 
 
+def cm3_rows(cout: int) -> int:
+    """conv3_cm's block rows of pixels for `cout` output channels: CM3_WARPS warps of CM_WR
+    rows each, 2 where the block's channel rows are 32 or fewer (8 accumulators a warp),
+    else 1."""
+    return CM3_WARPS * (2 if cm_rows(cout) <= 32 else 1)
+
+
+def window_fits(tile: int | None, scale: int, cout: int, cfa: bool = False) -> bool:
+    """Whether conv3_cm's blocks (32 x cm3_rows(cout) pixels at the layer's `scale`) each lie
+    in one of noiseab's tiles: `tile` the tiles' size T (full-resolution pixels; 0 the whole
+    image; None not known when the graph is built: no)."""
+    if tile is None:
+        return False
+    if tile == 0:
+        return True
+    shift = scale + (1 if cfa else 0)
+    t = tile >> shift
+    return t << shift == tile and t % 32 == 0 and t % cm3_rows(cout) == 0
+
+
 def cm_conv3(graph, defines: dict, cout: int, wd: int, ht: int) -> dict:
-    """conv3_cm's node (a 3x3 layer of an image that is one tile) for `cout` output
-    channels at wd x ht: CM3_WARPS warps, blocks of 32 x CM3_WARPS CM_WR pixels, CM_WR 2 rows
-    a warp where the block's channel rows are 32 or fewer (8 accumulators a warp), else 1."""
+    """conv3_cm's node (a 3x3 layer whose blocks each lie in one tile: window_fits) for
+    `cout` output channels at wd x ht: CM3_WARPS warps, blocks of 32 x cm3_rows(cout)
+    pixels."""
     tm, threads = cm_rows(cout), 32 * CM3_WARPS
-    wr = 2 if tm <= 32 else 1
+    wr = cm3_rows(cout) // CM3_WARPS
     return {"kernel": "conv3_cm",
             "groups": (threads * tiles(wd, 32), tiles(ht, CM3_WARPS * wr), tiles(cout, tm)),
             "local": (threads, 1, 1),
@@ -177,7 +197,8 @@ def connect_inputs(graph, node, L: Layer, made: dict) -> None:
 
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
                   noise: str = "noiseab", precise: bool = False, ref: bool = False,
-                  cfa: bool = False, fp32: bool = False, l2: bool = False) -> dict:
+                  cfa: bool = False, fp32: bool = False, l2: bool = False,
+                  tile: int | None = None) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
     network `net` (width, scales), run at `size` (wd, ht: multiples of
     2^(scales - 1)) on the module input `input` (at most `size`; prep reads it mirrored to
@@ -195,7 +216,10 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     `cfa`: the input is an RGGB mosaic of even width and height; `size` is then the
     full-resolution size (multiples of 2 2^(scales - 1)), the network runs on its cells (half
     of it: "sizes" are the cells') and `loss` writes the full-resolution RGB.
-    The layer kernels are `kernels`' choice ("kernels" in the result), portable with `fp32`."""
+    The layer kernels are `kernels`' choice ("kernels" in the result), portable with `fp32`;
+    with cooperative matrices a 3x3 layer runs conv3_cm where its blocks lie in noiseab's
+    tiles (window_fits: `tile` their size where the graph fixes it; "params": the whole
+    image, one tile)."""
     width, scales = net
     ls = layers(width, scales, cfa)
     kind = kernels(graph, precise or fp32)
@@ -240,7 +264,8 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     conv = {}
     for L in ls:
         wo, ho = sizes[L.scale_out]
-        if cm and L.kind == "conv3" and noise == "params":  # one tile: the staged window
+        if cm and L.kind == "conv3" and window_fits(0 if noise == "params" else tile,
+                                                    L.scale_out, L.cout, cfa):
             k = cm_conv3(graph, layer_defines(L, False), L.cout, wo, ho)
         elif cm and L.kind == "up":  # a product a tap, over the input pixels
             wi, hi = sizes[L.scale_in]

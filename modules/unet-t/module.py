@@ -145,7 +145,7 @@ def network(graph, module, scaffold) -> Network:
 
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa,
-                        l2=int(module.param("loss")) == 1)
+                        l2=int(module.param("loss")) == 1, tile=upstream_tile(module))
     cm = fwd["kernels"] == "coopmat"  # the backward's layer kernels are the forward's kind
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])

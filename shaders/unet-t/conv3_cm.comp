@@ -4,14 +4,16 @@
 #include "vkgraph.glsl"
 #include "unet.glsl"
 #include "cm.glsl"
-// A 3x3 layer's forward (conv_cm.comp's sums, KIND 0) where the image is one tile (T = 0:
-// unet's inference), from a staged window instead of a gather a tap:
+// A 3x3 layer's forward (conv_cm.comp's sums, KIND 0) from a staged window instead of a
+// gather a tap, where every block lies inside one tile (the image one tile, T = 0, as in
+// unet's inference; or cnngenin's tiles a multiple of the blocks at the layer's scale: the
+// host checks, forward.py's window_fits):
 //   Y[co, p] = b[co] + sum_{ci, tap} W[co][ci][tap] X[ci, p + offset(tap)],   relu'd if RELU
 // Workgroup (x, y, z) computes rows (output channels) CM_TM z .. CM_TM z + CM_TM - 1 of a
 // block of HT rows by 32 output pixels at (32 x, HT y); warp v its rows CM_WR v ..
 // CM_WR (v + 1) - 1, two fragments of 16 pixels a row. A step stages 16 input channels of
 // the block's window (its pixels and a border of one: HT + 2 rows of 34, zero outside the
-// image) and those channels' weights of the 9 taps, as f16 in shared memory; each tap's
+// block's tile) and those channels' weights of the 9 taps, as f16 in shared memory; each tap's
 // product then reads the window shifted by its offset, so that an input value is read from
 // global memory once a step instead of once a tap.
 SSBO_IN(0, float, w)
@@ -35,6 +37,7 @@ shared float16_t sw[9 * CM_TM * 16];  // the weights: [tap][row][channel]
 
 int ni;  // INPUT_AT's input pixels
 ivec2 o;  // the block's first pixel
+ivec4 box;  // the block's tile (box_of), outside which the window reads zero
 int lid, row0;
 
 // step g's values of this thread, read from global memory all at once (a loop that stored
@@ -45,8 +48,7 @@ void fetch(int g, out float xv[NX], out float wv[NW]) {
   [[unroll]] for (int k = 0; k < NX; k++) {
     int i = lid + k * CM_THREADS, c = c0 + i / HP, hp = i % HP;
     ivec2 q = o + ivec2(hp % HW, hp / HW) - 1;
-    bool ok = i < HP * 16 && c < CIN && all(greaterThanEqual(q, ivec2(0)))
-              && all(lessThan(q, ivec2(push.wi, push.hi)));
+    bool ok = i < HP * 16 && c < CIN && in_box(q, box);
     xv[k] = ok ? INPUT_AT(c, q.x + q.y * push.wi) : 0.0;
   }
   [[unroll]] for (int k = 0; k < NW; k++) {
@@ -62,6 +64,7 @@ void main() {
   int no = push.wo * push.ho;
   o = ivec2(gl_WorkGroupID.xy) * ivec2(32, HT);
   row0 = int(gl_WorkGroupID.z) * CM_TM;
+  box = box_of(o, tile_at(noiseab[2]));
   int v = int(cm_warp());
   CM_ACC acc[CM_FM * FN];
   CM_UNROLL for (int f = 0; f < CM_FM * FN; f++) CM_ZERO(acc[f]);
