@@ -43,6 +43,8 @@ float16_t cm_half(float x) {
 // that it reaches the loss (training skips the update) or the image (inference reruns).
 float cm_poison(float y) { return isinf(y) ? uintBitsToFloat(0x7fc00000u) : y; }
 float cm_relu(float y) { return y > 0.0 || isnan(y) ? y : 0.0; }
+// a forward layer's output from its sum and bias y: poisoned, relu'd where the layer is
+float cm_output(float y) { return RELU != 0 ? cm_relu(cm_poison(y)) : cm_poison(y); }
 
 // each warp's 16 x 16 f32 scratch, through which its fragments reach global memory one at a
 // time (bounds and layouts checked element by element)

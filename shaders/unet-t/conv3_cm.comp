@@ -103,8 +103,7 @@ void main() {
         ivec2 p = o + ivec2(16 * (j % 2) + CM_COL(e), CM_WR * v + j / 2);
         int co = row0 + 16 * i + CM_ROW(e);
         if (co < COUT && p.x < push.wo && p.y < push.ho) {
-          float y = cm_poison(CM_VALUE(e) + w[bidx(co)]);
-          outp[co * no + p.x + p.y * push.wo] = RELU != 0 ? cm_relu(y) : y;
+          outp[co * no + p.x + p.y * push.wo] = cm_output(CM_VALUE(e) + w[bidx(co)]);
         }
       }
       CM_SYNC();

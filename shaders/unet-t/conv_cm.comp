@@ -60,6 +60,5 @@ void put(int co, int ip, float sum) {
   ivec2 p = 2 * ivec2(ip % push.wi, ip / push.wi) + ivec2(tap % 2, tap / 2);
   ip = p.x + p.y * push.wo;
 #endif
-  float y = cm_poison(sum + w[bidx(co)]);
-  outp[co * no + ip] = RELU != 0 ? cm_relu(y) : y;
+  outp[co * no + ip] = cm_output(sum + w[bidx(co)]);
 }
