@@ -384,8 +384,8 @@ class Denoiser:
         A flipped or rotated RGGB mosaic has another colour phase (where red is in its 2 x 2
         cells, ensemble_phase): it is brought back to RGGB (rggb_phase) and the result
         cropped before it is undone. The flips, the sum and the mean run in bands of rows on
-        the host's threads, the sum in place (12 MP: 0.43 s on one core became 0.24 s
-        there)."""
+        the host's threads, the sum in place (12 MP on one core: 0.43 s as whole-array
+        copies, 0.24 s in place)."""
         if self.ensemble == 1:
             return self._denoise(image, a, b)
         out = None
