@@ -177,3 +177,21 @@ def test_window_fits_where_blocks_lie_in_tiles():
     assert not window_fits(16, 0, 32) and not window_fits(48, 0, 32)
     assert window_fits(128, 1, 64, cfa=True) and not window_fits(128, 2, 64, cfa=True)
     assert not window_fits(None, 0, 32) and not window_fits(130, 1, 32)
+
+
+def test_weight_gradients_from_windows_match_reference(coopmat, tmp_path, monkeypatch):
+    """VKGRAPH_UNET_WGRAD=window: the 3x3 layers' weight gradients from staged windows
+    (convw3_cm, a warp a tap) on the tiles of the window test above: every gradient the
+    reference's."""
+    from vkgraph.modules.unet_t import module as unet_module
+
+    made = []
+    real = unet_module.cm_convw3
+    monkeypatch.setattr(unet_module, "cm_convw3",
+                        lambda *a, **k: made.append(a[2].name) or real(*a, **k))
+    monkeypatch.setenv("VKGRAPH_UNET_WGRAD", "window")
+    e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), bias=3.0)
+    assert sorted(made) == ["dec0", "dec0a", "enc0", "enc0a", "enc1", "enc1a"]
+    assert e <= 1e-4 and o <= 1e-4
+    for name, d in dws.items():
+        assert d <= 5e-3, name

@@ -37,12 +37,13 @@ from vkgraph.modules.unet_t.forward import (
     layer_push,
     multiple,
     tiles,
+    window_fits,
 )
 from vkgraph.modules.unet_t.net import layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
-from vkgraph.pipeline.variants import cm_defines
+from vkgraph.pipeline.variants import cm_defines, env_choice
 
 
 def shape(module) -> tuple[int, int]:
@@ -131,6 +132,34 @@ def wgrad_chunks(pixels: int) -> int:
     return max(1, min(256, pixels // 1024))
 
 
+WGRAD_ENV = "VKGRAPH_UNET_WGRAD"  # auto (gather), gather or window: 3x3 weight gradients' kernel
+
+
+def wgrad_windows() -> bool:
+    """Whether $VKGRAPH_UNET_WGRAD asks for convw3_cm (the 3x3 layers' weight gradients from
+    staged windows, where the blocks lie in tiles) instead of convw_cm. Opt-in until it is
+    timed on a GPU (bench/unet_train.py)."""
+    return env_choice(WGRAD_ENV, ("auto", "gather", "window")) == "window"
+
+
+CONVW3_WARPS = 9  # convw3_cm: a warp a tap
+
+
+def cm_convw3(graph, defines: dict, L, wd: int, ht: int) -> dict:
+    """convw3_cm's node for the 3x3 layer L at wd x ht: output channels over x (blocks of
+    cm_rows), 16 input channels over y, chunks of the blocks of 32 x BH pixels over z (BH 8,
+    4 past 32 channels: 256 or 128 pixels of dY a block in shared memory)."""
+    tm = cm_rows(L.cout)
+    bh = 8 if tm <= 32 else 4
+    blocks = tiles(wd, 32) * tiles(ht, bh)
+    chunks = max(1, min(wgrad_chunks(wd * ht), blocks))
+    threads = 32 * CONVW3_WARPS
+    return {"kernel": "convw3_cm", "local": (threads, 1, 1),
+            "groups": (threads * tiles(L.cout, tm), tiles(L.cin, 16), chunks),
+            "defines": cm_defines(graph, **defines, CM_TM=tm, CM_WARPS=CONVW3_WARPS,
+                                  CM_EMU_WARPS=f"{CONVW3_WARPS}u", BH=bh, CHUNKS=chunks)}
+
+
 def network(graph, module, scaffold) -> Network:
     """prep, the layers' forward, the loss against ref, and the backward down to dE/dW."""
     width, scales = shape(module)
@@ -178,7 +207,11 @@ def network(graph, module, scaffold) -> Network:
                 grads.setdefault(L.b, []).append((node, "dB"))
         chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
-        if cm:  # output channels over x, fragments of 16 input channels at a tap over y
+        if cm and wgrad_windows() and L.kind == "conv3" and window_fits(
+                upstream_tile(module), L.scale_out, L.cout, cfa):
+            k = cm_convw3(graph, {**ldefs, "GSCALE": gs}, L, wo, ho)
+            chunks = k["defines"]["CHUNKS"]
+        elif cm:  # output channels over x, fragments of 16 input channels at a tap over y
             tm, frags = cm_rows(L.cout), L.k * L.k * tiles(L.cin, 16)
             k = {"kernel": "convw_cm", "local": (32 * CM_WARPS, 1, 1),
                  "groups": (32 * CM_WARPS * tiles(L.cout, tm),
