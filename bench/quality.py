@@ -16,8 +16,10 @@ levels, std(x) = sqrt(a + 65535 x b) / 65535 per channel, Gaussian, from seeded 
   makes the signal-dependent noise about unit white noise, then the exact unbiased inverse for
   this noise (bench/vst.py): the classical treatment of such noise, the strongest classical
   column;
-* vkgraph: kpn with the given weights (default graphs/weights/kpn-photo.lut; unet for weights
-  unet-t trained, vkgraph/apps/denoise.py), or weights
+* vkgraph: kpn with the given weights (default: what `vkgraph denoise` uses for an EXR on
+  the device, with its ensemble: on a GPU graphs/weights/unet-photo.lut averaged over the
+  image and its mirror; on a CPU driver kpn-photo-ctx.lut; unet for weights unet-t trained,
+  vkgraph/apps/denoise.py), or weights
   trained first by `--train CFG` (the training time is reported), given the true (a, b)
   (or, with --estimate, the profile vkgraph/apps/noise.py estimates from the noisy image).
 
@@ -71,7 +73,6 @@ from vkgraph.pipeline.formats import atomic_write  # noqa: E402
 
 HELD_OUT = ROOT / "graphs" / "photos" / "held-out.txt"
 CACHE = Path(__file__).resolve().parent / "quality-baselines.json"
-WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 BLUR_SIGMAS = (0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 METHODS = {  # the settings string is part of the cache key: change it when the method changes
     "blur": "gaussian, sigma by oracle from " + ",".join(map(str, BLUR_SIGMAS)),
@@ -374,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--weights", type=Path,
-                     help=f"kpn weights, or unet-t's (default {WEIGHTS.relative_to(ROOT)})")
+                     help="kpn weights, or unet-t's (default: `vkgraph denoise`'s for an EXR "
+                     "on the device)")
     src.add_argument("--train", type=Path, metavar="CFG",
                      help="train with this cfg first (its o-lut output is the weights)")
     ap.add_argument("--frames", type=int, help="with --train: frames (default: the cfg's)")
@@ -382,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --weights: kpn's levels (default: what the .lut says, else 4)")
     ap.add_argument("--estimate", action="store_true",
                     help="give kpn the estimated noise profile instead of the true one")
-    ap.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8), default=1,
-                    help="kpn averaged over this many flips and rotations (Denoiser)")
+    ap.add_argument("--ensemble", type=int, choices=(1, 2, 4, 8),
+                    help="kpn averaged over this many flips and rotations (Denoiser; default: "
+                    "`vkgraph denoise`'s for the weights on the device)")
     ap.add_argument("--device", help="Vulkan device (substring of its name)")
     ap.add_argument("--baselines", type=Path, default=CACHE, help="the baseline cache (JSON)")
     ap.add_argument("--baselines-only", action="store_true",
@@ -405,14 +408,16 @@ def main(argv: list[str] | None = None) -> int:
     info: dict = {"noise_levels": LEVELS, "seeds": [seed_of(i) for i in range(len(LEVELS))],
                   "metrics": "PSNR (dB, peak 1) and SSIM (data_range 1) in linear [0, 1]"}
     if not args.baselines_only:
+        from vkgraph.cli.denoise import Denoisers, default_weights, on_gpu
         from vkgraph.pipeline.vk import Device
 
-        weights = args.weights or WEIGHTS
-        if args.train is None and not weights.exists():
-            ap.error(f"weights {weights} do not exist (give --weights or --train CFG)")
+        if args.weights is not None and args.train is None and not args.weights.exists():
+            ap.error(f"weights {args.weights} do not exist (give --weights or --train CFG)")
         dev = Device.open(args.device)
         try:
             info["device"] = dev.info.name
+            # the command's defaults: the weights for an EXR on this device, their ensemble
+            weights = args.weights or default_weights(Path("x.exr"), on_gpu(dev))
             with tempfile.TemporaryDirectory() as tmp:
                 if args.train is not None:
                     weights, secs, summary = train(dev, args.train, args.frames, Path(tmp))
@@ -421,8 +426,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"training: {summary} ({secs:.1f} s on {dev.info.name})")
                 else:
                     info["weights"] = str(weights)
+                ensemble = args.ensemble or Denoisers(dev, None, None).ensemble_of(weights)
+                info["ensemble"] = ensemble
                 vk, seconds, info["kpn_levels"] = run_vkgraph(dev, weights, args.levels,
-                                                              args.estimate, args.ensemble)
+                                                              args.estimate, ensemble)
+                print(f"vkgraph: {Path(weights).name}, ensemble {ensemble}, on {dev.info.name}")
         finally:
             dev.close()
         for k, m in vk.items():

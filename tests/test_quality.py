@@ -107,6 +107,24 @@ def test_whole_run_with_weights(quality, tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert len(data["results"]) == 3 and data["noise_given"] == "true"
     assert all({"psnr", "ssim"} <= set(r["vkgraph"]) for r in data["results"])
+    assert data["ensemble"] == 1  # kpn weights: `vkgraph denoise` runs them once
+
+
+def test_default_is_what_vkgraph_denoise_runs_on_an_exr(quality, tmp_path, capsys,
+                                                        monkeypatch, device):
+    """Without --weights and --ensemble: `vkgraph denoise`'s weights for an EXR on the
+    device and their ensemble (on a GPU the photo U-Net, image and mirror averaged)."""
+    from vkgraph.cli.denoise import GPU_WEIGHTS, default_weights, on_gpu
+
+    monkeypatch.setattr(quality, "bm3d_rgb", lambda noisy, sigma: noisy)
+    out = tmp_path / "q.json"
+    assert quality.main(["--baselines", str(tmp_path / "c.json"), "--jobs", "1",
+                         "--json", str(out)]) == 0
+    want = default_weights(Path("x.exr"), on_gpu(device))
+    n = 2 if want == GPU_WEIGHTS["linear"] else 1
+    assert f"vkgraph: {want.name}, ensemble {n}, on " in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["weights"] == str(want) and data["ensemble"] == n
 
 
 def test_train_first(quality, tmp_path, capsys, monkeypatch):
