@@ -10,9 +10,9 @@
 // host checks, forward.py's window_fits):
 //   Y[co, p] = b[co] + sum_{ci, tap} W[co][ci][tap] X[ci, p + offset(tap)],   relu'd if RELU
 // Workgroup (x, y, z) computes rows (output channels) CM_TM z .. CM_TM z + CM_TM - 1 of a
-// block of HT rows by 32 output pixels at (32 x, HT y); warp v its rows CM_WR v ..
+// block of WROWS rows by 32 output pixels at (32 x, WROWS y); warp v its rows CM_WR v ..
 // CM_WR (v + 1) - 1, two fragments of 16 pixels a row. A step stages 16 input channels of
-// the block's window (its pixels and a border of one: HT + 2 rows of 34, zero outside the
+// the block's window (its pixels and a border of one: WROWS + 2 rows of 34, zero outside the
 // block's tile) and those channels' weights of the 9 taps, as f16 in shared memory; each tap's
 // product then reads the window shifted by its offset, so that an input value is read from
 // global memory once a step instead of once a tap.
@@ -25,32 +25,23 @@ SSBO_IN(4, float, noiseab)
 #ifndef CM_WR
 #define CM_WR 2
 #endif
-#define HT (CM_WARPS * CM_WR)  // the block's rows of pixels
-#define HW 34                    // a window row: the block's 32 pixels and the border
-#define HP ((HT + 2) * HW)       // the window's pixels
-#define CG ((CIN + 15) / 16)     // steps: 16 input channels each
-#define FN (2 * CM_WR)           // a warp's fragments of 16 pixels
-#define NX ((HP * 16 + CM_THREADS - 1) / CM_THREADS)      // window values a thread stages
+#define WROWS (CM_WARPS * CM_WR)  // the block's rows of pixels
+#define CG ((CIN + 15) / 16)       // steps: 16 input channels each
+#define FN (2 * CM_WR)             // a warp's fragments of 16 pixels
 #define NW ((9 * CM_TM * 16 + CM_THREADS - 1) / CM_THREADS)  // weights a thread stages
-shared float16_t sx[HP * 16];          // the window: [pixel][channel]
 shared float16_t sw[9 * CM_TM * 16];  // the weights: [tap][row][channel]
 
 int ni;  // INPUT_AT's input pixels
 ivec2 o;  // the block's first pixel
 ivec4 box;  // the block's tile (box_of), outside which the window reads zero
 int lid, row0;
+#include "window.glsl"
 
-// step g's values of this thread, read from global memory all at once (a loop that stored
-// each value as it came would wait for each read): window value k is channel c0 + i / HP of
-// window pixel i % HP, i = lid + k CM_THREADS; weight k is sw[lid + k CM_THREADS]
+// step g's values of this thread (window_read's, and weight k: sw[lid + k CM_THREADS]),
+// read all at once
 void fetch(int g, out float xv[NX], out float wv[NW]) {
   int c0 = 16 * g;
-  [[unroll]] for (int k = 0; k < NX; k++) {
-    int i = lid + k * CM_THREADS, c = c0 + i / HP, hp = i % HP;
-    ivec2 q = o + ivec2(hp % HW, hp / HW) - 1;
-    bool ok = i < HP * 16 && c < CIN && in_box(q, box);
-    xv[k] = ok ? INPUT_AT(c, q.x + q.y * push.wi) : 0.0;
-  }
+  window_read(o, box, c0, xv);
   [[unroll]] for (int k = 0; k < NW; k++) {
     int i = lid + k * CM_THREADS;
     int c = c0 + i % 16, co = row0 + (i / 16) % CM_TM, tap = i / (16 * CM_TM);
@@ -62,7 +53,7 @@ void main() {
   lid = int(gl_LocalInvocationIndex);
   ni = push.wi * push.hi;
   int no = push.wo * push.ho;
-  o = ivec2(gl_WorkGroupID.xy) * ivec2(32, HT);
+  o = ivec2(gl_WorkGroupID.xy) * ivec2(32, WROWS);
   row0 = int(gl_WorkGroupID.z) * CM_TM;
   box = box_of(o, tile_at(noiseab[2]));
   int v = int(cm_warp());
@@ -72,10 +63,7 @@ void main() {
   fetch(0, xv, wv);
   for (int g = 0; g < CG; g++) {
     barrier();  // the last step's products have read sx and sw
-    [[unroll]] for (int k = 0; k < NX; k++) {
-      int i = lid + k * CM_THREADS;
-      if (i < HP * 16) sx[(i % HP) * 16 + i / HP] = cm_half(xv[k]);
-    }
+    window_store(xv);
     [[unroll]] for (int k = 0; k < NW; k++) {
       int i = lid + k * CM_THREADS;
       if (i < 9 * CM_TM * 16) sw[i] = cm_half(wv[k]);
@@ -87,11 +75,9 @@ void main() {
       CM_UNROLL for (int i = 0; i < CM_FM; i++)
         CM_LOAD_ROW(a[i], sw, (tap * CM_TM + 16 * i) * 16, 16);
       CM_UNROLL for (int j = 0; j < FN; j++) {
-        // fragment j: block row CM_WR v + j / 2, pixels 16 (j % 2) ..; tap (kx, ky) reads
-        // the window from its pixel (kx, ky) on
-        int first = (CM_WR * v + j / 2 + tap / 3) * HW + 16 * (j % 2) + tap % 3;
+        // fragment j: block row CM_WR v + j / 2, pixels 16 (j % 2) ..
         CM_B b;
-        CM_LOAD_COL(b, sx, first * 16, 16);
+        CM_LOAD_COL(b, sx, window_at(CM_WR * v + j / 2, j % 2, tap), 16);
         CM_UNROLL for (int i = 0; i < CM_FM; i++) CM_MMA(acc[i * FN + j], a[i], b);
       }
     }

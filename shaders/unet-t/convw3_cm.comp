@@ -28,31 +28,22 @@ SSBO_IN(6, float, noiseab)
 #ifndef BH
 #define BH 8
 #endif
-#define HW 34                    // a window row: the block's 32 pixels and the border
-#define HP ((BH + 2) * HW)       // the window's pixels
+#define WROWS BH
 #define PB (32 * BH)             // a block's pixels
 #define SGS (PB + 8)             // sg's row stride (halves): rows 16 bytes apart in the banks
-#define NX ((HP * 16 + CM_THREADS - 1) / CM_THREADS)     // window values a thread stages
 #define NG ((CM_TM * PB + CM_THREADS - 1) / CM_THREADS)  // gradients a thread stages
 shared float16_t sg[CM_TM * SGS];  // GSCALE dY[co0 + r, the block's pixel k] at SGS r + k
-shared float16_t sx[HP * 16];      // the window: [pixel][channel]
 
 int lid, ni, no, nbx, co0, c0, T;
+#include "window.glsl"
 
 ivec2 block_at(int b) { return ivec2(b % nbx * 32, b / nbx * BH); }
 
-// block b's values of this thread, read from global memory all at once: window value k is
-// channel c0 + i / HP of window pixel i % HP, gradient k is row i / PB, block pixel i % PB
-// (i = lid + k CM_THREADS)
+// block b's values of this thread, read all at once: window_read's, and gradient k: row
+// i / PB, block pixel i % PB (i = lid + k CM_THREADS)
 void fetch(int b, out float xv[NX], out float gv[NG]) {
   ivec2 o = block_at(b);
-  ivec4 box = box_of(o, T);  // the block's tile
-  [[unroll]] for (int k = 0; k < NX; k++) {
-    int i = lid + k * CM_THREADS, c = c0 + i / HP, hp = i % HP;
-    ivec2 q = o + ivec2(hp % HW, hp / HW) - 1;
-    bool ok = i < HP * 16 && c < CIN && in_box(q, box);
-    xv[k] = ok ? INPUT_AT(c, q.x + q.y * push.wi) : 0.0;
-  }
+  window_read(o, box_of(o, T), c0, xv);
   [[unroll]] for (int k = 0; k < NG; k++) {
     int i = lid + k * CM_THREADS, co = co0 + i / PB;
     ivec2 p = o + ivec2(i % 32, i % PB / 32);
@@ -81,10 +72,7 @@ void main() {
   if (start < end) fetch(start, xv, gv);
   for (int b = start; b < end; b++) {
     barrier();  // the last block's products have read sg and sx
-    [[unroll]] for (int k = 0; k < NX; k++) {
-      int i = lid + k * CM_THREADS;
-      if (i < HP * 16) sx[(i % HP) * 16 + i / HP] = cm_half(xv[k]);
-    }
+    window_store(xv);
     [[unroll]] for (int k = 0; k < NG; k++) {
       int i = lid + k * CM_THREADS;
       if (i < CM_TM * PB) sg[(i / PB) * SGS + i % PB] = cm_half(gv[k]);
@@ -98,7 +86,7 @@ void main() {
     CM_UNROLL for (int r = 0; r < BH; r++)
       CM_UNROLL for (int s = 0; s < 2; s++) {
         CM_B x;
-        CM_LOAD_ROW(x, sx, ((r + tap / 3) * HW + 16 * s + tap % 3) * 16, 16);
+        CM_LOAD_ROW(x, sx, window_at(r, s, tap), 16);
         CM_UNROLL for (int i = 0; i < CM_FM; i++) {
           CM_A g;
           CM_LOAD_ROW(g, sg, 16 * i * SGS + 32 * r + 16 * s, SGS);
