@@ -600,12 +600,21 @@ class DenoiseWorker:
 
     def denoise(self, src: str, dst: str, noise, quality: int | None = None,
                 strength: float = 1.0) -> tuple[bool, str]:
-        """(ok, the file's line or its error), paths as the driver gave them."""
+        """(ok, the file's line or its error), paths as the driver gave them. A camera raw
+        file is decoded once (a RawRead), for the weights its colour pattern picks on a GPU
+        and for its denoising."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from vkgraph.pipeline.constants import is_raw
+
+        src_path = Path(src)
         try:
-            return True, denoise_file(self.dens.for_file(Path(src)), Path(src), Path(dst), noise,
-                                      quality, strength)
+            with ThreadPoolExecutor(1, thread_name_prefix="vkgraph-read") as pool:
+                read = RawRead(pool, src_path, noise) if is_raw(src_path) else None
+                return True, denoise_file(self.dens.for_file(src_path, read), src_path,
+                                          Path(dst), noise, quality, strength, read)
         except FILE_ERRORS as e:
-            return False, error_text(Path(src), e)
+            return False, error_text(src_path, e)
 
 
 def run_on_ray(args, jobs, weights, bar, stop) -> tuple[int, int]:

@@ -300,6 +300,27 @@ def test_noise_profile_of_a_raw_file(tmp_path, monkeypatch):
     assert bal.b == pytest.approx((2 * dt.b[0], dt.b[1], 1.5 * dt.b[2]))
 
 
+def test_a_ray_worker_decodes_a_raw_file_once(tmp_path, monkeypatch, device):
+    """`vkgraph denoise --ray`'s worker on a GPU: the raw file's colour pattern picks the
+    weights, and the same decoded file is denoised (one read_raw, not one each)."""
+    from vkgraph.cli import denoise as cli_denoise
+    from vkgraph.pipeline import raw as raw_module
+
+    write(tmp_path / "photo.dng", 0.5 * scene(32, 40) + 0.1, dng.BAYER["RGGB"],
+          noise=(1e4, 100.0))
+    reads = []
+    real = raw_module.read_raw
+    monkeypatch.setattr(raw_module, "read_raw", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(cli_denoise, "on_gpu", lambda device: True)  # the GPU's weights
+    worker = object.__new__(cli_denoise.DenoiseWorker)
+    worker.dens = cli_denoise.Denoisers(device, None, None)
+    ok, line = worker.denoise(str(tmp_path / "photo.dng"), str(tmp_path / "out.exr"),
+                              [1e4, 100.0])
+    assert ok, line
+    assert "weights unet-raw.lut" in line and reads == [tmp_path / "photo.dng"]
+    assert np.isfinite(read_image(tmp_path / "out.exr")).all()
+
+
 def test_denoise_a_dng(tmp_path, capsys, monkeypatch):
     """`vkgraph denoise photo.dng`: the whole chain on a noisy 32x40 DNG, written as EXR
     (linear), TIFF 16-bit and PNG (sRGB); the denoised image is closer to the clean one than
