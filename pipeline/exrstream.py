@@ -103,14 +103,20 @@ def chunks(rows: np.ndarray, y0: int, compression: str = "none") -> tuple[object
         data = zip_block(rows)
         return struct.pack("<ii", y0, len(data)) + data, [0]
     n, wd = rows.shape[:2]
-    size = 12 * wd  # one row: three channels of wd float32
     out = np.empty((n, 2 + 3 * wd), np.float32)  # a row: y and size (int32), B, G, R
-    words = out.view(np.int32)
-    words[:, 0] = np.arange(y0, y0 + n)
-    words[:, 1] = size
+    out.view(np.int32)[:, :2] = line_heads(y0, n, wd)
     for c in range(3):  # a channel's samples at a time (numpy's whole transpose of
         out[:, 2 + c * wd:2 + (c + 1) * wd] = rows[:, :, 2 - c]  # them is several x slower)
-    return out, [k * (8 + size) for k in range(n)]
+    return out, [k * (8 + 12 * wd) for k in range(n)]
+
+
+def line_heads(y0: int, n: int, wd: int) -> np.ndarray:
+    """The heads of the uncompressed chunks of rows y0 .. y0 + n - 1, wd pixels of three
+    float32 a row: (n, 2) int32 of each row's y and its data's size."""
+    heads = np.empty((n, 2), "<i4")
+    heads[:, 0] = np.arange(y0, y0 + n)
+    heads[:, 1] = 12 * wd
+    return heads
 
 
 def _planes(rows: np.ndarray) -> bool:
@@ -143,9 +149,8 @@ class ExrStream:
         # rows go as they come, in groups of at most ROWS
         self.group, self.align = ROWS[compression], (16 if compression == "zip" else 1)
         self.table = -(-ht // 16) if compression == "zip" else ht  # chunks: offsets
-        self.lines = np.empty((ht, 2), "<i4")  # an uncompressed row's chunk: y, its size
-        self.lines[:, 0] = np.arange(ht)
-        self.lines[:, 1] = 12 * wd
+        # an uncompressed row's chunk head, for the rows written from the array
+        self.lines = line_heads(0, ht, wd) if compression == "none" else None
         self.head = header(wd, ht, compression)
         self.start = len(self.head) + 8 * self.table  # where the chunks begin
         self.file = AtomicFile(self.path)
