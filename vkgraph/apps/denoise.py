@@ -484,7 +484,7 @@ class Denoiser:
             self.on_tile(0, len(ys) * len(xs))
         for k, ((y0, y1, ky0, ky1), (x0, x1, kx0, kx1)) in enumerate(
                 (r, c) for r in ys for c in xs):
-            res = run(np.ascontiguousarray(image[y0:y1, x0:x1]), a, b)
+            res = run(contiguous(image[y0:y1, x0:x1]), a, b)
             if out is None:
                 out = empty_as(res, ht, wd)
             copy_rows(out[ky0:ky1, kx0:kx1], res[ky0 - y0:ky1 - y0, kx0 - x0:kx1 - x0])
