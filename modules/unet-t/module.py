@@ -172,9 +172,11 @@ def network(graph, module, scaffold) -> Network:
     adam = scaffold.adam
     gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
+    tile = upstream_tile(module)  # (conv3_cm's and convw3_cm's blocks must lie in tiles)
+    windows = wgrad_windows()
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa,
-                        l2=int(module.param("loss")) == 1, tile=upstream_tile(module))
+                        l2=int(module.param("loss")) == 1, tile=tile)
     cm = fwd["kernels"] == "coopmat"  # the backward's layer kernels are the forward's kind
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])
@@ -207,8 +209,8 @@ def network(graph, module, scaffold) -> Network:
                 grads.setdefault(L.b, []).append((node, "dB"))
         chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
-        if cm and wgrad_windows() and L.kind == "conv3" and window_fits(
-                upstream_tile(module), L.scale_out, L.cout, cfa):
+        if cm and windows and L.kind == "conv3" and window_fits(tile, L.scale_out, L.cout,
+                                                                cfa):
             k = cm_convw3(graph, {**ldefs, "GSCALE": gs}, L, wo, ho)
             chunks = k["defines"]["CHUNKS"]
         elif cm:  # output channels over x, fragments of 16 input channels at a tap over y
