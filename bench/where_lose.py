@@ -58,7 +58,16 @@ def main(argv=None) -> int:
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.pipeline.vk import Device
 
-    den = Denoiser(Device.open(None, None), args.weights)
+    dev = Device.open(None, None)
+    try:
+        table(Denoiser(dev, args.weights), args)
+    finally:
+        dev.close()
+    return 0
+
+
+def table(den, args) -> None:
+    """The table's rows, as each photograph and level is done."""
     photos = heldout.photos()
     if args.photos:
         photos = [p for p in photos if p.stem in args.photos.split(",")]
@@ -75,11 +84,10 @@ def main(argv=None) -> int:
             ours = np.asarray(den(noisy, a, b), np.float64)[..., :3]
             bm3d = np.asarray(bm3d_vst(noisy[..., :3].astype(np.float64), a, b), np.float64)
             err, ref = ((ours - clean) ** 2).sum(-1), ((bm3d[..., :3] - clean) ** 2).sum(-1)
-            db = [10 * np.log10(3 / e.mean()) for e in (err, ref)]
+            db = [heldout.psnr(x, clean) for x in (ours, bm3d)]
             cells = shares(err, ref, grad, 4) + shares(err, ref, bright, 3)
             print(f"| {path.stem}, {level} ({db[0]:.2f} / {db[1]:.2f}) | "
                   + " | ".join(f"{c:+.3f}" for c in cells) + " |", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
