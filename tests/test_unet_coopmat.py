@@ -155,9 +155,11 @@ def test_training_frame_with_windows_matches_reference(coopmat, tmp_path, monkey
     """cnngenin's tiles of 64 pixels hold whole blocks of conv3_cm at both scales of a
     2-scale network (32 x 16 pixels at 64 and 32): its 3x3 layers run from windows that read
     zero outside their tile, and the frame (loss, output, every gradient) is the
-    reference's."""
+    reference's; the weight gradients here by gathering (convw_cm, VKGRAPH_UNET_WGRAD=gather),
+    the next test's from windows."""
     from vkgraph.modules.unet_t import forward
 
+    monkeypatch.setenv("VKGRAPH_UNET_WGRAD", "gather")
     made = []
     real = forward.cm_conv3
     monkeypatch.setattr(forward, "cm_conv3", lambda *a, **k: made.append(a[2]) or real(*a, **k))
@@ -180,16 +182,15 @@ def test_window_fits_where_blocks_lie_in_tiles():
 
 
 def test_weight_gradients_from_windows_match_reference(coopmat, tmp_path, monkeypatch):
-    """VKGRAPH_UNET_WGRAD=window: the 3x3 layers' weight gradients from staged windows
-    (convw3_cm, a warp a tap) on the tiles of the window test above: every gradient the
-    reference's."""
+    """The default: the 3x3 layers' weight gradients from staged windows (convw3_cm, a warp
+    a tap) on the tiles of the window test above: every gradient the reference's."""
     from vkgraph.modules.unet_t import module as unet_module
 
     made = []
     real = unet_module.cm_convw3
     monkeypatch.setattr(unet_module, "cm_convw3",
                         lambda *a, **k: made.append(a[2].name) or real(*a, **k))
-    monkeypatch.setenv("VKGRAPH_UNET_WGRAD", "window")
+    monkeypatch.delenv("VKGRAPH_UNET_WGRAD", raising=False)
     e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), bias=3.0)
     assert sorted(made) == ["dec0", "dec0a", "enc0", "enc0a", "enc1", "enc1a"]
     assert e <= 1e-4 and o <= 1e-4

