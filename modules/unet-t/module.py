@@ -207,13 +207,13 @@ def network(graph, module, scaffold) -> Network:
             grads.setdefault(L.a, []).append((node, "dA"))
             if L.b:
                 grads.setdefault(L.b, []).append((node, "dB"))
-        chunks = wgrad_chunks(wo * ho)
         lw = L.end - L.offset
         if cm and windows and L.kind == "conv3" and window_fits(tile, L.scale_out, L.cout,
                                                                 cfa):
             k = cm_convw3(graph, {**ldefs, "GSCALE": gs}, L, wo, ho)
-            chunks = k["defines"]["CHUNKS"]
+            chunks = k["defines"]["CHUNKS"]  # runs of its blocks, not of pixels
         elif cm:  # output channels over x, fragments of 16 input channels at a tap over y
+            chunks = wgrad_chunks(wo * ho)
             tm, frags = cm_rows(L.cout), L.k * L.k * tiles(L.cin, 16)
             k = {"kernel": "convw_cm", "local": (32 * CM_WARPS, 1, 1),
                  "groups": (32 * CM_WARPS * tiles(L.cout, tm),
@@ -221,6 +221,7 @@ def network(graph, module, scaffold) -> Network:
                  "defines": cm_defines(graph, **ldefs, CM_TM=tm, CM_WARPS=CM_WARPS,
                                        CM_FW=CM_FW, CM_KP=CM_KP, CHUNKS=chunks, GSCALE=gs)}
         else:  # output channels over x, the columns (inputs and taps, the bias) over y
+            chunks = wgrad_chunks(wo * ho)
             blk = block_of(L.cout)
             k = {"kernel": "convw", "local": (blk.threads, 1, 1),
                  "groups": (blk.threads * tiles(L.cout, blk.tm),
