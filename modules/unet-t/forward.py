@@ -135,13 +135,15 @@ def window_fits(tile: int | None, scale: int, cout: int, cfa: bool = False) -> b
     return t << shift == tile and t % 32 == 0 and t % cm3_rows(cout) == 0
 
 
-def cm_conv3(graph, defines: dict, cout: int, wd: int, ht: int) -> dict:
+def cm_conv3(graph, defines: dict, cout: int, wd: int, ht: int,
+             kernel: str = "conv3_cm") -> dict:
     """conv3_cm's node (a 3x3 layer whose blocks each lie in one tile: window_fits) for
     `cout` output channels at wd x ht: CM3_WARPS warps, blocks of 32 x cm3_rows(cout)
-    pixels."""
+    pixels; kernel "convb3_cm": the layer's input gradient, `cout` then its input channels
+    (the rows of its product, shaders/unet-t/conv3.glsl)."""
     tm, threads = cm_rows(cout), 32 * CM3_WARPS
     wr = cm3_rows(cout) // CM3_WARPS
-    return {"kernel": "conv3_cm",
+    return {"kernel": kernel,
             "groups": (threads * tiles(wd, 32), tiles(ht, CM3_WARPS * wr), tiles(cout, tm)),
             "local": (threads, 1, 1),
             "defines": cm_defines(graph, **defines, CM_TM=tm, CM_WARPS=CM3_WARPS, CM_WR=wr)}

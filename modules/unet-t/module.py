@@ -28,6 +28,7 @@ from vkgraph.modules.unet_t.forward import (
     CM_WARPS,
     SHADER,
     block_of,
+    cm_conv3,
     cm_layer,
     cm_rows,
     connect_inputs,
@@ -142,6 +143,16 @@ def wgrad_windows() -> bool:
     return env_choice(WGRAD_ENV, ("auto", "gather", "window")) != "gather"
 
 
+DGRAD_ENV = "VKGRAPH_UNET_DGRAD"  # auto (gather), gather or window: 3x3 input gradients' kernel
+
+
+def dgrad_windows() -> bool:
+    """Whether $VKGRAPH_UNET_DGRAD asks for convb3_cm (the 3x3 layers' input gradients from
+    staged windows of dY, where the blocks lie in tiles) instead of convb_cm. Opt-in until
+    it is timed on a GPU (bench/unet_train.py --profile)."""
+    return env_choice(DGRAD_ENV, ("auto", "gather", "window")) == "window"
+
+
 CONVW3_WARPS = 9  # convw3_cm: a warp a tap
 
 
@@ -173,7 +184,7 @@ def network(graph, module, scaffold) -> Network:
     gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
     tile = upstream_tile(module)  # (conv3_cm's and convw3_cm's blocks must lie in tiles)
-    windows = wgrad_windows()
+    windows, dwindows = wgrad_windows(), dgrad_windows()
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa,
                         l2=int(module.param("loss")) == 1, tile=tile)
@@ -190,7 +201,10 @@ def network(graph, module, scaffold) -> Network:
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
         push = layer_push(L, size, cfa)
         if L.a != "F":
-            if cm:
+            if cm and dwindows and L.kind == "conv3" and window_fits(tile, L.scale_in, L.cin,
+                                                                     cfa):
+                k = cm_conv3(graph, {**ldefs, "GSCALE": gs}, L.cin, wi, hi, "convb3_cm")
+            elif cm:
                 k = cm_layer(graph, "convb", {**ldefs, "GSCALE": gs}, L.cin, wi * hi)
             else:
                 blk = block_of(L.cin)
