@@ -192,6 +192,18 @@ def test_denoiser_builds_per_size_and_noise_params(device, weights):
     np.testing.assert_array_equal(Denoiser(device, odd)(img, 2e5, 20), first)
 
 
+def test_profiled_denoiser_times_each_frame(device, weights):
+    """profile=True: each frame's node times, summed, in gpu_ms as it ends (an ensemble of 2:
+    two frames; bench/kpn_infer.py reads them); without it, nothing is timed."""
+    img = picture()
+    den = Denoiser(device, weights, profile=True, ensemble=2)
+    den(img, 2e5, 20)
+    assert len(den.gpu_ms) == 2 and all(ms > 0 for ms in den.gpu_ms)
+    plain = Denoiser(device, weights)
+    plain(img, 2e5, 20)
+    assert plain.gpu_ms == []
+
+
 def test_denoiser_keeps_two_builds_and_frees_the_others(device, weights):
     """A folder of many sizes: the oldest build is closed (its buffers leave the device),
     a size met again builds anew with the same result, and close() frees the rest."""

@@ -118,7 +118,8 @@ class Denoiser:
         default; given and contradicting the text, kpn refuses the weights; given with
         unet-t's weights, an error: a U-Net has none);
         max_pixels: the largest image run whole (default: what the device's storage buffers
-        can span); larger ones are tiled; profile: GPU timestamps per node (bench);
+        can span); larger ones are tiled; profile: GPU timestamps per node, each frame's sum
+        in gpu_ms (bench);
         ensemble: flips and rotations averaged (ENSEMBLES)."""
         if ensemble not in ENSEMBLES:
             raise GraphError(f"ensemble {ensemble}: 1, 2, 4 or 8 flips and rotations")
@@ -156,6 +157,7 @@ class Denoiser:
             # kpn's largest buffer: fwd's K, its f32 values a pixel (16; arch 1: 32, arch 2: 64)
             self.max_pixels = max_pixels or max_pixels_of(device, 4 * arch_shape(self.arch)[1])
         self.profile = profile
+        self.gpu_ms: list[float] = []  # profile: each frame's node times summed, as it ends
         # (wd, ht, fp32, kind) -> ...
         self.sessions: dict[tuple[int, int, bool, str], Session] = {}
         self.on_tile = None  # on_tile(done, total) after each tile of a tiled image
@@ -283,7 +285,14 @@ class Denoiser:
     def _run_srgb8(self, pixels: np.ndarray, a: float, b: float) -> tuple[np.ndarray, int]:
         session = self._step(pixels, "srgb8", a, b)
         out = session.take("o-array:main").view(np.uint8).reshape(pixels.shape)
-        return out, int(session.take("o-array:bad")[0])
+        return out, self._ended(session, int(session.take("o-array:bad")[0]))
+
+    def _ended(self, session: Session, result):
+        """result, after the frame of `session` whose outputs it took (their downloads waited
+        for the frame) is timed in gpu_ms where the Denoiser profiles."""
+        if self.profile:
+            self.gpu_ms.append(sum(ms for _, ms in session.build.timings()))
+        return result
 
     def _step(self, image: np.ndarray, kind: str, a: float, b: float,
               params: dict | None = None) -> Session:
@@ -327,7 +336,7 @@ class Denoiser:
             session = self._step(part.view(np.uint8).reshape(h, w // 2, 4), "raw16", a, b,
                                  params)
             bad[0] += int(session.take("o-array:bad")[0])
-            out = session.take("o-array:main")
+            out = self._ended(session, session.take("o-array:main"))
             return out.reshape(h, 3, w).transpose(0, 2, 1) if planar else out.reshape(h, w, 3)
 
         def whole() -> tuple[np.ndarray, str | None]:
@@ -432,7 +441,8 @@ class Denoiser:
 
     def _run(self, image: np.ndarray, a: float, b: float) -> np.ndarray:
         # a view: the rgba is the download's own
-        return self._step(image, "float", a, b).take("o-array:main")[..., :3]
+        session = self._step(image, "float", a, b)
+        return self._ended(session, session.take("o-array:main")[..., :3])
 
     def tiling(self, wd: int, ht: int, limit: int | None = None, bands: bool = False
                ) -> tuple[int, int, int]:
