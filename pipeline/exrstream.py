@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import RuntimeFailure
-from .formats import AtomicFile, non_finite
+from .formats import AtomicFile, non_finite, planar_rows
 
 ROWS = {"zip": 16, "none": 256}  # rows a group holds: a ZIP chunk's; uncompressed, 18 MB at
 # 6000 pixels a row (a task of the encoders, written by one pwrite)
@@ -117,14 +117,6 @@ def line_heads(y0: int, n: int, wd: int) -> np.ndarray:
     heads[:, 0] = np.arange(y0, y0 + n)
     heads[:, 1] = 12 * wd
     return heads
-
-
-def _planes(rows: np.ndarray) -> bool:
-    """Whether each channel of each row of rows (n, wd, c) float32 lies contiguous (a view
-    of (n, c, wd) memory: rgb-out's `planar`), so that a row's chunk is written from it as
-    it is."""
-    return rows.dtype == np.float32 and (rows.shape[1] == 1
-                                         or rows.strides[1] == rows.itemsize)
 
 
 def _where(image) -> tuple | None:
@@ -209,7 +201,8 @@ class ExrStream:
             y, x, c = np.unravel_index(i, rows.shape)
             self.bad = f"{rows[y, x, c]} at x={x} y={y0 + y} channel {c}"
             return None
-        if self.compression == "none" and _planes(rows):
+        # (rows of planes: a row's chunk is written from them as they are)
+        if self.compression == "none" and rows.dtype == np.float32 and planar_rows(rows):
             return rows
         return chunks(rows, y0, self.compression)
 

@@ -1193,6 +1193,13 @@ def orient(pixels: np.ndarray, orientation: int) -> np.ndarray:
         out.shape[:2] + pixels.shape[2:])
 
 
+def planar_rows(a: np.ndarray) -> bool:
+    """Whether each channel of each row of an (h, w, c) array lies contiguous: a view of (h,
+    c, w) memory (rgb-out's `planar` result, what an OpenEXR scanline holds), or rows of one
+    pixel or one channel, where both layouts are the same."""
+    return a.shape[1] == 1 or a.strides[1] == a.itemsize
+
+
 def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src in bands of rows on the host's threads (a 24 MP image turned, or a 6 M
     photosite tile's rgb put in place: tens of MB, 12 ms a 72 MB copy on one core of an H100

@@ -77,7 +77,7 @@ import numpy as np
 
 from ..api import Session
 from ..pipeline.errors import GraphError
-from ..pipeline.formats import PART, copy_rows, in_parts, non_finite, read_lut
+from ..pipeline.formats import PART, copy_rows, in_parts, non_finite, planar_rows, read_lut
 from ..pipeline.graph import Graph
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
@@ -516,7 +516,7 @@ def empty_as(like: np.ndarray, ht: int, wd: int) -> np.ndarray:
     by pixel, or (an (h, w, c) view of (h, c, w) memory, raw16's planar result) a row's
     channel planes one after another."""
     c = like.shape[2]
-    if c > 1 and like.strides[1] == like.itemsize:  # x is the innermost step: planes
+    if c > 1 and planar_rows(like):
         return np.empty((ht, c, wd), like.dtype).transpose(0, 2, 1)
     return np.empty((ht, wd, c), like.dtype)
 
