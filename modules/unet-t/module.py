@@ -183,7 +183,7 @@ def network(graph, module, scaffold) -> Network:
     adam = scaffold.adam
     gs = gscale(W * H)  # the loss's pixels: the full-resolution image's with cfa too
 
-    tile = upstream_tile(module)  # (conv3_cm's and convw3_cm's blocks must lie in tiles)
+    tile = upstream_tile(module)  # (the window kernels' blocks must lie in tiles)
     windows, dwindows = wgrad_windows(), dgrad_windows()
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa,
