@@ -198,10 +198,13 @@ def test_weight_gradients_from_windows_match_reference(coopmat, tmp_path, monkey
         assert d <= 5e-3, name
 
 
-def test_input_gradients_from_windows_match_reference(coopmat, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cfa", [False, True])
+def test_input_gradients_from_windows_match_reference(coopmat, tmp_path, monkeypatch, cfa):
     """VKGRAPH_UNET_DGRAD=window: the 3x3 layers' input gradients from staged windows of dY
     (convb3_cm, conv3.glsl with the taps flipped) on the tiles of the window tests above, a
-    skip's gradient read twice among them: every gradient the reference's."""
+    skip's gradient read twice among them: every gradient the reference's. With cfa the
+    network's pixels are cells of 2 x 2 photosites: the tiles hold whole blocks at scale 0
+    only (32 cells), and the layers at scale 1 gather."""
     from vkgraph.modules.unet_t import module as unet_module
 
     made = []
@@ -209,11 +212,12 @@ def test_input_gradients_from_windows_match_reference(coopmat, tmp_path, monkeyp
     monkeypatch.setattr(unet_module, "cm_conv3",
                         lambda *a, **k: made.append((a[2], a[5])) or real(*a, **k))
     monkeypatch.setenv("VKGRAPH_UNET_DGRAD", "window")
-    e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), bias=3.0)
+    e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), cfa=cfa, bias=3.0)
     assert made and all(kernel == "convb3_cm" for _, kernel in made)
     # every 3x3 layer but the first (its input is the features): enc0 (read twice: by down0
-    # and the skip), enc1a, enc1, dec0a (its input split: up0 to dA, enc0 to dB), dec0
-    assert sorted(c for c, _ in made) == [9, 9, 9, 18, 18]
+    # and the skip), enc1a, enc1, dec0a (its input split: up0 to dA, enc0 to dB), dec0; with
+    # cfa those of scale 0: enc0, dec0a, dec0
+    assert sorted(c for c, _ in made) == ([9, 9, 18] if cfa else [9, 9, 9, 18, 18])
     assert e <= 1e-4 and o <= 1e-4
     for name, d in dws.items():
         assert d <= 5e-3, name
