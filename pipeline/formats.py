@@ -1187,8 +1187,7 @@ def orient(pixels: np.ndarray, orientation: int) -> np.ndarray:
         p = p[::-1]
     if cols:
         p = p[:, ::-1]
-    out = np.empty(p.shape, p.dtype)
-    copy_rows(out, p)
+    out = copied(p)
     return out if out.dtype == pixels.dtype else out.view(pixels.dtype).reshape(
         out.shape[:2] + pixels.shape[2:])
 
@@ -1200,12 +1199,23 @@ def planar_rows(a: np.ndarray) -> bool:
     return a.shape[1] == 1 or a.strides[1] == a.itemsize
 
 
+def by_rows(fn, a: np.ndarray) -> None:
+    """fn(r0, r1) for bands of a's rows (about PART values each) on the host's threads."""
+    in_parts(fn, a.shape[0], max(1, PART // max(1, a[0].size)))
+
+
 def copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src in bands of rows on the host's threads (a 24 MP image turned, or a 6 M
     photosite tile's rgb put in place: tens of MB, 12 ms a 72 MB copy on one core of an H100
     machine)."""
-    in_parts(lambda r0, r1: np.copyto(dst[r0:r1], src[r0:r1]), dst.shape[0],
-             max(1, PART // max(1, dst[0].size)))
+    by_rows(lambda r0, r1: np.copyto(dst[r0:r1], src[r0:r1]), dst)
+
+
+def copied(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of x, made by copy_rows."""
+    out = np.empty(x.shape, x.dtype)
+    copy_rows(out, x)
+    return out
 
 
 def _pixel_words(pixels: np.ndarray) -> np.ndarray:

@@ -77,7 +77,7 @@ import numpy as np
 
 from ..api import Session
 from ..pipeline.errors import GraphError
-from ..pipeline.formats import PART, copy_rows, in_parts, non_finite, planar_rows, read_lut
+from ..pipeline.formats import by_rows, copied, copy_rows, non_finite, planar_rows, read_lut
 from ..pipeline.graph import Graph
 from ..pipeline.registry import DEFAULT_DIR, HOST_MODULES, Registry
 from ..pipeline.runner import Build
@@ -410,11 +410,9 @@ class Denoiser:
                 y = self._denoise(contiguous(x), a, b)
             y = np.rot90(y[:, ::-1] if mirror else y, -rot)
             if out is None:
-                out = np.empty(y.shape, y.dtype)
-                copy_rows(out, y)
+                out = copied(y)
             else:
-                in_parts(lambda r0, r1, s=out, y=y: np.add(s[r0:r1], y[r0:r1], out=s[r0:r1]),
-                         out.shape[0], max(1, PART // max(1, out[0].size)))
+                by_rows(lambda r0, r1, s=out, y=y: np.add(s[r0:r1], y[r0:r1], out=s[r0:r1]), out)
         out *= out.dtype.type(1 / self.ensemble)  # (exact: n is a power of two)
         return out
 
@@ -545,12 +543,8 @@ def bayer_red(cfa) -> tuple[int, int] | None:
 
 def contiguous(x: np.ndarray) -> np.ndarray:
     """x itself where it is C-contiguous, else a copy made in bands of rows on the host's
-    threads (copy_rows): a flipped 12 MP photo took 77 ms on one core."""
-    if x.flags.c_contiguous:
-        return x
-    out = np.empty(x.shape, x.dtype)
-    copy_rows(out, x)
-    return out
+    threads (copied): a flipped 12 MP photo took 77 ms on one core."""
+    return x if x.flags.c_contiguous else copied(x)
 
 
 def ensemble_phase(rot: int, mirror: bool) -> tuple[int, int]:
