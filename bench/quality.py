@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     info: dict = {"noise_levels": LEVELS, "seeds": [seed_of(i) for i in range(len(LEVELS))],
                   "metrics": "PSNR (dB, peak 1) and SSIM (data_range 1) in linear [0, 1]"}
     if not args.baselines_only:
-        from vkgraph.cli.denoise import Denoisers, default_weights, on_gpu
+        from vkgraph.cli.denoise import default_ensemble, default_weights, on_gpu
         from vkgraph.pipeline.vk import Device
 
         if args.weights is not None and args.train is None and not args.weights.exists():
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"training: {summary} ({secs:.1f} s on {dev.info.name})")
                 else:
                     info["weights"] = str(weights)
-                ensemble = args.ensemble or Denoisers(dev, None, None).ensemble_of(weights)
+                ensemble = args.ensemble or default_ensemble(weights, on_gpu(dev))
                 info["ensemble"] = ensemble
                 vk, seconds, info["kpn_levels"] = run_vkgraph(dev, weights, args.levels,
                                                               args.estimate, ensemble)

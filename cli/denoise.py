@@ -345,6 +345,11 @@ def on_gpu(device) -> bool:
     return gpu(device)
 
 
+def default_ensemble(weights: Path, gpu: bool) -> int:
+    """--ensemble's default for these weights: GPU_ENSEMBLE's on a GPU, else 1."""
+    return GPU_ENSEMBLE.get(Path(weights).resolve(), 1) if gpu else 1
+
+
 class Denoisers:
     """A Denoiser per weights file, made when a file first needs it: `weights` (--weights)
     for every file, else each file's default_weights."""
@@ -358,7 +363,7 @@ class Denoisers:
     def ensemble_of(self, weights: Path) -> int:
         if self.ensemble is not None:
             return self.ensemble
-        return GPU_ENSEMBLE.get(Path(weights).resolve(), 1) if on_gpu(self.device) else 1
+        return default_ensemble(weights, on_gpu(self.device))
 
     def for_file(self, src: Path, read=None):
         """The Denoiser of the file; read: its read to come (ReadAhead), where a raw file's
