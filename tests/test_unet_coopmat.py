@@ -155,11 +155,12 @@ def test_training_frame_with_windows_matches_reference(coopmat, tmp_path, monkey
     """cnngenin's tiles of 64 pixels hold whole blocks of conv3_cm at both scales of a
     2-scale network (32 x 16 pixels at 64 and 32): its 3x3 layers run from windows that read
     zero outside their tile, and the frame (loss, output, every gradient) is the
-    reference's; the weight gradients here by gathering (convw_cm, VKGRAPH_UNET_WGRAD=gather),
-    the next test's from windows."""
+    reference's; the weight and input gradients here by gathering (convw_cm and convb_cm,
+    VKGRAPH_UNET_WGRAD=gather and VKGRAPH_UNET_DGRAD=gather), the next tests' from windows."""
     from vkgraph.modules.unet_t import forward
 
     monkeypatch.setenv("VKGRAPH_UNET_WGRAD", "gather")
+    monkeypatch.setenv("VKGRAPH_UNET_DGRAD", "gather")
     made = []
     real = forward.cm_conv3
     monkeypatch.setattr(forward, "cm_conv3", lambda *a, **k: made.append(a[2]) or real(*a, **k))
@@ -200,7 +201,7 @@ def test_weight_gradients_from_windows_match_reference(coopmat, tmp_path, monkey
 
 @pytest.mark.parametrize("cfa", [False, True])
 def test_input_gradients_from_windows_match_reference(coopmat, tmp_path, monkeypatch, cfa):
-    """VKGRAPH_UNET_DGRAD=window: the 3x3 layers' input gradients from staged windows of dY
+    """The default: the 3x3 layers' input gradients from staged windows of dY
     (convb3_cm, conv3.glsl with the taps flipped) on the tiles of the window tests above, a
     skip's gradient read twice among them: every gradient the reference's. With cfa the
     network's pixels are cells of 2 x 2 photosites: the tiles hold whole blocks at scale 0
@@ -211,7 +212,7 @@ def test_input_gradients_from_windows_match_reference(coopmat, tmp_path, monkeyp
     real = unet_module.cm_conv3
     monkeypatch.setattr(unet_module, "cm_conv3",
                         lambda *a, **k: made.append((a[2], a[5])) or real(*a, **k))
-    monkeypatch.setenv("VKGRAPH_UNET_DGRAD", "window")
+    monkeypatch.delenv("VKGRAPH_UNET_DGRAD", raising=False)
     e, o, dws = errors(coopmat, tmp_path, 9, 2, (128, 64), (2, 64), cfa=cfa, bias=3.0)
     assert made and all(kernel == "convb3_cm" for _, kernel in made)
     # every 3x3 layer but the first (its input is the features): enc0 (read twice: by down0

@@ -143,14 +143,14 @@ def wgrad_windows() -> bool:
     return env_choice(WGRAD_ENV, ("auto", "gather", "window")) != "gather"
 
 
-DGRAD_ENV = "VKGRAPH_UNET_DGRAD"  # auto (gather), gather or window: 3x3 input gradients' kernel
+DGRAD_ENV = "VKGRAPH_UNET_DGRAD"  # auto (window), gather or window: 3x3 input gradients' kernel
 
 
 def dgrad_windows() -> bool:
-    """Whether $VKGRAPH_UNET_DGRAD asks for convb3_cm (the 3x3 layers' input gradients from
-    staged windows of dY, where the blocks lie in tiles) instead of convb_cm. Opt-in until
-    it is timed on a GPU (bench/unet_train.py --profile)."""
-    return env_choice(DGRAD_ENV, ("auto", "gather", "window")) == "window"
+    """Whether the 3x3 layers' input gradients run convb3_cm (from staged windows of dY, where
+    the blocks lie in tiles; the default) or, with $VKGRAPH_UNET_DGRAD=gather, convb_cm. On an
+    H100 train-unet.cfg's frame took 6.01 ms with it against 6.29 (bench/unet_train.py)."""
+    return env_choice(DGRAD_ENV, ("auto", "gather", "window")) != "gather"
 
 
 CONVW3_WARPS = 9  # convw3_cm: a warp a tap
