@@ -586,9 +586,12 @@ class DenoiseWorker:
     """A Ray actor: the Vulkan device of the GPU Ray gave it and one Denoiser on it."""
 
     def __init__(self, weights: str | None, levels: int | None, ensemble: int | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
         from vkgraph.apps.distributed import open_worker_device
 
         self.device = self.dens = self.error = None
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="vkgraph-read")  # raw reads
         try:
             self.device, _ = open_worker_device()
             self.dens = Denoisers(self.device, Path(weights) if weights else None, levels,
@@ -607,17 +610,14 @@ class DenoiseWorker:
                 strength: float = 1.0) -> tuple[bool, str]:
         """(ok, the file's line or its error), paths as the driver gave them. A camera raw
         file is decoded once (a RawRead), for the weights its colour pattern picks on a GPU
-        and for its denoising."""
-        from concurrent.futures import ThreadPoolExecutor
-
+        and for its denoising, on the worker's reader thread."""
         from vkgraph.pipeline.constants import is_raw
 
         src_path = Path(src)
         try:
-            with ThreadPoolExecutor(1, thread_name_prefix="vkgraph-read") as pool:
-                read = RawRead(pool, src_path, noise) if is_raw(src_path) else None
-                return True, denoise_file(self.dens.for_file(src_path, read), src_path,
-                                          Path(dst), noise, quality, strength, read)
+            read = RawRead(self.pool, src_path, noise) if is_raw(src_path) else None
+            return True, denoise_file(self.dens.for_file(src_path, read), src_path, Path(dst),
+                                      noise, quality, strength, read)
         except FILE_ERRORS as e:
             return False, error_text(src_path, e)
 

@@ -312,8 +312,11 @@ def test_a_ray_worker_decodes_a_raw_file_once(tmp_path, monkeypatch, device):
     real = raw_module.read_raw
     monkeypatch.setattr(raw_module, "read_raw", lambda path: reads.append(path) or real(path))
     monkeypatch.setattr(cli_denoise, "on_gpu", lambda device: True)  # the GPU's weights
+    from concurrent.futures import ThreadPoolExecutor
+
     worker = object.__new__(cli_denoise.DenoiseWorker)
     worker.dens = cli_denoise.Denoisers(device, None, None)
+    worker.pool = ThreadPoolExecutor(1)
     ok, line = worker.denoise(str(tmp_path / "photo.dng"), str(tmp_path / "out.exr"),
                               [1e4, 100.0])
     assert ok, line

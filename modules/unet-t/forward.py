@@ -135,6 +135,12 @@ def window_fits(tile: int | None, scale: int, cout: int, cfa: bool = False) -> b
     return t << shift == tile and t % 32 == 0 and t % cm3_rows(cout) == 0
 
 
+def windowed(L, tile: int | None, scale: int, rows: int, cfa: bool = False) -> bool:
+    """Whether the layer L is a 3x3 one whose window kernels' blocks (`rows` the channels they
+    make: conv3_cm's and convw3_cm's cout, convb3_cm's cin) lie in tiles at `scale`."""
+    return L.kind == "conv3" and window_fits(tile, scale, rows, cfa)
+
+
 def cm_conv3(graph, defines: dict, cout: int, wd: int, ht: int,
              kernel: str = "conv3_cm") -> dict:
     """conv3_cm's node (a 3x3 layer whose blocks each lie in one tile: window_fits) for
@@ -267,8 +273,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     conv = {}
     for L in ls:
         wo, ho = sizes[L.scale_out]
-        if cm and L.kind == "conv3" and window_fits(0 if noise == "params" else tile,
-                                                    L.scale_out, L.cout, cfa):
+        if cm and windowed(L, 0 if noise == "params" else tile, L.scale_out, L.cout, cfa):
             k = cm_conv3(graph, layer_defines(L, False), L.cout, wo, ho)
         elif cm and L.kind == "up":  # a product a tap, over the input pixels
             wi, hi = sizes[L.scale_in]

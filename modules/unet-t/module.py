@@ -38,7 +38,7 @@ from vkgraph.modules.unet_t.forward import (
     layer_push,
     multiple,
     tiles,
-    window_fits,
+    windowed,
 )
 from vkgraph.modules.unet_t.net import layers
 from vkgraph.pipeline.errors import GraphError
@@ -201,8 +201,7 @@ def network(graph, module, scaffold) -> Network:
         ldefs = {**layer_defines(L, precise), **({"DOUT2": 1} if len(g) > 1 else {})}
         push = layer_push(L, size, cfa)
         if L.a != "F":
-            if cm and dwindows and L.kind == "conv3" and window_fits(tile, L.scale_in, L.cin,
-                                                                     cfa):
+            if cm and dwindows and windowed(L, tile, L.scale_in, L.cin, cfa):
                 k = cm_conv3(graph, {**ldefs, "GSCALE": gs}, L.cin, wi, hi, "convb3_cm")
             elif cm:
                 k = cm_layer(graph, "convb", {**ldefs, "GSCALE": gs}, L.cin, wi * hi)
@@ -222,8 +221,7 @@ def network(graph, module, scaffold) -> Network:
             if L.b:
                 grads.setdefault(L.b, []).append((node, "dB"))
         lw = L.end - L.offset
-        if cm and windows and L.kind == "conv3" and window_fits(tile, L.scale_out, L.cout,
-                                                                cfa):
+        if cm and windows and windowed(L, tile, L.scale_out, L.cout, cfa):
             k = cm_convw3(graph, {**ldefs, "GSCALE": gs}, L, wo, ho)
             chunks = k["defines"]["CHUNKS"]  # runs of its blocks, not of pixels
         elif cm:  # output channels over x, fragments of 16 input channels at a tap over y
