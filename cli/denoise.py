@@ -42,8 +42,9 @@ WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 # raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py).
 WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # the default for JPEGs: arch 1 trained on camera-pipeline JPEGs (graphs/train-jpeg-ctx.cfg),
-# +0.2 to +0.7 dB over WEIGHTS on phone-like JPEGs; it loses to WEIGHTS on white noise that went
-# through JPEG at low noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
+# each tile's level told off by up to e^1.8, so that it checks an estimate against the image:
+# 0.8 to 2.6 dB above CBM3D on phone-like JPEGs, 0.2 dB below the true level's result with the
+# estimate on white noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
 WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
 # on a GPU, better weights in their place (bench/README.md): for raw files the U-Net of RGGB
 # mosaics (unet-t cfa 1, graphs/train-raw.cfg), which denoises and demosaics the mosaic at
