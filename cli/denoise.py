@@ -51,10 +51,10 @@ WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
 # once, 1.9 to 7.8 dB above demosaicing first and then arch 2 (raw_quality.py); for EXR
 # and PFM the U-Net (modules/unet-t, graphs/train-unet.cfg), +0.35 to +0.49 dB over arch 2
 # on linear photographs with the estimated profile (quality.py --estimate); for JPEGs the
-# U-Net trained on camera-pipeline JPEGs (graphs/train-unet-jpeg.cfg), +0.65 to +1.04 dB
-# over arch 2's JPEG weights on phone-like JPEGs and +0.95 to +1.24 dB on white noise through
-# JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block matching; the
-# U-Net's 0.49M weights), so CPU devices keep arch 1.
+# U-Net trained on camera-pipeline JPEGs with misreported levels (graphs/train-unet-jpeg.cfg),
+# +0.9 to +1.3 dB over arch 1's JPEG weights on phone-like JPEGs and +0.2 to +2.0 dB on white
+# noise through JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block
+# matching; the U-Net's 0.49M weights), so CPU devices keep arch 1.
 # The mosaic U-Net reads Bayer patterns only: raw files of other patterns (X-Trans) get arch 2
 # after the demosaic ("raw-other").
 GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
