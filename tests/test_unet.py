@@ -108,6 +108,32 @@ def test_frame_matches_reference(device, tmp_path, width, scales, size, tiles, p
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 
 
+@pytest.mark.parametrize("width,size,tiles", [
+    (32, (96, 80), None),       # the shipped width: 128 channels at scale 2
+    (3, (32, 32), (4, 16)),     # 16-pixel tiles: taps outside a pixel's tile read zero
+])
+def test_cpu_kernels_match_reference(device, tmp_path, monkeypatch, width, size, tiles):
+    """VKGRAPH_UNET_KERNELS=cpu on a CPU driver: every layer's forward runs conv_cpu (no
+    shared memory, a pixel's output channels in one SIMD lane), and the frame's output
+    and loss are the reference's; the backward stays the portable kernels'."""
+    from vkgraph.modules.unet_t import forward
+
+    monkeypatch.setenv("VKGRAPH_UNET_KERNELS", "cpu")
+    chosen = []
+    real = forward.kernels
+    monkeypatch.setattr(forward, "kernels", lambda *a, **k: chosen.append(real(*a, **k))
+                        or chosen[-1])
+    g = unet_graph(tmp_path, clean(*size), width, 3, tiles, "param:unet-t:01:alpha:0")
+    g.frames = 2
+    w = random_weights(width, 3)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    if chosen != ["cpu"]:
+        pytest.skip("not a CPU driver with 8-lane subgroups: the cpu kernels do not run")
+    Eref, _, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, 3)
+    assert abs(E - Eref) <= 1e-5 * Eref
+    assert np.abs(view(O) - Oref).max() <= 1e-5
+
+
 @pytest.mark.parametrize("precise", [0, 1])
 @pytest.mark.parametrize("cfa", [False, True])
 def test_l2_frame_matches_reference(device, tmp_path, cfa, precise):

@@ -18,7 +18,13 @@ from typing import NamedTuple
 from vkgraph.modules.unet_t.net import Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
-from vkgraph.pipeline.variants import cm_available, cm_defines, env_choice, portable_forced
+from vkgraph.pipeline.variants import (
+    cm_available,
+    cm_defines,
+    cpu_capable,
+    env_choice,
+    portable_forced,
+)
 
 SHADER = "unet-t"
 KIND = "unet denoiser"  # the .lut's text names the network so (module.lut_text)
@@ -79,6 +85,8 @@ def block_of(channels: int) -> Block:
 
 KERNELS_ENV = "VKGRAPH_UNET_KERNELS"  # auto (default), coopmat or portable
 CM_WARPS = 4  # cm.glsl's warps a workgroup
+CPU_PX = 8  # conv_cpu: the pixels of an invocation
+CPU_CB = 16  # conv_cpu: its output channels (64 gave wrong sums at width 32 on llvmpipe)
 CM_FN = 2  # conv_cm / convb_cm: a warp's fragments of 16 pixels
 CM_FW = 2  # convw_cm: a warp's fragments of 16 columns
 CM_KP = 32  # convw_cm: the pixels a step
@@ -90,11 +98,14 @@ def kernels(graph, precise: bool = False) -> str:
     """The layer kernels of a build: "coopmat" (conv_cm, convb_cm, convw_cm: f16 operands,
     f32 sums, on tensor cores) where the device runs cooperative matrices (or
     VKGRAPH_COOPMAT_EMULATE emulates them), else "portable" (conv, convb, convw: fp32).
-    $VKGRAPH_UNET_KERNELS = auto (that choice), coopmat (portable where the device cannot)
-    or portable; `precise` (float64) and VKGRAPH_PORTABLE=1 are always portable."""
-    want = env_choice(KERNELS_ENV, ("auto", "coopmat", "portable"))
+    $VKGRAPH_UNET_KERNELS = auto (that choice), coopmat (portable where the device cannot),
+    portable, or cpu (the forward layers as conv_cpu on a CPU driver, README.md, "Kernels";
+    portable elsewhere); `precise` (float64) and VKGRAPH_PORTABLE=1 are always portable."""
+    want = env_choice(KERNELS_ENV, ("auto", "coopmat", "portable", "cpu"))
     if portable_forced(precise) or want == "portable":
         return "portable"
+    if want == "cpu":
+        return "cpu" if cpu_capable(graph) else "portable"
     return "coopmat" if cm_available(graph) else "portable"
 
 
@@ -281,6 +292,11 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
                          wi * hi, taps=4)
         elif cm:
             k = cm_layer(graph, "conv", layer_defines(L, False), L.cout, wo * ho)
+        elif kind == "cpu":  # all of a pixel's output channels in one SIMD lane
+            k = {"kernel": "conv_cpu", "groups": (64 * tiles(wo * ho, 64 * CPU_PX),
+                                                  tiles(L.cout, CPU_CB)),
+                 "local": (64, 1, 1),
+                 "defines": {**layer_defines(L, False), "PX": CPU_PX, "CB": CPU_CB}}
         else:
             blk = block_of(L.cout)
             k = {"kernel": "conv", "groups": blk.groups(L.cout, wo * ho),

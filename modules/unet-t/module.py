@@ -188,7 +188,7 @@ def network(graph, module, scaffold) -> Network:
     fwd = forward_nodes(graph, module, (width, scales), (adam, "w"), (W, H), noise="noiseab",
                         precise=precise, ref=True, cfa=cfa,
                         l2=int(module.param("loss")) == 1, tile=tile)
-    cm = fwd["kernels"] == "coopmat"  # the backward's layer kernels are the forward's kind
+    cm = fwd["kernels"] == "coopmat"  # the backward: coopmat as the forward, else portable
     made, conv, loss, size = fwd["made"], fwd["conv"], fwd["loss"], fwd["sizes"]
     scaffold.loss_sum(loss, fwd["groups"])
 

@@ -45,4 +45,4 @@ def create_nodes(graph, module) -> None:
     fwd = forward_nodes(graph, module, (width, scales), "w", size, noise="params",
                         precise=int(module.param("precise")) != 0, cfa=cfa,
                         fp32=int(module.param("fp32")) != 0)
-    module.data["kernels"] = fwd["kernels"]  # coopmat or portable (vkgraph denoise's fallback)
+    module.data["kernels"] = fwd["kernels"]  # coopmat, portable or cpu (vkgraph denoise's fallback)
