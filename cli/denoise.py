@@ -387,8 +387,8 @@ class Denoisers:
             self.made[w].on_tile = self.on_tile
             if self.made[w].module == "unet" and not on_gpu(self.device):
                 log.warning("denoise: %s are unet-t's weights, made for a GPU: on this CPU "
-                            "device they take about 30x kpn's time (a 512x512 image: 37 s on "
-                            "2 cores, kpn 1.3 s)", w.name)
+                            "device they take about 15x kpn's time (a 512x512 image: 24 s on "
+                            "2 cores, kpn 1.5 s; 7 s with VKGRAPH_UNET_KERNELS=cpu)", w.name)
         return self.made[w]
 
 
