@@ -48,7 +48,8 @@ weights are now kpn-jpeg-ctx.lut, trained on JPEG-compressed camera noise, and f
 bench/jpeg_gain.py (six training photographs, 256x256 crops, camera and white noise at the
 three levels, JPEG 75/85/95; mean sRGB PSNR) measured 32.12 dB at gain 2, 32.21 at 3 and
 32.10 at 4, and for the same recipe trained again (the kpn-jpeg-ctx.lut shipped until it was
-trained with misreported levels, cnngenin nerr) 32.33, 32.42 and 32.32: 3 is kept. `vkgraph denoise --strength` moves it per photo.
+trained with misreported levels, cnngenin nerr) 32.33, 32.42 and 32.32: 3 is kept.
+`vkgraph denoise --strength` moves it per photo.
 """
 
 from __future__ import annotations
