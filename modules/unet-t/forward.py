@@ -83,7 +83,7 @@ def block_of(channels: int) -> Block:
     return block
 
 
-KERNELS_ENV = "VKGRAPH_UNET_KERNELS"  # auto (default), coopmat or portable
+KERNELS_ENV = "VKGRAPH_UNET_KERNELS"  # auto (default), coopmat, portable or cpu
 CM_WARPS = 4  # cm.glsl's warps a workgroup
 CPU_PX = 8  # conv_cpu: the pixels of an invocation
 CPU_CB = 16  # conv_cpu: its output channels (64 gave wrong sums at width 32 on llvmpipe)

@@ -4,12 +4,12 @@
 #extension GL_KHR_shader_subgroup_basic : enable
 #include "vkgraph.glsl"
 #include "unet.glsl"
-// One layer's forward for CPU drivers (the "cpu" kernels; conv.comp's sums, fp32): no shared
-// memory and no barriers. An invocation is a SIMD lane on llvmpipe, and a load whose address
-// differs per lane is a loop over the lanes, so each input value is loaded once and used for
-// CB output channels: an invocation sums CB channels (from CB times workgroup y) of PX pixels
-// (SG apart: a subgroup covers SG PX consecutive pixels), the weights' addresses alike on
-// every lane.
+// One layer's forward for CPU drivers (the "cpu" kernels; conv.comp's products, fp32): no
+// shared memory and no barriers. An invocation is a SIMD lane on llvmpipe, and a load whose
+// address differs per lane is a loop over the lanes, so each input value is loaded once and
+// used for CB output channels: an invocation sums CB channels (from CB times workgroup y) of
+// PX pixels (SG apart: a subgroup covers SG PX consecutive pixels), the weights' addresses
+// alike on every lane.
 //   Y[co, p] = b[co] + sum over ci, tap of W[co][ci][tap] X[ci, source(p, tap)]
 SSBO_IN(0, float, w)
 SSBO_IN(1, float, inA)
@@ -17,10 +17,10 @@ SSBO_IN(2, float, inB)
 SSBO_OUT(3, float, outp)
 SSBO_IN(4, float, noiseab)
 #ifndef PX
-#define PX 2
+#define PX 8
 #endif
 #ifndef CB
-#define CB 32
+#define CB 16
 #endif
 #define SG 8
 
@@ -38,7 +38,8 @@ void main() {
   int co0 = int(gl_WorkGroupID.y) * CB, nc = min(CB, COUT - co0);
   float acc[PX][CB];
   for (int c = 0; c < CB; c++) {
-    float b = c < nc ? w[bidx(co0 + c)] : 0.0;
+    float b = 0.0;
+    if (c < nc) b = w[bidx(co0 + c)];
     [[unroll]] for (int k = 0; k < PX; k++) acc[k][c] = b;
   }
   for (int t = 0; t < KK; t++) {
