@@ -292,7 +292,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
                          wi * hi, taps=4)
         elif cm:
             k = cm_layer(graph, "conv", layer_defines(L, False), L.cout, wo * ho)
-        elif kind == "cpu":  # all of a pixel's output channels in one SIMD lane
+        elif kind == "cpu":  # CPU_CB output channels of CPU_PX pixels in one SIMD lane
             k = {"kernel": "conv_cpu", "groups": (64 * tiles(wo * ho, 64 * CPU_PX),
                                                   tiles(L.cout, CPU_CB)),
                  "local": (64, 1, 1),
