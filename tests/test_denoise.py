@@ -466,6 +466,8 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     assert gpu == {".dng": "unet-raw.lut", ".exr": "unet-photo.lut",
                    ".pfm": "unet-photo.lut", ".jpg": "unet-jpeg.lut",
                    ".png": "kpn-photo.lut"}
+    # on a CPU, JPEGs get the U-Net on cells (a quarter of the pixel U-Net's work)
+    assert cli_denoise.default_weights(Path("x.jpg")).name == "unet-jpeg-cells.lut"
     monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
     monkeypatch.setattr(cli_denoise, "WEIGHTS_LINEAR", ctx_weights)
     jpeg_weights = tmp_path / "jpeg.lut"
@@ -480,7 +482,8 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     assert all((shipped / n).exists() for n in ("kpn-photo.lut", "kpn-photo-ctx.lut",
                                                   "kpn-jpeg-ctx.lut", "kpn-photo-nl.lut",
                                                   "kpn-jpeg-nl.lut", "unet-jpeg.lut",
-                                                  "unet-photo.lut", "unet-raw.lut"))
+                                                  "unet-photo.lut", "unet-raw.lut",
+                                                  "unet-jpeg-cells.lut"))
 
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())

@@ -332,3 +332,66 @@ def test_cfa_out_of_range_is_an_error(device, tmp_path):
         g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, "param:unet-t:01:cfa:2")
         g.frames = 1
         Build(g, device)
+
+
+# ----------------------------------------------------------------- RGB cells (cells 1)
+
+CELLS = "param:unet-t:01:cells:1"
+
+
+@pytest.mark.parametrize("width,scales,size,tiles,precise", [
+    (2, 2, (32, 32), (4, 16), 0),   # a 2x2 grid of 16-pixel tiles (8 cells a side)
+    (3, 3, (24, 16), None, 0),      # the whole image, 12 x 8 cells
+    (2, 3, (32, 32), (4, 16), 1),   # float64 kernels
+])
+def test_cells_frame_matches_reference(device, tmp_path, width, scales, size, tiles, precise):
+    """cells 1 on cnngenin's noisy RGB: the loss, the output and every layer's gradient
+    against the reference's network of cells, with the tolerances of
+    test_frame_matches_reference."""
+    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
+                   f"{CELLS}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+    g.frames = 2
+    w = random_weights(width, scales, cfa=2)
+    E, dw, O, X, R, nab = one_frame(device, g, w)
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
+                                           cfa=2)
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    assert scale > 0
+    for L in layers(width, scales, 2):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(r).max() > 0, L.name
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+
+
+def test_cells_pack_the_pixels(device, tmp_path):
+    """prep's F on a hand-made 8 x 8 image whose values all differ: plane 3 (2 dy + dx) + c
+    of cell (x, y) is pixel (2x + dx, 2y + dy)'s channel c over s, then sigma / s (generate
+    0, no tiles: s = 1e-5, sigma 0); the .lut's text says cells."""
+    yy, xx = np.mgrid[0:8, 0:8]
+    M = np.stack([(8 * yy + xx) / 256, (8 * yy + xx) / 256 + 0.25, (8 * yy + xx) / 256 + 0.5],
+                 -1).astype(np.float32)
+    g = unet_graph(tmp_path, M, 2, 2, None, "param:cnngenin:01:generate:0\n"
+                   f"{CELLS}\nparam:unet-t:01:precise:1")
+    g.frames = 1
+    b = Build(g, device)
+    b.run_frame(0, download=True)
+    m = g.modules[("unet-t", "01")]
+    prep = next(n for n in m.nodes if n.kernel == "prep")
+    F = b.read(prep, "F").ravel().view(np.float64).reshape(13, 4, 4)
+    b.close()
+    want = [M[dy::2, dx::2, c] for dy in (0, 1) for dx in (0, 1) for c in range(3)]
+    assert np.allclose(F, np.stack(want + [np.zeros((4, 4))]) / 1e-5, rtol=1e-12, atol=0)
+    from vkgraph.pipeline.formats import read_lut
+
+    _, _, text = read_lut(tmp_path / "unet.lut")
+    assert "cells rgb" in text.splitlines() and "cfa rggb" not in text.splitlines()
+
+
+def test_cells_and_cfa_together_are_an_error(device, tmp_path):
+    g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, f"{CFA}\n{CELLS}")
+    g.frames = 1
+    with pytest.raises(GraphError, match="cfa 1 and cells 1"):
+        Build(g, device)

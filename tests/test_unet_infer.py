@@ -443,3 +443,50 @@ def test_denoise_command_on_a_raw_file_with_cfa_weights(device, tmp_path, capsys
     assert code == 0, err
     flipped = read_image(tmp_path / "b.exr")[..., :3]
     assert flipped.shape == got.shape and 0 < np.abs(flipped - got).max() < 0.5
+
+
+# ----------------------------------------------------------------- RGB cells (cells 1)
+
+
+def expected_cells(X: np.ndarray, w: np.ndarray, width: int, scales: int) -> np.ndarray:
+    """The reference's network of cells on X padded mirrored pixel by pixel (any size: the
+    cells are the padded image's), cropped to X's size."""
+    h, wd = X.shape[:2]
+    Wp, Hp = padded(wd, h, scales, ref.CELLS)
+    Xp = np.pad(X[..., :3].astype(np.float64), ((0, Hp - h), (0, Wp - wd), (0, 0)),
+                mode="symmetric")
+    O, _ = ref.forward(w, Xp, np.array([A]), np.array([B]), Hp, width, scales, ref.CELLS)
+    return O[:h, :wd]
+
+
+@pytest.mark.parametrize("size,width,scales,precise", [
+    ((37, 21), 2, 3, 0),   # odd sizes: padded to 40 x 24 (20 x 12 cells)
+    ((5, 3), 2, 2, 1),     # padded by more than the image, float64 kernels
+])
+def test_cells_output_matches_reference(device, tmp_path, size, width, scales, precise):
+    """unet on weights whose .lut says 'cells rgb': any RGB image, the reference's result on
+    it padded mirrored, alpha kept."""
+    lut, w = write_weights(tmp_path / "w.lut", width, scales, cfa=ref.CELLS)
+    X = noisy(*size)
+    out = unet_run(device, lut, X, tmp_path, precise=precise)
+    assert out.shape == (size[1], size[0], 4)
+    err = np.abs(out[..., :3] - expected_cells(X, w, width, scales)).max()
+    assert err <= 1e-5, err
+
+
+def test_denoiser_runs_cells_weights_whole_and_tiled(device, tmp_path):
+    """The Denoiser on weights of RGB cells: the reference's result whole, and the same
+    numbers in tiles on the grid of whole cells with reach's margin for cells."""
+    lut, w = write_weights(tmp_path / "w.lut", 2, 3, cfa=ref.CELLS)
+    X = noisy(250, 180)
+    whole = Denoiser(device, lut)
+    assert (whole.module, whole.net, whole.cells, whole.cfa) == ("unet", (2, 3), ref.CELLS,
+                                                                 False)
+    out = whole(X, A, B)
+    np.testing.assert_allclose(out, expected_cells(X, w, 2, 3), atol=1e-5)
+    tiled = Denoiser(device, lut, max_pixels=15000)
+    step = 8  # 2 * 2^(scales - 1)
+    assert tiled.margin == -(-reach(3, ref.CELLS) // step) * step == 48
+    cx, cy, _ = tiled.tiling(250, 180)
+    assert cx % step == 0 and cy % step == 0 and cx < 250 and cy < 180
+    assert np.array_equal(tiled(X, A, B), out)

@@ -454,10 +454,10 @@ def test_bad_shapes():
 # ----------------------------------------------------------------- RGGB mosaics (cfa)
 
 
-def _cfa_weights(rng, width, scales):
-    """_weights' scaling for the cfa network (net.py's layers with cfa)."""
-    w = np.zeros(ref.n_params(width, scales, True))
-    for layer in ref.layers(width, scales, True):
+def _cfa_weights(rng, width, scales, cfa=ref.RGGB):
+    """_weights' scaling for a network on cells (net.py's layers with cfa)."""
+    w = np.zeros(ref.n_params(width, scales, cfa))
+    for layer in ref.layers(width, scales, cfa):
         fan = layer.cin * layer.k * layer.k
         w[layer.offset: layer.offset + layer.weights] = (
             rng.normal(size=layer.weights) * np.sqrt(2.0 / fan))
@@ -548,3 +548,52 @@ def test_cfa_bad_shapes():
         ref.forward(w, np.zeros((6, 8, 3)), a, b, 6, 2, 2, cfa=True)  # 3 cells a tile
     with pytest.raises(ValueError, match="must be"):
         ref.forward(w[:-1], np.zeros((8, 8, 3)), a, b, 8, 2, 2, cfa=True)
+
+
+# ----------------------------------------------------------------- RGB cells (cfa CELLS)
+
+
+def test_cells_layers_differ_only_in_first_and_last():
+    rgb, cells = ref.layers(3, 3), ref.layers(3, 3, ref.CELLS)
+    assert (cells[0].cin, cells[-1].cout) == (13, 12)
+    for r, c in zip(rgb[1:-1], cells[1:-1], strict=True):
+        assert r._replace(offset=0) == c._replace(offset=0)
+
+
+def test_cells_features_and_output_by_hand():
+    """F's planes 3 (2 dy + dx) + c are pixel (2x + dx, 2y + dy)'s channel c, plane 12 the
+    sigma of the cell's mean colour's luma, over s; O = X - s N[(2dy+dx)3 + c], pixel by
+    pixel; tiles of 4 rows (2 cells) with their own (a, b)."""
+    H, Wd, th = 8, 4, 4
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0.05, 0.95, (H, Wd, 3))
+    a, b = np.array([300.0, 2000.0]), np.array([0.4, 0.05])
+    F, s = ref.features(X, a, b, th, cfa=ref.CELLS)
+    assert F.shape == (13, H // 2, Wd // 2)
+    for y in range(H // 2):
+        t = y // (th // 2)
+        for x in range(Wd // 2):
+            px = [X[2 * y + dy, 2 * x + dx] for dy in (0, 1) for dx in (0, 1)]
+            lum = np.mean(px, 0) @ np.array([0.2627, 0.6780, 0.0593])
+            sigma = np.sqrt(a[t] + 65535 * b[t] * lum) / 65535
+            assert np.allclose(F[:, y, x], np.concatenate(px + [[sigma]]) / s[t], rtol=1e-15)
+    w = _cfa_weights(rng, 2, 2, ref.CELLS)
+    O, cache = ref.forward(w, X, a, b, th, 2, 2, cfa=ref.CELLS)
+    assert O.shape == X.shape and cache.N.shape == (12, H // 2, Wd // 2)
+    for py in range(H):
+        for px in range(Wd):
+            y, x, d = py // 2, px // 2, 2 * (py % 2) + px % 2
+            st = s[py // th]
+            want = X[py, px] - st * cache.N[3 * d: 3 * d + 3, y, x]
+            assert np.allclose(O[py, px], want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
+def test_cells_backward_against_finite_differences(width, scales, n, th, Wd, seed):
+    """test_backward_against_finite_differences for the network of RGB cells."""
+    rng = np.random.default_rng(seed)
+    R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
+    X = R + 0.04 * rng.standard_normal(R.shape)
+    a, b = NOISE_A[:n], NOISE_B[:n]
+    _check_backward(rng, _cfa_weights(rng, width, scales, ref.CELLS), X, R, a, b, th, width,
+                    scales, cfa=ref.CELLS)

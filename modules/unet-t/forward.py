@@ -4,9 +4,11 @@ modules/unet): prep (the input -> F), one conv node per layer of net.py, and the
 what unet needs to run weights from a `.lut`: the network's shape from the .lut's text, the
 padded size, and how far a pixel's result reaches (vkgraph denoise's tile margin).
 
-`cfa` (unet-t's param, a .lut's line `cfa rggb`): the network of RGGB mosaics (README.md,
-"Bayer mosaics"). It runs at half resolution, a cell of 2 x 2 photosites a pixel of the
-network; sizes given here stay the full-resolution image's, which must be even."""
+`cfa` (net.py's RGB, RGGB or CELLS): RGGB (unet-t's param cfa, a .lut's line `cfa rggb`) the
+network of RGGB mosaics (README.md, "Bayer mosaics"), CELLS (param cells, the line `cells
+rgb`) that of RGB on cells of 2 x 2 pixels (README.md, "Cells"). Either runs at half
+resolution, a cell of 2 x 2 pixels a pixel of the network; sizes given here stay the
+full-resolution image's (even for a mosaic)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import os
 import re
 from typing import NamedTuple
 
-from vkgraph.modules.unet_t.net import Layer, layers, n_params
+from vkgraph.modules.unet_t.net import CELLS, RGB, RGGB, Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
 from vkgraph.pipeline.variants import (
@@ -97,16 +99,19 @@ CM3_WARPS = 8  # conv3_cm's warps a workgroup (on an H100 the 3x3 layers of 12 M
 def kernels(graph, precise: bool = False) -> str:
     """The layer kernels of a build: "coopmat" (conv_cm, convb_cm, convw_cm: f16 operands,
     f32 sums, on tensor cores) where the device runs cooperative matrices (or
-    VKGRAPH_COOPMAT_EMULATE emulates them), else "portable" (conv, convb, convw: fp32).
-    $VKGRAPH_UNET_KERNELS = auto (that choice), coopmat (portable where the device cannot),
-    portable, or cpu (the forward layers as conv_cpu on a CPU driver, README.md, "Kernels";
-    portable elsewhere); `precise` (float64) and VKGRAPH_PORTABLE=1 are always portable."""
+    VKGRAPH_COOPMAT_EMULATE emulates them), else "cpu" on a CPU driver (the forward layers as
+    conv_cpu, README.md, "Kernels"; the backward portable), else "portable" (conv, convb,
+    convw: fp32). $VKGRAPH_UNET_KERNELS = auto (that choice), coopmat (portable where the
+    device cannot), portable, or cpu (portable where the device is not a CPU driver);
+    `precise` (float64) and VKGRAPH_PORTABLE=1 are always portable."""
     want = env_choice(KERNELS_ENV, ("auto", "coopmat", "portable", "cpu"))
     if portable_forced(precise) or want == "portable":
         return "portable"
     if want == "cpu":
         return "cpu" if cpu_capable(graph) else "portable"
-    return "coopmat" if cm_available(graph) else "portable"
+    if cm_available(graph):
+        return "coopmat"
+    return "cpu" if want == "auto" and cpu_capable(graph) else "portable"
 
 
 def cm_rows(channels: int) -> int:
@@ -133,7 +138,7 @@ def cm3_rows(cout: int) -> int:
     return CM3_WARPS * (2 if cm_rows(cout) <= 32 else 1)
 
 
-def window_fits(tile: int | None, scale: int, cout: int, cfa: bool = False) -> bool:
+def window_fits(tile: int | None, scale: int, cout: int, cfa: int = RGB) -> bool:
     """Whether conv3_cm's blocks (32 x cm3_rows(cout) pixels at the layer's `scale`) each lie
     in one of noiseab's tiles: `tile` the tiles' size T (full-resolution pixels; 0 the whole
     image; None not known when the graph is built: no)."""
@@ -146,7 +151,7 @@ def window_fits(tile: int | None, scale: int, cout: int, cfa: bool = False) -> b
     return t << shift == tile and t % 32 == 0 and t % cm3_rows(cout) == 0
 
 
-def windowed(L, tile: int | None, scale: int, rows: int, cfa: bool = False) -> bool:
+def windowed(L, tile: int | None, scale: int, rows: int, cfa: int = RGB) -> bool:
     """Whether the layer L is a 3x3 one whose window kernels' blocks (`rows` the channels they
     make: conv3_cm's and convw3_cm's cout, convb3_cm's cin) lie in tiles at `scale`."""
     return L.kind == "conv3" and window_fits(tile, scale, rows, cfa)
@@ -183,13 +188,13 @@ def layer_defines(L: Layer, precise: bool) -> dict:
             **({"PRECISE": 1} if precise else {})}
 
 
-def multiple(scales: int, cfa: bool = False) -> int:
+def multiple(scales: int, cfa: int = RGB) -> int:
     """What the image's width and height must be multiples of: 2^(scales - 1), and twice
     that with cfa (the network runs on cells of 2 x 2 photosites)."""
     return (2 if cfa else 1) << (scales - 1)
 
 
-def padded(wd: int, ht: int, scales: int, cfa: bool = False) -> tuple[int, int]:
+def padded(wd: int, ht: int, scales: int, cfa: int = RGB) -> tuple[int, int]:
     """The full-resolution size the network covers for a wd x ht image: each side rounded up
     to multiple() (with cfa, 2 2^(scales - 1): whole cells, a multiple of 2^(scales - 1) of
     them)."""
@@ -197,7 +202,7 @@ def padded(wd: int, ht: int, scales: int, cfa: bool = False) -> tuple[int, int]:
     return -(-wd // m) * m, -(-ht // m) * m
 
 
-def layer_push(L: Layer, sizes: list, cfa: bool = False) -> list[int]:
+def layer_push(L: Layer, sizes: list, cfa: int = RGB) -> list[int]:
     """A layer kernel's push constants: its input and output sizes and the shift k that
     takes noiseab's tile size T (full-resolution pixels) to the layer's input scale (the
     scale, and one more with cfa: a cell is 2 x 2 pixels)."""
@@ -217,7 +222,7 @@ def connect_inputs(graph, node, L: Layer, made: dict) -> None:
 
 def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int, int],
                   noise: str = "noiseab", precise: bool = False, ref: bool = False,
-                  cfa: bool = False, fp32: bool = False, l2: bool = False,
+                  cfa: int = RGB, fp32: bool = False, l2: bool = False,
                   tile: int | None = None) -> dict:
     """prep, a conv node per layer (net.py's order) and the output node `loss`, for the
     network `net` (width, scales), run at `size` (wd, ht: multiples of
@@ -249,7 +254,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     inp = module.connector("input").roi  # of even size with cfa (the modules' modify_roi_out)
     if W % m or H % m:
         raise GraphError(f"{module}: the network runs at {W}x{H}; with scales {scales}"
-                         f"{' and cfa 1' if cfa else ''} its width and height must be "
+                         f"{' on cells' if cfa else ''} its width and height must be "
                          f"multiples of {m}")
     words = 2 if precise else 1  # f32 words a value
     defs = {"PRECISE": 1} if precise else {}
@@ -258,7 +263,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     elif noise != "noiseab":
         raise ValueError(f"noise '{noise}': 'noiseab' or 'params'")
     if cfa:
-        defs["CFA"] = 1
+        defs["CFA" if cfa == RGGB else "CELLS"] = 1
         W, H = W // 2, H // 2  # the network's pixels: cells
     sizes = [(W >> k, H >> k) for k in range(scales)]
 
@@ -358,22 +363,27 @@ def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
 
 
 CFA_LINE = "cfa rggb"  # the .lut text's line of a network of RGGB mosaics (module.lut_text)
+CELLS_LINE = "cells rgb"  # and of a network of RGB cells
+LINES = {RGGB: CFA_LINE, CELLS: CELLS_LINE}
+WHAT = {RGB: "", RGGB: " of RGGB mosaics", CELLS: " on cells of RGB"}
 
 
-def cfa_of_text(text: str | None, where: str = "") -> bool:
-    """Whether a unet-t .lut's text (shape_of_text's) is of a network of RGGB mosaics: its
-    line `cfa rggb`; no `cfa` line is the RGB network; any other `cfa` line a GraphError."""
-    found = re.findall(r"^cfa\b(.*)$", text or "", re.MULTILINE)
+def cfa_of_text(text: str | None, where: str = "") -> int:
+    """What a unet-t .lut's text (shape_of_text's) says its network reads: RGGB (its line
+    `cfa rggb`), CELLS (`cells rgb`) or RGB (neither); any other `cfa` or `cells` line, or
+    both, a GraphError."""
+    found = [m.strip() for m in re.findall(r"^((?:cfa|cells)\b.*)$", text or "", re.MULTILINE)]
     if not found:
-        return False
-    if len(found) != 1 or f"cfa{found[0]}".strip() != CFA_LINE:
+        return RGB
+    known = {v: k for k, v in LINES.items()}
+    if len(found) != 1 or found[0] not in known:
         raise GraphError(f"the weights' .lut says '{KIND}' with the line(s) "
-                         f"{', '.join(repr('cfa' + f) for f in found)}; the one mosaic these "
-                         f"weights can be of is the line '{CFA_LINE}'", where=where)
-    return True
+                         f"{', '.join(repr(f) for f in found)}; these weights can have one of "
+                         f"{' or '.join(repr(v) for v in LINES.values())}", where=where)
+    return known[found[0]]
 
 
-def network_of_text(text: str | None, count: int, where: str = "") -> tuple[int, int, bool]:
+def network_of_text(text: str | None, count: int, where: str = "") -> tuple[int, int, int]:
     """(width, scales, cfa) of the network a unet-t .lut's text names (shape_of_text,
     cfa_of_text), checked against the `count` weights the .lut holds: GraphError where they
     are not that network's."""
@@ -382,7 +392,7 @@ def network_of_text(text: str | None, count: int, where: str = "") -> tuple[int,
     want = n_params(width, scales, cfa)
     if count != want:
         raise GraphError(f"holds {count} values, but a U-Net of width {width} and {scales} "
-                         f"scales{' of RGGB mosaics' if cfa else ''} (says the .lut's text) "
+                         f"scales{WHAT[cfa]} (says the .lut's text) "
                          f"has {want}", where=where, hint="a .lut that unet-t's w output wrote")
     return width, scales, cfa
 
@@ -392,16 +402,16 @@ def is_unet_text(text: str | None) -> bool:
     return bool(text) and KIND in text
 
 
-def reach(scales: int, cfa: bool = False) -> int:
+def reach(scales: int, cfa: int = RGB) -> int:
     """How far (pixels at full resolution, either way and along either axis) the output at
     a pixel depends on the input, for the worst pixel of the 2^(scales - 1) grid: a conv3 at
     scale k reads 2^k pixels further, a down reads the pair, an up its one source. Zero
     outside the image, which tiles see where the whole image has pixels, reaches no further
     into a tile than this (the width does not matter).
-    cfa: the network's pixels are cells of 2 x 2 photosites, so a photosite reaches the
-    photosites of the cells within the cells' reach r: 2 r + 1 (the +1: the far photosite of
-    the farthest cell), for the worst photosite of the grid of 2 2^(scales - 1) pixels. Tiles
-    of a mosaic must start on even pixels (on cells) for this, and to keep the colour phase."""
+    cfa (RGGB or CELLS): the network's pixels are cells of 2 x 2 pixels, so a pixel reaches the
+    pixels of the cells within the cells' reach r: 2 r + 1 (the +1: the far pixel of the
+    farthest cell), for the worst pixel of the grid of 2 2^(scales - 1) pixels. Tiles must
+    start on even pixels (on cells) for this, and a mosaic's to keep the colour phase."""
     if cfa:
         return 2 * reach(scales) + 1
     net = layers(1, scales)
@@ -433,7 +443,7 @@ def reach(scales: int, cfa: bool = False) -> int:
 
 
 def bytes_per_pixel(width: int, scales: int, precise: bool = False,
-                    cfa: bool = False) -> tuple[int, int]:
+                    cfa: int = RGB) -> tuple[int, int]:
     """(bytes of the largest buffer, bytes of all the buffers) of forward_nodes' nodes per
     pixel of the padded image (the input and output images counted at the padded size: an
     upper bound). cfa: per full-resolution pixel, the network's buffers a quarter of a cell's."""

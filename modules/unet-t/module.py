@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from vkgraph.modules.unet_t.forward import (
-    CFA_LINE,
     CM_FW,
     CM_KP,
     CM_WARPS,
+    LINES,
     SHADER,
     block_of,
     cm_conv3,
@@ -40,7 +40,7 @@ from vkgraph.modules.unet_t.forward import (
     tiles,
     windowed,
 )
-from vkgraph.modules.unet_t.net import layers
+from vkgraph.modules.unet_t.net import CELLS, RGB, RGGB, layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
@@ -51,16 +51,22 @@ def shape(module) -> tuple[int, int]:
     return int(module.param("width")), int(module.param("scales"))
 
 
-def is_cfa(module) -> bool:
-    """param cfa: 1 trains on RGGB mosaics (README.md, "Bayer mosaics")."""
-    return int(module.param("cfa")) != 0
+def is_cfa(module) -> int:
+    """What the network reads (net.py): param cfa 1 RGGB mosaics (README.md, "Bayer
+    mosaics"), param cells 1 RGB on cells of 2 x 2 pixels (README.md, "Cells"), else RGB
+    pixels; both at once a GraphError."""
+    cfa, cells = int(module.param("cfa")) != 0, int(module.param("cells")) != 0
+    if cfa and cells:
+        raise GraphError(f"{module}: cfa 1 and cells 1: the network reads either RGGB mosaics "
+                         "or RGB cells", hint="set one of them to 0")
+    return RGGB if cfa else CELLS if cells else RGB
 
 
-def lut_text(width: int, scales: int, cfa: bool = False) -> str:
+def lut_text(width: int, scales: int, cfa: int = RGB) -> str:
     """What o-lut writes after the weights: enough to rebuild the network (the line
-    `cfa rggb` for a network of RGGB mosaics)."""
+    `cfa rggb` for a network of RGGB mosaics, `cells rgb` for one of RGB cells)."""
     return (f"lut contains weights for\nunet denoiser with:\nwidth {width}\nscales {scales}\n"
-            + (f"{CFA_LINE}\n" if cfa else ""))
+            + (f"{LINES[cfa]}\n" if cfa else ""))
 
 
 def upstream_tile(module) -> int | None:
@@ -78,12 +84,13 @@ def modify_roi_out(graph, module):
     cfa = is_cfa(module)
     inp = module.connector("input").roi
     m = multiple(scales)
+    what = "an RGGB mosaic (cfa 1)" if cfa == RGGB else "a network on cells (cells 1)"
     if cfa and (inp.wd % 2 or inp.ht % 2):
-        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; an RGGB mosaic (cfa 1) "
-                         "needs an even width and height (whole cells of 2 x 2 photosites)")
+        raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; {what} needs an even "
+                         "width and height (whole cells of 2 x 2 pixels)")
     if cfa and (inp.wd // 2 % m or inp.ht // 2 % m):
         raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}, {inp.wd // 2}x"
-                         f"{inp.ht // 2} cells of 2 x 2 photosites; with scales {scales} the "
+                         f"{inp.ht // 2} cells of 2 x 2 pixels; with scales {scales} the "
                          f"cells' width and height must be multiples of {m} (the input's of "
                          f"{2 * m})")
     if not cfa and (inp.wd % m or inp.ht % m):
@@ -91,7 +98,7 @@ def modify_roi_out(graph, module):
                          f"width and height must be multiples of {m}")
     tile = upstream_tile(module)
     if tile is not None and cfa and (tile % 2 or tile // 2 % m):
-        raise GraphError(f"{module}: cnngenin's tiles are {tile} pixels; with cfa 1 and scales "
+        raise GraphError(f"{module}: cnngenin's tiles are {tile} pixels; for {what} and scales "
                          f"{scales} they must be even and tile/2 (the tile's cells) a multiple "
                          f"of {m}: a multiple of {2 * m}")
     if tile is not None and not cfa and tile % m:
@@ -117,8 +124,9 @@ def weights(graph, module) -> Weights:
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != n:
         raise GraphError(f"{module}: input 'wcp' holds {wcp.roi.wd * wcp.roi.ht} values; this "
                          f"network (width {module.param('width')}, scales "
-                         f"{module.param('scales')}, cfa {module.param('cfa')}) has {n}",
-                         hint="train it with the same width, scales and cfa")
+                         f"{module.param('scales')}, cfa {module.param('cfa')}, cells "
+                         f"{module.param('cells')}) has {n}",
+                         hint="train it with the same width, scales, cfa and cells")
     defines = {"UNET_NP": n, "UNET_LAYERS": len(ls),
                "UNET_WEND": ",".join(f"{L.offset + L.weights}u" for L in ls),
                "UNET_END": ",".join(f"{L.end}u" for L in ls),

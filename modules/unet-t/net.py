@@ -8,6 +8,14 @@ from typing import NamedTuple
 
 KSIZE = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}
 
+# What the network reads (unet-t's params cfa and cells; the `cfa` argument here and in
+# forward.py and reference.py): RGB pixels; an RGGB mosaic on cells of 2 x 2 photosites
+# (README.md, "Bayer mosaics"); or RGB on cells of 2 x 2 pixels (README.md, "Cells": a
+# quarter of the multiply-adds). Either cell network is a truthy `cfa`: it runs at half
+# resolution.
+RGB, RGGB, CELLS = 0, 1, 2
+CIN = {RGB: 4, RGGB: 5, CELLS: 13}  # the planes of F (the values a pixel or cell, and sigma)
+
 
 class Layer(NamedTuple):
     """A layer: W[co][ci][ky][kx] at [offset, offset + cout cin k^2), then its bias (cout
@@ -39,11 +47,14 @@ class Layer(NamedTuple):
         return self.offset + self.weights + self.cout
 
 
-def layers(width: int, scales: int, cfa: bool = False) -> list[Layer]:
+def layers(width: int, scales: int, cfa: int = RGB) -> list[Layer]:
     """The layers of a U-Net of `scales` scales and `width` channels at the finest (width << k
-    at scale k), contiguous from offset 0. `cfa`: the network of RGGB mosaics (README.md,
-    "Bayer mosaics"): it reads 5 planes per cell of 2 x 2 photosites (R, G1, G2, B, sigma)
-    instead of 4 and writes 12 (each photosite's r, g, b) instead of 3."""
+    at scale k), contiguous from offset 0. `cfa` RGB, RGGB or CELLS: the network of RGGB
+    mosaics (README.md, "Bayer mosaics") reads 5 planes per cell of 2 x 2 photosites (R, G1,
+    G2, B, sigma) and that of RGB cells 13 (the 4 pixels' r, g, b, and sigma) instead of 4;
+    both write 12 (each pixel's r, g, b) instead of 3."""
+    if cfa not in CIN:
+        raise ValueError(f"cfa {cfa!r}: RGB (0), RGGB (1) or CELLS (2)")
     if width < 1 or scales < 2:
         raise ValueError(f"width {width}, scales {scales}: a U-Net needs width >= 1 and "
                          "scales >= 2")
@@ -57,7 +68,7 @@ def layers(width: int, scales: int, cfa: bool = False) -> list[Layer]:
     ws = [width << k for k in range(scales)]
     prev = "F"
     for k in range(scales):
-        cin = (5 if cfa else 4) if k == 0 else ws[k - 1]
+        cin = CIN[cfa] if k == 0 else ws[k - 1]
         add(f"enc{k}a", "conv3", cin, ws[k], prev, k, k)
         add(f"enc{k}", "conv3", ws[k], ws[k], f"enc{k}a", k, k)
         if k < scales - 1:
@@ -73,5 +84,5 @@ def layers(width: int, scales: int, cfa: bool = False) -> list[Layer]:
     return out
 
 
-def n_params(width: int, scales: int, cfa: bool = False) -> int:
+def n_params(width: int, scales: int, cfa: int = RGB) -> int:
     return layers(width, scales, cfa)[-1].end

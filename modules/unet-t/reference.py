@@ -64,6 +64,13 @@ rows (th, W even and th/2, W/2 multiples of 2^(S-1)); cell (x, y):
     O[2y+dy, 2x+dx, c] = base_c - s_t N[(2 dy + dx) 3 + c, y, x]     (O: (H, W, 3))
 and the loss as above over the H W full-resolution pixels; dN[(2 dy + dx) 3 + c, y, x] =
 -s_t dO[2y+dy, 2x+dx, c].
+
+RGB cells (cfa=CELLS; README.md, "Cells"). X (H, W, 3) is RGB, the network runs on its cells
+of 2 x 2 pixels as above; cell (x, y):
+    F = (X[2y+dy, 2x+dx, c] in plane (2 dy + dx) 3 + c, sigma) / s_t   (13 planes)
+with sigma from Y of the cell's mean colour, and
+    O[2y+dy, 2x+dx, c] = X[2y+dy, 2x+dx, c] - s_t N[(2 dy + dx) 3 + c, y, x],
+the loss and dN as for mosaics.
 """
 
 from typing import NamedTuple
@@ -71,7 +78,15 @@ from typing import NamedTuple
 import numpy as np
 
 from vkgraph.modules.cnngenin.reference import cfa as rggb_colours
-from vkgraph.modules.unet_t.net import KSIZE, Layer, layers, n_params  # noqa: F401
+from vkgraph.modules.unet_t.net import (  # noqa: F401
+    CELLS,
+    KSIZE,
+    RGB,
+    RGGB,
+    Layer,
+    layers,
+    n_params,
+)
 
 LUMA = np.array([0.2627, 0.6780, 0.0593])
 RANGE = 65535.0  # cnngenin's units: noise variance (a + RANGE b x) / RANGE^2
@@ -202,6 +217,19 @@ def cells(X: np.ndarray) -> np.ndarray:
                     -1)
 
 
+def pack(X: np.ndarray) -> np.ndarray:
+    """(12, H/2, W/2): the pixels of each cell of 2 x 2 pixels of X (H, W, 3), pixel (2x + dx,
+    2y + dy)'s channel c in plane (2 dy + dx) 3 + c (the layout of F and N with cells)."""
+    H, W = X.shape[0] // 2, X.shape[1] // 2
+    return X.reshape(H, 2, W, 2, 3).transpose(1, 3, 4, 0, 2).reshape(12, H, W)
+
+
+def unpack_cells(N: np.ndarray) -> np.ndarray:
+    """pack's inverse: (H, W, 3) from (12, H/2, W/2)."""
+    H, W = N.shape[1:]
+    return N.reshape(2, 2, 3, H, W).transpose(3, 0, 4, 1, 2).reshape(2 * H, 2 * W, 3)
+
+
 def base_of(C: np.ndarray) -> np.ndarray:
     """(H/2, W/2, 3): each cell's base colour (R, (G1 + G2) / 2, B) from ``cells``."""
     return np.stack([C[..., 0], (C[..., 1] + C[..., 2]) * 0.5, C[..., 3]], -1)
@@ -232,17 +260,24 @@ def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
              th: int, cfa: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(F (4, H, W), s (n,)): the network's input and each tile's scale (module docstring),
     for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,).
-    cfa: X is an RGGB mosaic and F (5, H/2, W/2) its cells' (R, G1, G2, B, sigma) / s."""
+    cfa RGGB: X is an RGGB mosaic and F (5, H/2, W/2) its cells' (R, G1, G2, B, sigma) / s;
+    CELLS: F (13, H/2, W/2) its cells' 12 values (pack) and sigma, over s."""
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     _check_image(X, a, b, th)
     s = np.maximum(np.sqrt(np.maximum(a + RANGE * MID_GREY * b, 0.0)) / RANGE, S_FLOOR)
     if cfa:
-        if th % 2:
-            raise ValueError(f"unet-t: a mosaic's tiles need an even height, got {th}")
+        if th % 2 or X.shape[0] % 2 or X.shape[1] % 2:
+            raise ValueError(f"unet-t: cells need an even width and tile height, got "
+                             f"{X.shape[1]} and {th}")
+        th //= 2
+    if cfa == RGGB:
         C = cells(X)
-        planes, colour, th = C.transpose(2, 0, 1), base_of(C), th // 2
+        planes, colour = C.transpose(2, 0, 1), base_of(C)
+    elif cfa == CELLS:
+        planes = pack(X)
+        colour = planes.reshape(4, 3, *planes.shape[1:]).mean(0).transpose(1, 2, 0)
     else:
         planes, colour = X.transpose(2, 0, 1), X
     a_p, b_p, s_p = (np.repeat(v, th)[:, None] for v in (a, b, s))  # per row (H, 1)
@@ -310,7 +345,9 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
         h = relu(run(f"dec{k}a", np.concatenate([u, skips[k]]), th >> k))
         h = relu(run(f"dec{k}", h, th >> k))
     N = run("out", h, th)
-    if cfa:
+    if cfa == CELLS:
+        O = X - np.repeat(s, full)[:, None, None] * unpack_cells(N)
+    elif cfa:
         base = base_of(cells(X))  # (H/2, W/2, 3)
         Nc = N.reshape(2, 2, 3, *N.shape[1:])  # [dy, dx, c, y, x]
         O = base[None, None] - np.repeat(s, th)[None, None, :, None, None] * Nc.transpose(

@@ -8,17 +8,19 @@ image size: the network runs at the size rounded up to multiples of 2^(scales - 
 reading the input mirrored beyond its edges, and the output keeps the input's pixels.
 Weights of RGGB mosaics (the .lut's line `cfa rggb`, unet-t's cfa 1) read a mosaic of even
 size and write its full-resolution RGB: the network runs on the 2 x 2 cells, padded to a
-multiple of 2^(scales - 1) cells with the cells mirrored (the colour phase kept).
+multiple of 2^(scales - 1) cells with the cells mirrored (the colour phase kept). Weights of
+RGB cells (the line `cells rgb`, unet-t's cells 1) read any RGB image, padded to whole cells.
 """
 
 from __future__ import annotations
 
 from vkgraph.modules.unet_t.forward import forward_nodes, network_of_text, padded
+from vkgraph.modules.unet_t.net import RGGB
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import Roi
 
 
-def network(graph, module) -> tuple[int, int, bool]:
+def network(graph, module) -> tuple[int, int, int]:
     """(width, scales, cfa) of the weights on `w`, from the .lut's text (unet-t's o-lut writes
     it; i-lut publishes it as the metadata "text"); GraphError where the text is missing or
     not a unet's, or the weights' count is not that network's."""
@@ -30,7 +32,7 @@ def network(graph, module) -> tuple[int, int, bool]:
 def modify_roi_out(graph, module) -> None:
     inp = module.connector("input").roi
     module.data["net"] = network(graph, module)
-    if module.data["net"][2] and (inp.wd % 2 or inp.ht % 2):
+    if module.data["net"][2] == RGGB and (inp.wd % 2 or inp.ht % 2):
         raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; these weights (the .lut "
                          "says 'cfa rggb') read an RGGB mosaic, whose width and height must "
                          "be even (whole cells of 2 x 2 photosites)")

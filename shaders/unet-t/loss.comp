@@ -17,6 +17,8 @@
 // base = (R, (G1 + G2) / 2, B) (prep.comp's photosites) gets
 //   O(p, c) = base_c - s N[(2 dy + dx) 3 + c],   alpha 1
 // (s of the photosite (2x, 2y)'s tile), with the loss over X's pixels as above.
+// CELLS: X is RGB and N 12 planes of its cells (prep.comp): O(p, c) = X(p, c) - s
+// N[(2 dy + dx) 3 + c] at the pixel p = 2 cell + (dx, dy), alpha X's.
 // Each 8x8 workgroup writes its partial sum of E as a (hi, lo) float pair to Epart (summed by
 // lsum, no atomics: runs are bit-reproducible); PRECISE: in float64.
 SSBO_IN(0, real, N)
@@ -52,13 +54,20 @@ void main() {
     for (int c = 0; c < 3; c++) o[c] = base[c] - s * N[(plane + c) * nn + j];
     outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), 1.0);
 #else
+#ifdef CELLS
+    ivec2 cell = p / 2, d = p - 2 * cell;
+    int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi, plane = 3 * (2 * d.y + d.x);
+    real a, b;
+    profile(2 * cell, a, b);  // the cell's tile, as prep.comp's
+#else
     int i = p.x + p.y * push.wo, j = p.x + p.y * push.wi, plane = 0;
     real a, b;
     profile(p, a, b);
+#endif
     real s = scale_of(a, b);
     vec4 x = inp[i];
     real o[3];
-    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[c * nn + j];
+    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[(plane + c) * nn + j];
     outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), x.a);
 #endif
 #ifdef REF

@@ -16,6 +16,10 @@
 // sigma of the luma of base = (R, (G1 + G2) / 2, B), (a, b) at the photosite (2x, 2y). Cells
 // beyond the input are read mirrored at the cell level (the cell index mirrored, the
 // photosite within the cell kept): the colour phase never changes.
+// CELLS: X is RGB and F 13 planes of its cells of 2 x 2 pixels (half of the padded size),
+//   F = (X(2x, 2y).rgb, X(2x+1, 2y).rgb, X(2x, 2y+1).rgb, X(2x+1, 2y+1).rgb, sigma) / s,
+// the pixel (2x + dx, 2y + dy) in planes 3 (2 dy + dx) + c, each pixel read mirrored as
+// above, sigma of the cell's mean luma, (a, b) at the pixel (2x, 2y).
 IMG_IN(0, inp)
 SSBO_IN(1, float, noiseab)
 SSBO_OUT(2, real, F)
@@ -33,6 +37,20 @@ void main() {
   vec4 x = photosites(q.x + q.y * node.roi[0].x, node.roi[0].x);
   real r = real(x[0]), g1 = real(x[1]), g2 = real(x[2]), bl = real(x[3]);
   real g = (g1 + g2) * real(0.5);
+#elif defined(CELLS)
+  profile(2 * p, a, b);
+  real s = scale_of(a, b);
+  real r = real(0), g = real(0), bl = real(0);
+  for (int d = 0; d < 4; d++) {
+    vec4 x = inp[texel(0, 2 * p + ivec2(d & 1, d >> 1))];
+    for (int c = 0; c < 3; c++) F[(3 * d + c) * n + i] = real(x[c]) / s;
+    r += real(x.r);
+    g += real(x.g);
+    bl += real(x.b);
+  }
+  r *= real(0.25);
+  g *= real(0.25);
+  bl *= real(0.25);
 #else
   profile(p, a, b);
   real s = scale_of(a, b);
@@ -47,6 +65,8 @@ void main() {
   F[2 * n + i] = g2 / s;
   F[3 * n + i] = bl / s;
   F[4 * n + i] = sigma / s;
+#elif defined(CELLS)
+  F[12 * n + i] = sigma / s;
 #else
   F[i] = r / s;
   F[n + i] = g / s;

@@ -128,7 +128,8 @@ class Denoiser:
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
         info = unet_info(self.weights, levels)  # (width, scales, cfa) of unet-t's, else None
         self.net = info[:2] if info else None  # (width, scales)
-        self.cfa = bool(info and info[2])  # weights of RGGB mosaics
+        self.cells = info[2] if info else 0  # what the network reads (unet-t's net.py)
+        self.cfa = self.cells == 1  # weights of RGGB mosaics (net.RGGB)
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
         if self.net is not None:
@@ -136,12 +137,12 @@ class Denoiser:
 
             self.module = "unet"
             self.levels, self.arch = None, 0
-            # tiles' grid: 2^(scales - 1), unet's padding (of cells with cfa: twice that)
-            self.depth = self.net[1] - 1 + int(self.cfa)
+            # tiles' grid: 2^(scales - 1), unet's padding (of cells: twice that)
+            self.depth = self.net[1] - 1 + int(self.cells > 0)
             step = 1 << self.depth
-            self.margin = -(-reach(self.net[1], self.cfa) // step) * step
+            self.margin = -(-reach(self.net[1], self.cells) // step) * step
             self.pad = step  # unet runs at the size padded to it (max_pixels counts those)
-            largest, total = bytes_per_pixel(*self.net, cfa=self.cfa)
+            largest, total = bytes_per_pixel(*self.net, cfa=self.cells)
             budget = int((getattr(getattr(device, "info", None), "memory_mib", 0) or 0)
                          * MEMORY_SHARE) << 20
             self.max_pixels = max_pixels or min(max_pixels_of(device, largest),
@@ -571,9 +572,9 @@ def rggb_padding(h: int, w: int, red: tuple[int, int]) -> tuple[tuple[int, int],
     return (top, (h + top) % 2), (left, (w + left) % 2)
 
 
-def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, bool] | None:
+def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, int] | None:
     """(width, scales, cfa) of unet-t's weights (their .lut's text says "unet denoiser"; cfa:
-    of RGGB mosaics, the line `cfa rggb`), checked as unet would at the first image: the
+    unet-t's net.RGB, RGGB (of mosaics, the line `cfa rggb`) or CELLS (`cells rgb`)), checked as unet would at the first image: the
     text's shape, the weights' count, finite values; None for other weights (kpn's). A given
     `levels` is an error: a U-Net has no pyramid. GraphError, once, before any image is
     read."""
