@@ -41,11 +41,14 @@ WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
 # chroma filtered apart), measured better there (bench/README.md: +0.8 dB on raw files,
 # raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py).
 WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
-# the default for JPEGs: arch 1 trained on camera-pipeline JPEGs (graphs/train-jpeg-ctx.cfg),
-# each tile's level told off by up to e^1.8, so that it checks an estimate against the image:
-# 0.8 to 2.6 dB above CBM3D on phone-like JPEGs, 0.2 dB below the true level's result with the
-# estimate on white noise (bench/README.md, photo_jpeg.py). PNG, TIFF and WebP keep WEIGHTS.
-WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
+# the default for JPEGs: the U-Net on cells of 2 x 2 pixels (unet-t cells 1, width 24: a
+# quarter of the pixel U-Net's multiply-adds, 48 s for 12 MP on 2 cores) trained on
+# camera-pipeline JPEGs with misreported levels (graphs/train-unet-jpeg-cells.cfg): 1.1 to 2.8
+# dB above CBM3D on phone-like JPEGs, 0.0 to 0.24 dB below the true level's result with the
+# estimate on white noise (bench/README.md, photo_jpeg.py). It replaced arch 1's JPEG weights
+# (kpn-jpeg-ctx.lut, graphs/train-jpeg-ctx.cfg), which stay the better choice for clean JPEGs
+# and i.i.d. noise (`--weights`). PNG, TIFF and WebP keep WEIGHTS.
+WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "unet-jpeg-cells.lut"
 # on a GPU, better weights in their place (bench/README.md): for raw files the U-Net of RGGB
 # mosaics (unet-t cfa 1, graphs/train-raw.cfg), which denoises and demosaics the mosaic at
 # once, 1.9 to 7.8 dB above demosaicing first and then arch 2 (raw_quality.py); for EXR
@@ -54,7 +57,7 @@ WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut"
 # U-Net trained on camera-pipeline JPEGs with misreported levels (graphs/train-unet-jpeg.cfg),
 # +0.9 to +1.3 dB over arch 1's JPEG weights on phone-like JPEGs and +0.2 to +2.0 dB on white
 # noise through JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block
-# matching; the U-Net's 0.49M weights), so CPU devices keep arch 1.
+# matching; the pixel U-Net's 112k multiply-adds a pixel), so CPU devices keep the others.
 # The mosaic U-Net reads Bayer patterns only: raw files of other patterns (X-Trans) get arch 2
 # after the demosaic ("raw-other").
 GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
@@ -385,10 +388,11 @@ class Denoisers:
             self.made[w] = Denoiser(self.device, w, levels=self.levels,
                                     ensemble=self.ensemble_of(w))
             self.made[w].on_tile = self.on_tile
-            if self.made[w].module == "unet" and not on_gpu(self.device):
+            made = self.made[w]
+            if made.module == "unet" and not made.cells and not on_gpu(self.device):
                 log.warning("denoise: %s are unet-t's weights, made for a GPU: on this CPU "
-                            "device they take about 15x kpn's time (a 512x512 image: 24 s on "
-                            "2 cores, kpn 1.5 s; 7 s with VKGRAPH_UNET_KERNELS=cpu)", w.name)
+                            "device they take about 4x the time of the CPU's defaults (a "
+                            "512x512 JPEG: 6.2 s on 2 cores, unet-jpeg-cells.lut 1.8 s)", w.name)
         return self.made[w]
 
 
