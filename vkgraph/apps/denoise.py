@@ -574,8 +574,9 @@ def rggb_padding(h: int, w: int, red: tuple[int, int]) -> tuple[tuple[int, int],
 
 def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, int] | None:
     """(width, scales, cfa) of unet-t's weights (their .lut's text says "unet denoiser"; cfa:
-    unet-t's net.RGB, RGGB (of mosaics, the line `cfa rggb`) or CELLS (`cells rgb`)), checked as unet would at the first image: the
-    text's shape, the weights' count, finite values; None for other weights (kpn's). A given
+    unet-t's net.RGB, RGGB (of mosaics, the line `cfa rggb`) or CELLS (`cells rgb`)), checked
+    as unet would at the first image: the text's shape, the weights' count, finite values;
+    None for other weights (kpn's). A given
     `levels` is an error: a U-Net has no pyramid. GraphError, once, before any image is
     read."""
     from vkgraph.modules.unet_t.forward import is_unet_text, network_of_text
