@@ -35,6 +35,7 @@ def main(argv=None) -> int:
 
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.noise import estimate_noise
+    from vkgraph.cli.denoise import WEIGHTS_JPEG
     from vkgraph.pipeline.vk import Device
 
     photo = next(p for p in heldout.photos() if p.stem == "chelsea")
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     est = estimate_noise(noisy, jpeg=True)
     dev = Device.open(args.device)
     try:
-        den = Denoiser(dev, ROOT / "graphs" / "weights" / "kpn-jpeg-ctx.lut")  # the JPEG default
+        den = Denoiser(dev, WEIGHTS_JPEG)  # the JPEG default on a CPU
         panels = [("noisy JPEG", noisy)]
         panels += [(f"strength {s:g}", den(noisy, s * est[0], s * est[1])) for s in STRENGTHS]
         panels.append(("clean", clean))

@@ -44,7 +44,7 @@ WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
 # the default for JPEGs: the U-Net on cells of 2 x 2 pixels (unet-t cells 1, width 24: a
 # quarter of the pixel U-Net's multiply-adds, 48 s for 12 MP on 2 cores) trained on
 # camera-pipeline JPEGs with misreported levels (graphs/train-unet-jpeg-cells.cfg): 1.1 to 2.8
-# dB above CBM3D on phone-like JPEGs, 0.0 to 0.24 dB below the true level's result with the
+# dB above CBM3D on phone-like JPEGs, within 0.13 dB of the true level's result with the
 # estimate on white noise (bench/README.md, photo_jpeg.py). It replaced arch 1's JPEG weights
 # (kpn-jpeg-ctx.lut, graphs/train-jpeg-ctx.cfg), which stay the better choice for clean JPEGs
 # and i.i.d. noise (`--weights`). PNG, TIFF and WebP keep WEIGHTS.
@@ -57,7 +57,7 @@ WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "unet-jpeg-cells.lut"
 # U-Net trained on camera-pipeline JPEGs with misreported levels (graphs/train-unet-jpeg.cfg),
 # +0.9 to +1.3 dB over arch 1's JPEG weights on phone-like JPEGs and +0.2 to +2.0 dB on white
 # noise through JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block
-# matching; the pixel U-Net's 112k multiply-adds a pixel), so CPU devices keep the others.
+# matching; the pixel U-Net's 100k multiply-adds a pixel), so CPU devices keep the others.
 # The mosaic U-Net reads Bayer patterns only: raw files of other patterns (X-Trans) get arch 2
 # after the demosaic ("raw-other").
 GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",

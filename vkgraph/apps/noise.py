@@ -48,8 +48,13 @@ weights are now kpn-jpeg-ctx.lut, trained on JPEG-compressed camera noise, and f
 bench/jpeg_gain.py (six training photographs, 256x256 crops, camera and white noise at the
 three levels, JPEG 75/85/95; mean sRGB PSNR) measured 32.12 dB at gain 2, 32.21 at 3 and
 32.10 at 4, and for the same recipe trained again (the kpn-jpeg-ctx.lut shipped until it was
-trained with misreported levels, cnngenin nerr) 32.33, 32.42 and 32.32: 3 is kept.
-`vkgraph denoise --strength` moves it per photo.
+trained with misreported levels, cnngenin nerr) 32.33, 32.42 and 32.32: 3 was kept. The
+JPEG defaults are now the U-Nets trained with misreported levels (unet-jpeg-cells.lut on a
+CPU, unet-jpeg.lut on a GPU), which check the level against the image; for them the same
+bench measured 31.78 / 31.73 / 31.65 dB at gains 1.5 / 2 / 3 (cells) and 34.03 / 34.02 /
+33.95 (unet-jpeg): lower gains help at low noise and on white noise, higher ones at camera
+high. 2 takes most of the gain for both without going far below the variance the estimate
+sees. `vkgraph denoise --strength` moves it per photo.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ BLOCK = 8
 BINS = 32
 QUANTILE = 0.1
 MAX_PIXELS = 4_000_000  # per channel; larger images are sampled in bands of rows
-JPEG_GAIN = 3.0  # of the variance measured at half resolution in a JPEG (measured, see above)
+JPEG_GAIN = 2.0  # of the variance measured at half resolution in a JPEG (measured, see above)
 # _white_quantile's (BLOCK, q) -> quantile; (8, 0.1): _measure_white_quantile(0.1), kept equal
 # by tests/test_noise.py
 _WHITE: dict[tuple, float] = {(8, 0.1): 0.6313079595565796}
