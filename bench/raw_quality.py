@@ -3,10 +3,10 @@ raw chain and a classical one, at three realistic noise levels.
 
 Each held-out photograph (graphs/photos/held-out.txt; linear rgb, vkgraph/apps/heldout.py) is seen
 through the made-up camera of vkgraph/apps/dng.py (its colour matrix and white balance), sampled
-on an RGGB mosaic, given cnngenin's noise model on the mosaic normalised to [0, 1],
-std(x) = sqrt(a + 65535 x b) / 65535 (seeded, per level), and written as a 14-bit DNG (black
-512); every method reads the DNG back through LibRaw (pipeline/raw.py). Levels, from darktable's
-camera profiles (b ~ 0.3 at ISO 100 to ~120 for a small sensor at high ISO, a <= 1e4):
+on an RGGB mosaic (or, with --pattern X-Trans, Fujifilm's 6 x 6 one), given cnngenin's noise
+model on the mosaic normalised to [0, 1], std(x) = sqrt(a + 65535 x b) / 65535 (seeded, per
+level), and written as a 14-bit DNG (black 512); every method reads the DNG back through
+LibRaw (pipeline/raw.py). Levels, from darktable's camera profiles (b ~ 0.3 at ISO 100 to ~120 for a small sensor at high ISO, a <= 1e4):
 
 * ISO 1600 (full frame): a 50, b 2;
 * ISO 12800 (full frame): a 800, b 15;
@@ -16,7 +16,8 @@ Rows (PSNR in dB, peak 1, linear Rec.709 against the clean photograph, unclipped
 photographs):
 
 * demosaic, noise-free: the noise-free mosaic's DNG demosaiced (Malvar-He-Cutler, the
-  `demosaic` module's reference) and colour-converted: the demosaicer's own quality;
+  `demosaic` module's reference; for X-Trans its green-then-colour-differences filter) and
+  colour-converted: the demosaicer's own quality;
 * demosaic, noisy: the noisy DNG the same way, no denoising;
 * one row per weights (--weights, any number of them; default: what `vkgraph denoise` uses
   for raw files on this device): `vkgraph denoise`'s chain (vkgraph/apps/rawdenoise.py:
@@ -25,11 +26,12 @@ photographs):
   is unet on the white-balanced mosaic, which demosaics as it denoises, then the camera
   matrix;
 * VST-BM3D (CFA) + demosaic: the generalized Anscombe transform of the true (a, b)
-  (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes,
-  the exact unbiased inverse, then the same demosaicer and matrix.
+  (bench/vst.py) on the mosaic, BM3D (PyPI `bm3d`, sigma 1) on each of the four CFA planes
+  (X-Trans: the 36 planes of its period, each 1/36 of the photosites), the exact unbiased
+  inverse, then the same demosaicer and matrix.
 
     python bench/raw_quality.py [--weights W.lut [W2.lut ...]] [--ensemble N] [--crop N]
-                                [--jobs J]
+                                [--jobs J] [--pattern RGGB|X-Trans]
 
 --ensemble N adds a row per weights: the mean over N flips and rotations (`vkgraph denoise
 --ensemble N`).
@@ -62,15 +64,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/vst.py
 from vkgraph.apps import dng, heldout  # noqa: E402
 
 LEVELS = [("ISO 1600", 50.0, 2.0), ("ISO 12800", 800.0, 15.0), ("phone", 1.0e4, 100.0)]
-CFA = dng.BAYER["RGGB"]
+PATTERNS = {"RGGB": dng.BAYER["RGGB"], "X-Trans": dng.XTRANS}
+CFA = PATTERNS["RGGB"]  # --pattern's
 BLACK, WHITE = 512, 16383
 TITLES = {"clean": "demosaic, noise-free", "noisy": "demosaic, noisy",
           "bm3d": "VST-BM3D (CFA planes) + demosaic"}  # and a row per weights, named by them
 
 
-def write_raw(folder: Path, name: str, mosaic: np.ndarray) -> Path:
+def write_raw(folder: Path, name: str, mosaic: np.ndarray, cfa=CFA) -> Path:
     path = folder / f"{name}.dng"
-    dng.write_dng(path, dng.mosaic_counts(mosaic, BLACK, WHITE), CFA, BLACK, WHITE,
+    dng.write_dng(path, dng.mosaic_counts(mosaic, BLACK, WHITE), cfa, BLACK, WHITE,
                   dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=100)
     return path
 
@@ -83,7 +86,8 @@ def develop(mosaic: np.ndarray, raw) -> np.ndarray:
 
 
 def bm3d_cfa(path: str, a: float, b: float) -> np.ndarray:
-    """VST-BM3D on the four CFA planes of a DNG's mosaic, then the demosaicer."""
+    """VST-BM3D on the CFA planes of a DNG's mosaic (the photosites of each position in the
+    pattern's period), then the demosaicer."""
     import bm3d
     import vst
 
@@ -92,10 +96,11 @@ def bm3d_cfa(path: str, a: float, b: float) -> np.ndarray:
     raw = read_raw(path)
     z = raw.mosaic.astype(np.float64)
     out = np.empty_like(z)
-    for y in range(2):
-        for x in range(2):
-            plane = vst.forward(z[y::2, x::2], a, b)
-            out[y::2, x::2] = vst.inverse(bm3d.bm3d(plane, 1.0), a, b)
+    P = raw.meta.period
+    for y in range(P):
+        for x in range(P):
+            plane = vst.forward(z[y::P, x::P], a, b)
+            out[y::P, x::P] = vst.inverse(bm3d.bm3d(plane, 1.0), a, b)
     return develop(out, raw)
 
 
@@ -105,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ensemble", type=int, choices=(2, 4, 8), default=None, metavar="N")
     p.add_argument("--crop", type=int, default=None, metavar="N")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--pattern", choices=tuple(PATTERNS), default="RGGB")
     args = p.parse_args(argv)
+    cfa = PATTERNS[args.pattern]
 
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from vkgraph.pipeline.testing import session_device
 
     device = session_device()
-    weights = args.weights or [default_weights(Path("x.dng"), on_gpu(device))]
+    weights = args.weights or [default_weights(Path("x.dng"), on_gpu(device), cfa)]
     dens = {}
     for w in weights:
         for n in (1, args.ensemble) if args.ensemble else (1,):
@@ -135,13 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         jobs = []
         for path in heldout.photos():
             clean = heldout.centre_crop(heldout.load_clean(path), args.crop)
-            mosaic = dng.camera_mosaic(clean, CFA)
-            raw = read_raw(write_raw(folder, f"{path.stem}-clean", mosaic))
+            mosaic = dng.camera_mosaic(clean, cfa)
+            raw = read_raw(write_raw(folder, f"{path.stem}-clean", mosaic, cfa))
             noise_free = heldout.psnr(develop(raw.mosaic, raw), clean)
             for li, (_, a, b) in enumerate(LEVELS):
                 scores.setdefault(("clean", li), []).append(noise_free)
                 noisy_dng = write_raw(folder, f"{path.stem}-{li}",
-                                      heldout.add_noise(mosaic, a, b, heldout.seed_of(li)))
+                                      heldout.add_noise(mosaic, a, b, heldout.seed_of(li)), cfa)
                 jobs.append((li, clean, pool.submit(bm3d_cfa, str(noisy_dng), a, b)))
                 noisy = read_raw(noisy_dng)
                 scores.setdefault(("noisy", li), []).append(
@@ -154,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         for li, clean, job in jobs:
             scores.setdefault(("bm3d", li), []).append(heldout.psnr(job.result(), clean))
     size = f"{args.crop}x{args.crop} centre crops" if args.crop else "full size"
-    print(f"held-out photographs ({len(heldout.photos())}, {size}) as RGGB DNGs; mean PSNR "
-          f"in dB, linear Rec.709; device {device.info.name}")
+    print(f"held-out photographs ({len(heldout.photos())}, {size}) as {args.pattern} DNGs; "
+          f"mean PSNR in dB, linear Rec.709; device {device.info.name}")
     levels = " | ".join(f"{n} (a {a:g}, b {b:g})" for n, a, b in LEVELS)
     print(f"| | {levels} | mean |")
     print("|---" * (len(LEVELS) + 2) + "|")
