@@ -6,7 +6,8 @@ through the made-up camera of vkgraph/apps/dng.py (its colour matrix and white b
 on an RGGB mosaic (or, with --pattern X-Trans, Fujifilm's 6 x 6 one), given cnngenin's noise
 model on the mosaic normalised to [0, 1], std(x) = sqrt(a + 65535 x b) / 65535 (seeded, per
 level), and written as a 14-bit DNG (black 512); every method reads the DNG back through
-LibRaw (pipeline/raw.py). Levels, from darktable's camera profiles (b ~ 0.3 at ISO 100 to ~120 for a small sensor at high ISO, a <= 1e4):
+LibRaw (pipeline/raw.py). Levels, from darktable's camera profiles (b ~ 0.3 at ISO 100 to
+~120 for a small sensor at high ISO, a <= 1e4):
 
 * ISO 1600 (full frame): a 50, b 2;
 * ISO 12800 (full frame): a 800, b 15;
