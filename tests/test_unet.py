@@ -277,25 +277,34 @@ def test_cfa_frame_matches_reference(device, tmp_path, width, scales, size, tile
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 
 
+def hand_made_features(device, tmp_path, extra: str, planes: int):
+    """(M, F, O): prep's F (planes x 4 x 4, float64 kernels) and the output of unet-t with
+    `extra` params on a hand-made 8 x 8 image M whose values all differ (each channel
+    another), exact in half precision (cnngenin's outputs); cnngenin's generate 0 without
+    tiles: a = b = 0, so sigma = 0 and s = 1e-5."""
+    yy, xx = np.mgrid[0:8, 0:8]
+    M = np.stack([(8 * yy + xx) / 256, (8 * yy + xx) / 256 + 0.25, (8 * yy + xx) / 256 + 0.5],
+                 -1).astype(np.float32)
+    g = unet_graph(tmp_path, M, 2, 2, None, "param:cnngenin:01:generate:0\n"
+                   f"{extra}\nparam:unet-t:01:precise:1")
+    g.frames = 1
+    b = Build(g, device)
+    b.run_frame(0, download=True)
+    m = g.modules[("unet-t", "01")]
+    prep = next(n for n in m.nodes if n.kernel == "prep")
+    F = b.read(prep, "F").ravel().view(np.float64).reshape(planes, 4, 4)
+    O = b.read(m.backing["output"][0], "output")
+    b.close()
+    return M, F, O
+
+
 def test_cfa_packs_the_cells(device, tmp_path):
     """prep's F on a hand-made 8 x 8 mosaic whose photosites all differ (each channel holds
     another value: only the photosite's own colour may be read): planes R = M(2x, 2y).r,
     G1 = M(2x+1, 2y).g, G2 = M(2x, 2y+1).g, B = M(2x+1, 2y+1).b over s, then sigma / s
     (cnngenin's generate 0 without tiles: a = b = 0, so sigma = 0 and s = 1e-5), float64
     kernels; the output is full resolution with alpha 1, and the .lut's text says cfa."""
-    yy, xx = np.mgrid[0:8, 0:8]
-    M = np.stack([(8 * yy + xx) / 256, (8 * yy + xx) / 256 + 0.25, (8 * yy + xx) / 256 + 0.5],
-                 -1).astype(np.float32)  # exact in half precision (cnngenin's outputs)
-    g = unet_graph(tmp_path, M, 2, 2, None, "param:cnngenin:01:generate:0\n"
-                   "param:unet-t:01:cfa:1\nparam:unet-t:01:precise:1")
-    g.frames = 1
-    b = Build(g, device)
-    b.run_frame(0, download=True)
-    m = g.modules[("unet-t", "01")]
-    prep = next(n for n in m.nodes if n.kernel == "prep")
-    F = b.read(prep, "F").ravel().view(np.float64).reshape(5, 4, 4)
-    O = b.read(m.backing["output"][0], "output")
-    b.close()
+    M, F, O = hand_made_features(device, tmp_path, "param:unet-t:01:cfa:1", 5)
     s = 1e-5
     want = np.stack([M[0::2, 0::2, 0], M[0::2, 1::2, 1], M[1::2, 0::2, 1], M[1::2, 1::2, 2],
                      np.zeros((4, 4))]).astype(np.float64) / s
@@ -369,19 +378,10 @@ def test_cells_frame_matches_reference(device, tmp_path, width, scales, size, ti
 def test_cells_pack_the_pixels(device, tmp_path):
     """prep's F on a hand-made 8 x 8 image whose values all differ: plane 3 (2 dy + dx) + c
     of cell (x, y) is pixel (2x + dx, 2y + dy)'s channel c over s, then sigma / s (generate
-    0, no tiles: s = 1e-5, sigma 0); the .lut's text says cells."""
-    yy, xx = np.mgrid[0:8, 0:8]
-    M = np.stack([(8 * yy + xx) / 256, (8 * yy + xx) / 256 + 0.25, (8 * yy + xx) / 256 + 0.5],
-                 -1).astype(np.float32)
-    g = unet_graph(tmp_path, M, 2, 2, None, "param:cnngenin:01:generate:0\n"
-                   f"{CELLS}\nparam:unet-t:01:precise:1")
-    g.frames = 1
-    b = Build(g, device)
-    b.run_frame(0, download=True)
-    m = g.modules[("unet-t", "01")]
-    prep = next(n for n in m.nodes if n.kernel == "prep")
-    F = b.read(prep, "F").ravel().view(np.float64).reshape(13, 4, 4)
-    b.close()
+    0, no tiles: s = 1e-5, sigma 0); the output keeps the input's alpha; the .lut's text says
+    cells."""
+    M, F, O = hand_made_features(device, tmp_path, CELLS, 13)
+    assert O.shape == (8, 8, 4) and np.array_equal(O[..., 3], np.ones((8, 8), np.float32))
     want = [M[dy::2, dx::2, c] for dy in (0, 1) for dx in (0, 1) for c in range(3)]
     assert np.allclose(F, np.stack(want + [np.zeros((4, 4))]) / 1e-5, rtol=1e-12, atol=0)
     from vkgraph.pipeline.formats import read_lut
