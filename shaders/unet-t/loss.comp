@@ -38,25 +38,10 @@ void main() {
   int n = push.wo * push.ho, nn = push.wi * push.hi;
   real e = real(0);
   if (p.x < push.wo && p.y < push.ho) {
-#ifdef CFA
-    ivec2 cell = p / 2, d = p - 2 * cell;
-    int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi, k = 2 * cell.x + 2 * cell.y * push.wo;
-    int plane = 3 * (2 * d.y + d.x);  // the first of the photosite's 3 planes of N
-    real a, b;
-    profile(2 * cell, a, b);
-    real s = scale_of(a, b);
-    vec4 x = photosites(k, push.wo);
-    real base[3];
-    base[0] = real(x[0]);
-    base[1] = (real(x[1]) + real(x[2])) * real(0.5);
-    base[2] = real(x[3]);
-    real o[3];
-    for (int c = 0; c < 3; c++) o[c] = base[c] - s * N[(plane + c) * nn + j];
-    outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), 1.0);
-#else
-#ifdef CELLS
-    ivec2 cell = p / 2, d = p - 2 * cell;
-    int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi, plane = 3 * (2 * d.y + d.x);
+#if defined(CFA) || defined(CELLS)
+    ivec2 cell = p / 2, d = p - 2 * cell;  // the network's pixel, and p's place in it
+    int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi;
+    int plane = 3 * (2 * d.y + d.x);  // the first of the pixel's 3 planes of N
     real a, b;
     profile(2 * cell, a, b);  // the cell's tile, as prep.comp's
 #else
@@ -65,11 +50,21 @@ void main() {
     profile(p, a, b);
 #endif
     real s = scale_of(a, b);
+    real base[3];
+#ifdef CFA
+    vec4 x = photosites(2 * cell.x + 2 * cell.y * push.wo, push.wo);
+    base[0] = real(x[0]);
+    base[1] = (real(x[1]) + real(x[2])) * real(0.5);
+    base[2] = real(x[3]);
+    float alpha = 1.0;
+#else
     vec4 x = inp[i];
-    real o[3];
-    for (int c = 0; c < 3; c++) o[c] = real(x[c]) - s * N[(plane + c) * nn + j];
-    outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), x.a);
+    for (int c = 0; c < 3; c++) base[c] = real(x[c]);
+    float alpha = x.a;
 #endif
+    real o[3];
+    for (int c = 0; c < 3; c++) o[c] = base[c] - s * N[(plane + c) * nn + j];
+    outp[i] = vec4(float(o[0]), float(o[1]), float(o[2]), alpha);
 #ifdef REF
     vec4 r = ref[i];
     for (int c = 0; c < 3; c++) {
