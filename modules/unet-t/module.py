@@ -51,7 +51,7 @@ def shape(module) -> tuple[int, int]:
     return int(module.param("width")), int(module.param("scales"))
 
 
-def is_cfa(module) -> int:
+def reads(module) -> int:
     """What the network reads (net.py): param cfa 1 RGGB mosaics (README.md, "Bayer
     mosaics"), param cells 1 RGB on cells of 2 x 2 pixels (README.md, "Cells"), else RGB
     pixels; both at once a GraphError."""
@@ -81,7 +81,7 @@ def upstream_tile(module) -> int | None:
 
 def modify_roi_out(graph, module):
     width, scales = shape(module)
-    cfa = is_cfa(module)
+    cfa = reads(module)
     inp = module.connector("input").roi
     m = multiple(scales)
     what = "an RGGB mosaic (cfa 1)" if cfa == RGGB else "a network on cells (cells 1)"
@@ -118,7 +118,7 @@ def weights(graph, module) -> Weights:
     """The optimiser's params: every layer's weights and bias (net.py's order), from the
     checkpoint on wcp (f32) where one is connected, else adam.comp's init (the layer table
     as defines)."""
-    ls = layers(*shape(module), is_cfa(module))
+    ls = layers(*shape(module), reads(module))
     n = ls[-1].end
     wcp = module.connector("wcp")
     if wcp.source is not None and wcp.roi.wd * wcp.roi.ht != n:
@@ -182,7 +182,7 @@ def cm_convw3(graph, defines: dict, L, wd: int, ht: int) -> dict:
 def network(graph, module, scaffold) -> Network:
     """prep, the layers' forward, the loss against ref, and the backward down to dE/dW."""
     width, scales = shape(module)
-    cfa = is_cfa(module)
+    cfa = reads(module)
     ls = layers(width, scales, cfa)
     precise = int(module.param("precise")) != 0
     words = 2 if precise else 1  # f32 words a value
