@@ -68,6 +68,10 @@ GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
 # the image and its mirror (+0.07 dB on held-out photographs, past VST-BM3D at each noise
 # level: modules/unet-t/README.md), two passes of 12 MP in less than 100 ms of an H100
 GPU_ENSEMBLE = {GPU_WEIGHTS["linear"]: 2}
+# on a CPU, the mosaic U-Net at width 24 (graphs/train-raw-w24.cfg: 0.57x the multiply-adds of
+# unet-raw.lut) for Bayer raw files: it denoises and demosaics at once, far above demosaicing
+# first (bench/README.md, raw_quality.py), and a 24 MP file fits two minutes on 2 cores
+CPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw-w24.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -255,8 +259,8 @@ def _denoise(args, inputs: list[Path], outs: list[Path], start) -> int:
     check_quality(args.quality, outs)
     weights = Path(args.weights) if args.weights else None
     shipped = {default_weights(p, gpu) for p in inputs for gpu in (False, True)}
-    if any(is_raw(p) for p in inputs):
-        shipped.add(GPU_WEIGHTS["raw-other"])
+    if any(is_raw(p) for p in inputs):  # and those of other patterns than Bayer
+        shipped |= {GPU_WEIGHTS["raw-other"], WEIGHTS_LINEAR}
     for w in {weights} if weights else shipped:
         check_up_front(args, w)
     if args.outdir is not None:
@@ -321,8 +325,9 @@ def shown(path: Path) -> Path:
 def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
     linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
-    better ones of GPU_WEIGHTS for the first three kinds. pattern: a raw file's colour
-    pattern where it is known (RawMeta.cfa): one that is not Bayer gets "raw-other"."""
+    better ones of GPU_WEIGHTS for the first three kinds, on a CPU those of CPU_WEIGHTS.
+    pattern: a raw file's colour pattern where it is known (RawMeta.cfa): one that is not
+    Bayer gets "raw-other" (a file whose pattern is not known is taken for Bayer)."""
     from vkgraph.pipeline.constants import is_raw
 
     suffix = src.suffix.lower()
@@ -338,7 +343,7 @@ def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
         kind, w = "jpeg", WEIGHTS_JPEG
     else:
         kind, w = "", WEIGHTS
-    return GPU_WEIGHTS.get(kind, w) if gpu else w
+    return (GPU_WEIGHTS if gpu else CPU_WEIGHTS).get(kind, w)
 
 
 def on_gpu(device) -> bool:
@@ -380,7 +385,7 @@ class Denoisers:
 
             gpu = on_gpu(self.device)
             pattern = None
-            if gpu and is_raw(src):  # a raw file's pattern picks the GPU weights
+            if is_raw(src):  # a raw file's pattern picks the weights
                 raw = read.raw.result() if read is not None else read_raw(src)
                 pattern = raw.meta.cfa
             w = default_weights(src, gpu, pattern)

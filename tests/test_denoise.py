@@ -446,10 +446,11 @@ def test_default_ensemble_is_two_for_the_photo_unet_on_a_gpu(monkeypatch):
 
 
 def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights, ctx_weights):
-    """Without --weights: raw files, EXR and PFM get the arch 1 weights, JPEGs the arch 1
-    weights trained on JPEGs, the other display-referred formats the arch 0 ones; on a GPU
-    raw files get the U-Net of RGGB mosaics, EXR and PFM the U-Net and JPEGs the U-Net
-    trained on JPEGs; each file's line names the weights it used."""
+    """Without --weights: on a CPU Bayer raw files get the U-Net of RGGB mosaics at width 24,
+    other raw files, EXR and PFM the arch 1 weights, JPEGs the U-Net on cells trained on
+    JPEGs, the other display-referred formats the arch 0 ones; on a GPU raw files get the
+    U-Net of RGGB mosaics, EXR and PFM the U-Net and JPEGs the U-Net trained on JPEGs; each
+    file's line names the weights it used."""
     from vkgraph.cli import denoise as cli_denoise
 
     gpu = {s: cli_denoise.default_weights(Path(f"x{s}"), gpu=True).name
@@ -468,12 +469,15 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
                    ".png": "kpn-photo.lut"}
     # on a CPU, JPEGs get the U-Net on cells (a quarter of the pixel U-Net's work)
     assert cli_denoise.default_weights(Path("x.jpg")).name == "unet-jpeg-cells.lut"
+    # and Bayer raw files the mosaic U-Net at width 24 (a pattern not known is taken for Bayer)
+    assert cli_denoise.default_weights(Path("x.nef"), False, dng.BAYER["GRBG"]).name == \
+        cli_denoise.default_weights(Path("x.dng")).name == "unet-raw-w24.lut"
     monkeypatch.setattr(cli_denoise, "WEIGHTS", weights)
     monkeypatch.setattr(cli_denoise, "WEIGHTS_LINEAR", ctx_weights)
     jpeg_weights = tmp_path / "jpeg.lut"
     jpeg_weights.write_bytes(ctx_weights.read_bytes())
     monkeypatch.setattr(cli_denoise, "WEIGHTS_JPEG", jpeg_weights)
-    assert cli_denoise.default_weights(Path("x.DNG")) == ctx_weights
+    assert cli_denoise.default_weights(Path("x.DNG"), False, dng.XTRANS) == ctx_weights
     assert cli_denoise.default_weights(Path("x.exr")) == ctx_weights
     assert cli_denoise.default_weights(Path("x.jpeg")) == jpeg_weights
     assert cli_denoise.default_weights(Path("x.JPG")) == jpeg_weights
@@ -483,7 +487,7 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
                                                   "kpn-jpeg-ctx.lut", "kpn-photo-nl.lut",
                                                   "kpn-jpeg-nl.lut", "unet-jpeg.lut",
                                                   "unet-photo.lut", "unet-raw.lut",
-                                                  "unet-jpeg-cells.lut"))
+                                                  "unet-jpeg-cells.lut", "unet-raw-w24.lut"))
 
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())
