@@ -44,12 +44,13 @@ GRAPHS = {
     "train-photo-nl": KPN,
     "train-unet": KPN,
     "train-raw": RAW,
+    "train-raw-w24": RAW,
     "train-unet-jpeg-cells": KPN,  # unet-t cells 1: the static patch's 2 x 2 cells
 }
 # about 90 s of the loop's 140 on the CPU driver (2 cores); the rest takes about 45 s
 SLOW = {"fit-image", "fit-image-flip", "fit-image-zoom", "gradcheck-kpn", "train-kpn",
         "train-photo", "train-photo-ctx", "train-photo-nl", "train-unet", "train-raw",
-        "train-unet-jpeg-cells"}
+        "train-unet-jpeg-cells", "train-raw-w24"}
 SUMMARY = re.compile(r"checked (\d+) weights .*: (\d+) compared, (\d+) excluded")
 
 
