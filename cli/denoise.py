@@ -128,7 +128,8 @@ def add_parser(sub) -> None:
                      "input's file name (DIR is created)")
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights, or unet-t's (run by "
                    "unet; the .lut's text tells them apart) (default: the shipped "
-                   f"{shown(WEIGHTS_LINEAR)} for raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
+                   f"{shown(CPU_WEIGHTS['raw'])} for Bayer raw files, {shown(WEIGHTS_LINEAR)} "
+                   f"for other raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
                    f"for JPEG, {shown(WEIGHTS)} for the rest; on a GPU "
                    f"{shown(GPU_WEIGHTS['raw'])} for Bayer raw files "
                    f"({shown(GPU_WEIGHTS['raw-other'])} for X-Trans), "
