@@ -257,7 +257,7 @@ def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int) -> int:
 
 
 def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
-             th: int, cfa: bool = False) -> tuple[np.ndarray, np.ndarray]:
+             th: int, cfa: int = RGB) -> tuple[np.ndarray, np.ndarray]:
     """(F (4, H, W), s (n,)): the network's input and each tile's scale (module docstring),
     for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,).
     cfa RGGB: X is an RGGB mosaic and F (5, H/2, W/2) its cells' (R, G1, G2, B, sigma) / s;
@@ -299,7 +299,7 @@ class Cache(NamedTuple):
     z: dict
 
 
-def _check_all(w, X, a, b, th, width, scales, cfa=False):
+def _check_all(w, X, a, b, th, width, scales, cfa=RGB):
     _check_net(width, scales)
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
@@ -318,10 +318,10 @@ def _check_all(w, X, a, b, th, width, scales, cfa=False):
 
 
 def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int, width: int,
-            scales: int, cfa: bool = False) -> tuple[np.ndarray, Cache]:
+            scales: int, cfa: int = RGB) -> tuple[np.ndarray, Cache]:
     """(O (H, W, 3), cache): the denoised tiles O = X - s_t N(F) and the activations.
-    cfa: X an RGGB mosaic, th its tiles' rows (full resolution); O the full-resolution RGB
-    (module docstring)."""
+    cfa RGGB: X an RGGB mosaic, th its tiles' rows (full resolution); O the full-resolution
+    RGB; CELLS: X RGB on cells (module docstring)."""
     w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     F, s = features(X, a, b, th, cfa)
     full, th = th, (th // 2 if cfa else th)  # th: the network's rows a tile
@@ -345,16 +345,14 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
         h = relu(run(f"dec{k}a", np.concatenate([u, skips[k]]), th >> k))
         h = relu(run(f"dec{k}", h, th >> k))
     N = run("out", h, th)
-    if cfa == CELLS:
-        O = X - np.repeat(s, full)[:, None, None] * unpack_cells(N)
-    elif cfa:
-        base = base_of(cells(X))  # (H/2, W/2, 3)
-        Nc = N.reshape(2, 2, 3, *N.shape[1:])  # [dy, dx, c, y, x]
-        O = base[None, None] - np.repeat(s, th)[None, None, :, None, None] * Nc.transpose(
-            0, 1, 3, 4, 2)  # [dy, dx, y, x, c]
-        O = O.transpose(2, 0, 3, 1, 4).reshape(X.shape)  # [2y + dy, 2x + dx, c]
+    s_rows = np.repeat(s, full)[:, None, None]
+    if cfa == RGGB:  # each photosite's base: its cell's, (H, W, 3)
+        base = np.repeat(np.repeat(base_of(cells(X)), 2, 0), 2, 1)
+        O = base - s_rows * unpack_cells(N)
+    elif cfa == CELLS:
+        O = X - s_rows * unpack_cells(N)
     else:
-        O = X - np.repeat(s, full)[:, None, None] * N.transpose(1, 2, 0)
+        O = X - s_rows * N.transpose(1, 2, 0)
     return O, Cache(F, s, N, inputs, zs)
 
 
@@ -373,10 +371,11 @@ def loss(O: np.ndarray, R: np.ndarray, l2: bool = False) -> tuple[float, np.ndar
 
 
 def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
-             width: int, scales: int, cfa: bool = False, l2: bool = False
+             width: int, scales: int, cfa: int = RGB, l2: bool = False
              ) -> tuple[float, np.ndarray]:
     """(E, dw): the loss of forward's O against R and its exact gradient dE/dw (w's shape).
-    cfa: X an RGGB mosaic, R the clean full-resolution RGB (module docstring); l2: loss's."""
+    cfa RGGB: X an RGGB mosaic, R the clean full-resolution RGB; CELLS: X RGB on cells
+    (module docstring); l2: loss's."""
     w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     R = np.asarray(R, dtype=np.float64)
     if R.shape != X.shape:
@@ -396,14 +395,12 @@ def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.n
         dw[layer.offset + layer.weights: layer.end] = db
         return dI
 
+    dX = -np.repeat(cache.s, th)[:, None, None] * dO  # dE/dN, pixel by pixel (H, W, 3)
     if cfa:
         th //= 2  # the network's rows a tile
-        H2, W2 = X.shape[0] // 2, X.shape[1] // 2
-        d5 = dO.reshape(H2, 2, W2, 2, 3)  # [y, dy, x, dx, c]
-        d5 = -np.repeat(cache.s, th)[:, None, None, None, None] * d5
-        dN = d5.transpose(1, 3, 4, 0, 2).reshape(12, H2, W2)  # [(2 dy + dx) 3 + c, y, x]
+        dN = pack(dX)
     else:
-        dN = -(np.repeat(cache.s, th)[:, None, None] * dO).transpose(2, 0, 1)
+        dN = dX.transpose(2, 0, 1)
     g = back("out", dN, th, False)  # dG_0
     dskip = []
     for k in range(scales - 1):
