@@ -56,13 +56,14 @@ def write_weights(path: Path, width: int, scales: int, text: str | None = None,
 
 
 def expected(X: np.ndarray, w: np.ndarray, width: int, scales: int, a: float = A, b: float = B,
-             mode: str = "symmetric") -> np.ndarray:
+             mode: str = "symmetric", cfa: int = ref.RGB) -> np.ndarray:
     """The reference on X padded (numpy's `symmetric` is vkgraph.glsl's texel mirror) to the
-    network's size, one tile, cropped to X's size."""
+    network's size, one tile, cropped to X's size; cfa CELLS: the network of RGB cells (any
+    size: the cells are the padded image's)."""
     h, wd = X.shape[:2]
-    Wp, Hp = padded(wd, h, scales)
+    Wp, Hp = padded(wd, h, scales, cfa)
     Xp = np.pad(X[..., :3].astype(np.float64), ((0, Hp - h), (0, Wp - wd), (0, 0)), mode=mode)
-    O, _ = ref.forward(w, Xp, np.array([a]), np.array([b]), Hp, width, scales)
+    O, _ = ref.forward(w, Xp, np.array([a]), np.array([b]), Hp, width, scales, cfa)
     return O[:h, :wd]
 
 
@@ -448,17 +449,6 @@ def test_denoise_command_on_a_raw_file_with_cfa_weights(device, tmp_path, capsys
 # ----------------------------------------------------------------- RGB cells (cells 1)
 
 
-def expected_cells(X: np.ndarray, w: np.ndarray, width: int, scales: int) -> np.ndarray:
-    """The reference's network of cells on X padded mirrored pixel by pixel (any size: the
-    cells are the padded image's), cropped to X's size."""
-    h, wd = X.shape[:2]
-    Wp, Hp = padded(wd, h, scales, ref.CELLS)
-    Xp = np.pad(X[..., :3].astype(np.float64), ((0, Hp - h), (0, Wp - wd), (0, 0)),
-                mode="symmetric")
-    O, _ = ref.forward(w, Xp, np.array([A]), np.array([B]), Hp, width, scales, ref.CELLS)
-    return O[:h, :wd]
-
-
 @pytest.mark.parametrize("size,width,scales,precise", [
     ((37, 21), 2, 3, 0),   # odd sizes: padded to 40 x 24 (20 x 12 cells)
     ((5, 3), 2, 2, 1),     # padded by more than the image, float64 kernels
@@ -470,7 +460,7 @@ def test_cells_output_matches_reference(device, tmp_path, size, width, scales, p
     X = noisy(*size)
     out = unet_run(device, lut, X, tmp_path, precise=precise)
     assert out.shape == (size[1], size[0], 4)
-    err = np.abs(out[..., :3] - expected_cells(X, w, width, scales)).max()
+    err = np.abs(out[..., :3] - expected(X, w, width, scales, cfa=ref.CELLS)).max()
     assert err <= 1e-5, err
 
 
@@ -483,7 +473,7 @@ def test_denoiser_runs_cells_weights_whole_and_tiled(device, tmp_path):
     assert (whole.module, whole.net, whole.cells, whole.cfa) == ("unet", (2, 3), ref.CELLS,
                                                                  False)
     out = whole(X, A, B)
-    np.testing.assert_allclose(out, expected_cells(X, w, 2, 3), atol=1e-5)
+    np.testing.assert_allclose(out, expected(X, w, 2, 3, cfa=ref.CELLS), atol=1e-5)
     tiled = Denoiser(device, lut, max_pixels=15000)
     step = 8  # 2 * 2^(scales - 1)
     assert tiled.margin == -(-reach(3, ref.CELLS) // step) * step == 48
