@@ -360,16 +360,16 @@ def test_cells_frame_matches_reference(device, tmp_path, width, scales, size, ti
     g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
                    f"{CELLS}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
     g.frames = 2
-    w = random_weights(width, scales, cfa=2)
+    w = random_weights(width, scales, cfa=ref.CELLS)
     E, dw, O, X, R, nab = one_frame(device, g, w)
     Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
-                                           cfa=2)
+                                           cfa=ref.CELLS)
     tol = 1e-9 if precise else 1e-5
     assert abs(E - Eref) <= tol * Eref
     assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
     scale = np.abs(dwref).max()
     assert scale > 0
-    for L in layers(width, scales, 2):
+    for L in layers(width, scales, ref.CELLS):
         d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
         assert np.abs(r).max() > 0, L.name
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name

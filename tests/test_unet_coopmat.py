@@ -31,6 +31,7 @@ import pytest
 from test_unet import CELLS, CFA, clean, one_frame, random_weights, reference_of, unet_graph
 
 from vkgraph.apps.denoise import Denoiser
+from vkgraph.modules.unet_t import reference as ref
 from vkgraph.modules.unet_t.forward import gscale, kernels
 from vkgraph.modules.unet_t.module import lut_text
 from vkgraph.modules.unet_t.net import layers
@@ -48,7 +49,8 @@ def coopmat(device, monkeypatch):
 
 
 def errors(device, tmp_path, width, scales, size, tiles, cfa=False, bias=None):
-    extra = "param:unet-t:01:alpha:0" + {0: "", 1: f"\n{CFA}", 2: f"\n{CELLS}"}[int(cfa)]
+    extra = "param:unet-t:01:alpha:0" + {ref.RGB: "", ref.RGGB: f"\n{CFA}",
+                                         ref.CELLS: f"\n{CELLS}"}[int(cfa)]
     g = unet_graph(tmp_path, clean(*size), width, scales, tiles, extra)
     g.frames = 2
     w = random_weights(width, scales, cfa=cfa)
@@ -109,9 +111,9 @@ def test_cells_on_the_device(device, coopmat, tmp_path):
     test_cfa_on_the_device."""
     if "VKGRAPH_COOPMAT_EMULATE" in os.environ:
         pytest.skip(f"{device.info.name} has no cooperative matrices")
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=2)
+    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.CELLS)
     assert e <= 1e-3 and o <= 2e-3 and max(dws.values()) <= 0.1
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=2, bias=3.0)
+    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.CELLS, bias=3.0)
     assert e <= 1e-4 and o <= 1e-4 and max(dws.values()) <= 5e-3
 
 

@@ -126,10 +126,12 @@ class Denoiser:
         self.device = device
         self.weights = Path(weights)
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
+        from vkgraph.modules.unet_t.net import RGB, RGGB
+
         info = unet_info(self.weights, levels)  # (width, scales, cfa) of unet-t's, else None
         self.net = info[:2] if info else None  # (width, scales)
-        self.cells = info[2] if info else 0  # what the network reads (unet-t's net.py)
-        self.cfa = self.cells == 1  # weights of RGGB mosaics (net.RGGB)
+        self.cells = info[2] if info else RGB  # what the network reads (unet-t's net.py)
+        self.cfa = self.cells == RGGB  # weights of RGGB mosaics
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
         if self.net is not None:
