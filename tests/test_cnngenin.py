@@ -142,6 +142,36 @@ def test_matches_reference(device, images, generate, tiles):
         np.testing.assert_array_equal(nab, want_nab)
 
 
+@pytest.mark.parametrize("generate,tiles", [(3, 0), (3, 1), (4, 1)])
+def test_xtrans_mosaic_matches_reference(device, images, generate, tiles):
+    """pattern 1: the X-Trans mosaic at each tile's drawn phase, the colour in alpha, as the
+    reference makes it; with tiles the phases differ over the frames (without, the image keeps
+    phase 0: generate 3 stays static), and every 6 x 6 block holds X-Trans's 8 red, 20 green
+    and 8 blue photosites."""
+    _, _, img, ref = images["large" if tiles else "small"]
+    out = run(device, images, generate, tiles, params=(("pattern", 1),))
+    from vkgraph.modules.cnngenin.reference import XTRANS
+
+    alphas = set()
+    for f in range(FRAMES):
+        imgo, refo, nab = out[f]
+        want_img, want_ref, want_nab = reference(img, ref, generate, tiles, f, pattern=1)
+        if generate == 4 or tiles:
+            assert_close(imgo, want_img, generate == 4, f"imgo frame {f}")
+            assert_close(refo, want_ref, False, f"refo frame {f}")
+        else:
+            np.testing.assert_array_equal(imgo, want_img)
+            np.testing.assert_array_equal(refo, want_ref)
+        np.testing.assert_array_equal(nab, want_nab)
+        colours = imgo[:6, :6, 3].astype(XTRANS.dtype)
+        assert [np.sum(colours == c) for c in range(3)] == [8, 20, 8]
+        assert any(np.array_equal(colours, np.roll(XTRANS, (-y, -x), (0, 1)))
+                   for y in range(6) for x in range(6))
+        alphas.add(colours.tobytes())
+        assert np.array_equal(imgo[..., 0], imgo[..., 1])  # the value in r, g and b
+    assert len(alphas) > 1 if tiles else alphas == {XTRANS.tobytes()}
+
+
 def test_camera_noise_on_half_the_frames_is_demosaiced(device, images):
     """generate 5: the frames drawn for camera noise are a bilinear demosaic of a noisy RGGB
     mosaic, so mosaicking and demosaicking them again gives them back (up to the f16 outputs'

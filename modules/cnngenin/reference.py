@@ -103,6 +103,10 @@ CLEAN_SALT = 0x434C4E21  # "CLN!"
 DEMOSAIC_SALT = 0x4D484321  # "MHC!"
 ZOOM_SALT = 0x5A4F4F4D  # "ZOOM"
 COLOUR_SALT = 0x434F4C52  # "COLR"
+PHASE_SALT = 0x58545253  # "XTRS"
+# Fujifilm's X-Trans colours (0 r, 1 g, 2 b), row by row (vkgraph/apps/dng.py's XTRANS)
+XTRANS = np.array([[1, 1, 0, 1, 1, 2], [1, 1, 2, 1, 1, 0], [2, 0, 1, 0, 2, 1],
+                   [1, 1, 2, 1, 1, 0], [1, 1, 0, 1, 1, 2], [0, 2, 1, 2, 0, 1]])
 # colour: the six orders of the channels, the draw's index into them
 PERMS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 
@@ -169,6 +173,22 @@ def cfa(wd: int, ht: int) -> np.ndarray:
     y odd -> b (2), else r (0)."""
     X, Y = np.meshgrid(np.arange(wd), np.arange(ht))
     return np.where((X + Y) % 2 == 1, 1, np.where(Y % 2 == 1, 2, 0))
+
+
+def xtrans_phase(s) -> tuple[int, int]:
+    """pattern 1 with tiles: a tile's X-Trans phase (x0, y0), each uniform in 0..5, the first
+    two mrand of salted_state(s, PHASE_SALT) (s the state after the camera draw); without
+    tiles the phase is (0, 0)."""
+    sx, ux = mrand(salted_state(s, PHASE_SALT))
+    _, uy = mrand(sx)
+    return min(int(F32(6) * ux[0]), 5), min(int(F32(6) * uy[0]), 5)
+
+
+def xtrans(wd: int, ht: int, phase: tuple[int, int] = (0, 0)) -> np.ndarray:
+    """(ht, wd) colour index of the X-Trans mosaic of a tile at `phase` (x0, y0): pixel (x, y)
+    has XTRANS[(y + y0) % 6][(x + x0) % 6]."""
+    x0, y0 = phase
+    return XTRANS[(np.arange(ht)[:, None] + y0) % 6, (np.arange(wd)[None, :] + x0) % 6]
 
 
 def demosaic_bilinear(mosaic: np.ndarray) -> np.ndarray:
@@ -276,13 +296,14 @@ def set_reference(imgs, refs, generate, frame, seed=0, tile=TILE, t=0, origin=(0
 
 def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TILE,
               t=0, origin=(0, 0), noise=1.0, nlog=0, amax=0.0, bmax=0.0, nerr=0.0,
-              clean=0.0, demosaic=0, camref=0):
+              clean=0.0, demosaic=0, camref=0, pattern=0):
     """(imgo, refo, noiseab) of one frame; img/ref (ht, wd, 4) float32. With tiles, tile t
     of `tile` pixels at `origin` in the output (its pixels' noise states and mosaic use
     output coordinates). noise, nlog, amax, bmax: the noise params (frame_numbers); nerr:
     noiseab's misreport (misreport); clean: the share of noise-free tiles (is_clean);
     demosaic: the camera tiles' demosaicer (uses_mhc); camref 1: a camera tile's reference is
-    the clean mosaic through that demosaicer."""
+    the clean mosaic through that demosaicer; pattern 1: generate 3 and 4's mosaic is X-Trans
+    (xtrans_phase), its colours in alpha."""
     ht, wd = img.shape[:2]
     ow, oh = (tile, tile) if tiles else (wd, ht)
     ev, flip, off, a, b, s, camera = frame_numbers(generate, tiles, frame, seed, wd, ht, t,
@@ -295,11 +316,11 @@ def reference(img, ref, generate, tiles, frame, seed=0, qlo=70, qhi=95, tile=TIL
     im = img[iy, ix].astype(np.float64) * gain
     rf = ref[iy, ix].astype(np.float64) * gain
     return finish(im, rf, generate, tiles, a, b, s, camera, tile, origin, qlo, qhi, nerr,
-                  clean, demosaic, camref)
+                  clean, demosaic, camref, pattern)
 
 
 def finish(im, rf, generate, tiles, a, b, s, camera, tile=TILE, origin=(0, 0), qlo=70,
-           qhi=95, nerr=0.0, clean=0.0, demosaic=0, camref=0):
+           qhi=95, nerr=0.0, clean=0.0, demosaic=0, camref=0, pattern=0):
     """The steps after the read (README.md, steps 4-7) on a tile's exposed input and
     reference (oh, ow, 4) float64, from its draws (a, b, state s after the camera draw,
     camera): (imgo, refo, noiseab)."""
@@ -328,9 +349,13 @@ def finish(im, rf, generate, tiles, a, b, s, camera, tile=TILE, origin=(0, 0), q
         if generate == 6:
             im[..., :3] = camera_pipeline(im[..., :3], draw_quality(s, qlo, qhi))
             rf[..., :3] = np.clip(rf[..., :3], 0, 1)
-    if generate in (3, 4):
-        im[..., :3] = np.take_along_axis(im[..., :3], cfa(ow, oh)[..., None], -1)
     im[..., 3] = 1
+    if generate in (3, 4):
+        phase = xtrans_phase(s) if tiles else (0, 0)  # a whole image keeps the phase
+        colours = xtrans(ow, oh, phase) if pattern == 1 else cfa(ow, oh)
+        im[..., :3] = np.take_along_axis(im[..., :3], colours[..., None], -1)
+        if pattern == 1:
+            im[..., 3] = colours
     rf[..., 3] = 1
     a, b = misreport(a, b, s, nerr)
     nab = np.array([a, b, tile if tiles else 0, 1], F32)  # (a, b, tile size, tile columns)

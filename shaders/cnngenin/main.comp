@@ -35,6 +35,11 @@
 //             tile's demosaicer (the noise is then all that tells input and reference apart)
 //   colour    SET: the share of the tiles whose channels are permuted and white-balanced (drawn
 //             from salted(s, COLOUR_SALT)), input and reference alike, before the noise
+//   pattern   generate 3 and 4: 0 the RGGB mosaic on output coordinates (alpha 1); 1 X-Trans,
+//             with tiles at each tile's phase (x0, y0) drawn uniformly in 0..5 each from
+//             salted(s, PHASE_SALT), without at (0, 0) (pixel lp of the tile or image has the
+//             colour XTRANS[(lp.y + y0) % 6][(lp.x + x0) % 6]), the colour (0 r, 1 g, 2 b)
+//             in alpha: unet-t's mosaics of any pattern (cfa 2)
 #include "params.gen"
 #include "jpeg.glsl"
 #include "mhc.glsl"
@@ -52,6 +57,11 @@ const uint CLEAN_SALT = 0x434C4E21u;  // "CLN!"
 const uint DEMOSAIC_SALT = 0x4D484321u;  // "MHC!"
 const uint ZOOM_SALT = 0x5A4F4F4Du;  // "ZOOM"
 const uint COLOUR_SALT = 0x434F4C52u;  // "COLR"
+const uint PHASE_SALT = 0x58545253u;  // "XTRS"
+
+// Fujifilm's X-Trans colours (0 r, 1 g, 2 b), row by row
+const int XTRANS[36] = int[36](1, 1, 0, 1, 1, 2, 1, 1, 2, 1, 1, 0, 2, 0, 1, 0, 2, 1,
+                               1, 1, 2, 1, 1, 0, 1, 1, 0, 1, 1, 2, 0, 2, 1, 2, 0, 1);
 
 // a tile's state of its own for one kind of extra draw, beside s (which stays as it is for
 // every other number): a hash of s ^ salt, not the salted state itself, whose draws xorshift
@@ -278,7 +288,15 @@ void main() {
     }
   }
 
-  if (params.generate == 3 || params.generate == 4) {  // RGGB mosaic, channel replicated
+  bool mosaic = params.generate == 3 || params.generate == 4;
+  bool xtrans = mosaic && params.pattern == 1;
+  if (xtrans) {
+    uint sx = salted(s, PHASE_SALT);  // X-Trans at the tile's phase, its colour in alpha
+    int x0 = T > 0 ? min(int(6.0 * mrand(sx)), 5) : 0;
+    int y0 = T > 0 ? min(int(6.0 * mrand(sx)), 5) : 0;
+    int c = XTRANS[(lp.y + y0) % 6 * 6 + (lp.x + x0) % 6];
+    img = vec4(vec3(img[c]), float(c));
+  } else if (mosaic) {  // RGGB, channel replicated
     img.rgb = vec3(img[cfa(p)]);
   }
 
@@ -297,7 +315,7 @@ void main() {
   // generate 6: a JPEG holds [0, 1] only, so the reference is the clean image as it could be
   // encoded (the encoder clamps the input the same way)
   if (params.generate == 6) ref.rgb = clamp(ref.rgb, 0.0, 1.0);
-  img.a = 1.0;
+  if (!xtrans) img.a = 1.0;
   ref.a = 1.0;
   int i = p.x + p.y * osize.x;
   imgo[i] = params.generate == 6 ? vec4(img.rgb, float(quality)) : to_half(img);
