@@ -45,7 +45,9 @@ def random_weights(width, scales, seed=5, cfa=False):
     return w.astype(np.float32)
 
 
-def one_frame(device, g, w):
+def one_frame(device, g, w, alpha=False):
+    """(E, dw, O, X, R, noiseab) of frame 1 with the weights w (X with its alpha: the colours
+    of a mosaic of any pattern)."""
     b = Build(g, device)
     b.run_frame(0, download=False)
     m = g.modules[("unet-t", "01")]
@@ -55,7 +57,7 @@ def one_frame(device, g, w):
     dw = b.read(m.trainable.dw, "dw").ravel().astype(np.float64)
     O = b.read(m.backing["output"][0], "output")[..., :3].astype(np.float64)
     gen = g.modules[("cnngenin", "01")].nodes[0]
-    X = b.read(gen, "imgo")[..., :3].astype(np.float64)
+    X = b.read(gen, "imgo")[..., :4 if alpha else 3].astype(np.float64)
     R = b.read(gen, "refo")[..., :3].astype(np.float64)
     nab = b.read(gen, "noiseab").ravel().astype(np.float64)
     b.close()
@@ -337,8 +339,8 @@ def test_cfa_bad_sizes_are_errors(device, tmp_path, size, tiles, extra, match):
 
 
 def test_cfa_out_of_range_is_an_error(device, tmp_path):
-    with pytest.raises(GraphError, match="param .cfa. of unet-t:01 is 2, not one of 0, 1"):
-        g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, "param:unet-t:01:cfa:2")
+    with pytest.raises(GraphError, match="param .cfa. of unet-t:01 is 3, not one of 0, 1, 2"):
+        g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, "param:unet-t:01:cfa:3")
         g.frames = 1
         Build(g, device)
 
@@ -394,4 +396,49 @@ def test_cells_and_cfa_together_are_an_error(device, tmp_path):
     g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, f"{CFA}\n{CELLS}")
     g.frames = 1
     with pytest.raises(GraphError, match="cfa 1 and cells 1"):
+        Build(g, device)
+
+
+# ------------------------------------------------------ mosaics of any pattern (cfa 2)
+
+MOSAIC = "param:cnngenin:01:generate:4\nparam:cnngenin:01:pattern:1\nparam:unet-t:01:cfa:2"
+
+
+@pytest.mark.parametrize("width,scales,size,tiles,precise", [
+    (2, 2, (32, 32), (4, 16), 0),   # a 2x2 grid of 16-pixel tiles, each its X-Trans phase
+    (3, 3, (24, 16), None, 0),      # the whole image, 12 x 8 cells
+    (2, 3, (32, 32), (4, 16), 1),   # float64 kernels
+])
+def test_mosaic_frame_matches_reference(device, tmp_path, width, scales, size, tiles, precise):
+    """cfa 2 on cnngenin's noisy X-Trans mosaics (generate 4, pattern 1: the colours in
+    alpha): the loss, the full-resolution output and every layer's gradient against the
+    reference's network, with the tolerances of test_frame_matches_reference."""
+    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
+                   f"{MOSAIC}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+    g.frames = 2
+    w = random_weights(width, scales, cfa=ref.MOSAIC)
+    E, dw, O, X, R, nab = one_frame(device, g, w, alpha=True)
+    assert set(np.unique(X[..., 3])) == {0.0, 1.0, 2.0}
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
+                                           cfa=ref.MOSAIC)
+    assert Oref.shape == view(R).shape  # full resolution
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    assert scale > 0
+    for L in layers(width, scales, ref.MOSAIC):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(r).max() > 0, L.name
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+
+
+def test_mosaic_lut_text_and_cells_together(device, tmp_path):
+    """The .lut of cfa 2 says `cfa any`; cfa 2 with cells 1 is an error."""
+    from vkgraph.modules.unet_t.module import lut_text
+
+    assert lut_text(4, 3, ref.MOSAIC) == lut_text(4, 3) + "cfa any\n"
+    g = unet_graph(tmp_path, clean(16, 16), 2, 2, None, f"{MOSAIC}\n{CELLS}")
+    g.frames = 1
+    with pytest.raises(GraphError, match="cfa 2 and cells 1"):
         Build(g, device)

@@ -597,3 +597,83 @@ def test_cells_backward_against_finite_differences(width, scales, n, th, Wd, see
     a, b = NOISE_A[:n], NOISE_B[:n]
     _check_backward(rng, _cfa_weights(rng, width, scales, ref.CELLS), X, R, a, b, th, width,
                     scales, cfa=ref.CELLS)
+
+
+# ------------------------------------------------------ mosaics of any pattern (cfa MOSAIC)
+
+XTRANS = np.array([[1, 1, 0, 1, 1, 2], [1, 1, 2, 1, 1, 0], [2, 0, 1, 0, 2, 1],
+                   [1, 1, 2, 1, 1, 0], [1, 1, 0, 1, 1, 2], [0, 2, 1, 2, 0, 1]])
+
+
+def _xtrans_mosaic(R, phase=(0, 0)):
+    """R (H, W, 3) as an X-Trans mosaic of any pattern: the value in r, g and b, the colour
+    in alpha (cnngenin's pattern 1)."""
+    H, W = R.shape[:2]
+    c = XTRANS[(np.arange(H)[:, None] + phase[1]) % 6, (np.arange(W)[None] + phase[0]) % 6]
+    v = np.take_along_axis(R, c[..., None], -1)
+    return np.concatenate([np.repeat(v, 3, -1), c[..., None].astype(np.float64)], -1)
+
+
+def test_mosaic_features_and_output_by_hand():
+    """F: the photosite (2x + dx, 2y + dy) = q, d = 2 dy + dx, puts v(q) / s in plane 3 d +
+    c(q) and 1 in plane 12 + 3 d + c(q), zeros in the other planes of its three; plane 24 is
+    sigma of the cell's mean value over s. O = base - s N, with base by hand: the own colour
+    its value, another the (3 - |dx|)(3 - |dy|) weighted mean of that colour's photosites in
+    the 5 x 5 window inside the tile (tiles of 8 rows with their own (a, b))."""
+    H, Wd, th = 16, 8, 8
+    rng = np.random.default_rng(11)
+    X = _xtrans_mosaic(rng.uniform(0.05, 0.95, (H, Wd, 3)), (1, 2))
+    X[..., 1] += 5.0  # decoys where the colour is not g: only the own channel may be read
+    X[..., 1] = np.where(X[..., 3] == 1, X[..., 0], X[..., 1])
+    a, b = np.array([300.0, 2000.0]), np.array([0.4, 0.05])
+    F, s = ref.features(X, a, b, th, cfa=ref.MOSAIC)
+    assert F.shape == (25, H // 2, Wd // 2)
+    for y in range(H // 2):
+        t = y // (th // 2)
+        for x in range(Wd // 2):
+            want = np.zeros(25)
+            vals = []
+            for d, (dy, dx) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+                q = X[2 * y + dy, 2 * x + dx]
+                c = int(q[3])
+                want[3 * d + c] = q[0] / s[t]
+                want[12 + 3 * d + c] = 1.0
+                vals.append(q[0])
+            want[24] = np.sqrt(a[t] + 65535 * b[t] * np.mean(vals)) / 65535 / s[t]
+            assert np.allclose(F[:, y, x], want, rtol=1e-12, atol=0)
+    w = _cfa_weights(rng, 2, 2, ref.MOSAIC)
+    O, cache = ref.forward(w, X, a, b, th, 2, 2, cfa=ref.MOSAIC)
+    assert O.shape == (H, Wd, 3) and cache.N.shape == (12, H // 2, Wd // 2)
+    for py in range(H):
+        for px in range(Wd):
+            t = py // th
+            own = int(X[py, px, 3])
+            base = np.zeros(3)
+            for c in range(3):
+                num = den = 0.0
+                for qy in range(max(py - 2, t * th), min(py + 3, (t + 1) * th)):
+                    for qx in range(max(px - 2, 0), min(px + 3, Wd)):
+                        if int(X[qy, qx, 3]) == c:
+                            wq = (3 - abs(qx - px)) * (3 - abs(qy - py))
+                            num, den = num + wq * X[qy, qx, 0], den + wq
+                base[c] = X[py, px, 0] if c == own or den == 0 else num / den
+            d = 2 * (py % 2) + px % 2
+            want = base - s[t] * cache.N[3 * d: 3 * d + 3, py // 2, px // 2]
+            assert np.allclose(O[py, px], want, rtol=1e-12, atol=1e-14)
+
+
+def test_mosaic_base_keeps_a_flat_colour():
+    """A flat colour's mosaic (any phase): every pixel's base is that colour."""
+    X = _xtrans_mosaic(np.broadcast_to([0.2, 0.5, 0.7], (12, 12, 3)).copy(), (4, 1))
+    assert np.allclose(ref.mosaic_base(X, 6), [0.2, 0.5, 0.7], rtol=1e-15)
+
+
+@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
+def test_mosaic_backward_against_finite_differences(width, scales, n, th, Wd, seed):
+    """test_backward_against_finite_differences for the network of mosaics of any pattern."""
+    rng = np.random.default_rng(seed)
+    R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
+    X = _xtrans_mosaic(R + 0.04 * rng.standard_normal(R.shape), (3, 5))
+    a, b = NOISE_A[:n], NOISE_B[:n]
+    _check_backward(rng, _cfa_weights(rng, width, scales, ref.MOSAIC), X, R, a, b, th, width,
+                    scales, cfa=ref.MOSAIC)

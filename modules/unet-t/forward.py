@@ -4,11 +4,13 @@ modules/unet): prep (the input -> F), one conv node per layer of net.py, and the
 what unet needs to run weights from a `.lut`: the network's shape from the .lut's text, the
 padded size, and how far a pixel's result reaches (vkgraph denoise's tile margin).
 
-`cfa` (net.py's RGB, RGGB or CELLS): RGGB (unet-t's param cfa, a .lut's line `cfa rggb`) the
-network of RGGB mosaics (README.md, "Bayer mosaics"), CELLS (param cells, the line `cells
-rgb`) that of RGB on cells of 2 x 2 pixels (README.md, "Cells"). Either runs at half
-resolution, a cell of 2 x 2 pixels a pixel of the network; sizes given here stay the
-full-resolution image's (even for a mosaic)."""
+`cfa` (net.py's RGB, RGGB, CELLS or MOSAIC): RGGB (unet-t's param cfa 1, a .lut's line `cfa
+rggb`) the network of RGGB mosaics (README.md, "Bayer mosaics"), MOSAIC (cfa 2, the line `cfa
+any`) that of mosaics of any pattern, each photosite's colour in its alpha (README.md,
+"Mosaics of any pattern"), CELLS (param cells, the line `cells rgb`) that of RGB on cells of
+2 x 2 pixels (README.md, "Cells"). Each runs at half resolution, a cell of 2 x 2 pixels a
+pixel of the network; sizes given here stay the full-resolution image's (even for a
+mosaic)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import os
 import re
 from typing import NamedTuple
 
-from vkgraph.modules.unet_t.net import CELLS, RGB, RGGB, Layer, layers, n_params
+from vkgraph.modules.unet_t.net import CELLS, MOSAIC, RGB, RGGB, Layer, layers, n_params
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, img, ssbo
 from vkgraph.pipeline.variants import (
@@ -263,7 +265,7 @@ def forward_nodes(graph, module, net: tuple[int, int], weights, size: tuple[int,
     elif noise != "noiseab":
         raise ValueError(f"noise '{noise}': 'noiseab' or 'params'")
     if cfa:
-        defs["CFA" if cfa == RGGB else "CELLS"] = 1
+        defs[{RGGB: "CFA", CELLS: "CELLS", MOSAIC: "MOSAIC"}[cfa]] = 1
         W, H = W // 2, H // 2  # the network's pixels: cells
     sizes = [(W >> k, H >> k) for k in range(scales)]
 
@@ -364,14 +366,16 @@ def shape_of_text(text: str | None, where: str = "") -> tuple[int, int]:
 
 CFA_LINE = "cfa rggb"  # the .lut text's line of a network of RGGB mosaics (module.lut_text)
 CELLS_LINE = "cells rgb"  # and of a network of RGB cells
-LINES = {RGGB: CFA_LINE, CELLS: CELLS_LINE}
-WHAT = {RGB: "", RGGB: " of RGGB mosaics", CELLS: " on cells of RGB"}
+MOSAIC_LINE = "cfa any"  # and of a network of mosaics of any pattern
+LINES = {RGGB: CFA_LINE, CELLS: CELLS_LINE, MOSAIC: MOSAIC_LINE}
+WHAT = {RGB: "", RGGB: " of RGGB mosaics", CELLS: " on cells of RGB",
+        MOSAIC: " of mosaics of any pattern"}
 
 
 def cfa_of_text(text: str | None, where: str = "") -> int:
     """What a unet-t .lut's text (shape_of_text's) says its network reads: RGGB (its line
-    `cfa rggb`), CELLS (`cells rgb`) or RGB (neither); any other `cfa` or `cells` line, or
-    both, a GraphError."""
+    `cfa rggb`), MOSAIC (`cfa any`), CELLS (`cells rgb`) or RGB (none); any other `cfa` or
+    `cells` line, or two, a GraphError."""
     found = [m.strip() for m in re.findall(r"^((?:cfa|cells)\b.*)$", text or "", re.MULTILINE)]
     if not found:
         return RGB

@@ -40,7 +40,7 @@ from vkgraph.modules.unet_t.forward import (
     tiles,
     windowed,
 )
-from vkgraph.modules.unet_t.net import CELLS, RGB, RGGB, layers
+from vkgraph.modules.unet_t.net import CELLS, MOSAIC, RGB, RGGB, layers
 from vkgraph.pipeline.errors import GraphError
 from vkgraph.pipeline.module import OPTIONAL, Roi, ssbo
 from vkgraph.pipeline.trainer import GRAPH_SIZE, Network, Trains, Weights, loss_plot
@@ -53,18 +53,20 @@ def shape(module) -> tuple[int, int]:
 
 def reads(module) -> int:
     """What the network reads (net.py): param cfa 1 RGGB mosaics (README.md, "Bayer
-    mosaics"), param cells 1 RGB on cells of 2 x 2 pixels (README.md, "Cells"), else RGB
-    pixels; both at once a GraphError."""
-    cfa, cells = int(module.param("cfa")) != 0, int(module.param("cells")) != 0
+    mosaics"), cfa 2 mosaics of any pattern (README.md, "Mosaics of any pattern"), param cells
+    1 RGB on cells of 2 x 2 pixels (README.md, "Cells"), else RGB pixels; a mosaic and cells
+    at once a GraphError."""
+    cfa, cells = int(module.param("cfa")), int(module.param("cells")) != 0
     if cfa and cells:
-        raise GraphError(f"{module}: cfa 1 and cells 1: the network reads either RGGB mosaics "
+        raise GraphError(f"{module}: cfa {cfa} and cells 1: the network reads either mosaics "
                          "or RGB cells", hint="set one of them to 0")
-    return RGGB if cfa else CELLS if cells else RGB
+    return {1: RGGB, 2: MOSAIC}.get(cfa, CELLS if cells else RGB)
 
 
 def lut_text(width: int, scales: int, cfa: int = RGB) -> str:
     """What o-lut writes after the weights: enough to rebuild the network (the line
-    `cfa rggb` for a network of RGGB mosaics, `cells rgb` for one of RGB cells)."""
+    `cfa rggb` for a network of RGGB mosaics, `cfa any` for one of mosaics of any pattern,
+    `cells rgb` for one of RGB cells)."""
     return (f"lut contains weights for\nunet denoiser with:\nwidth {width}\nscales {scales}\n"
             + (f"{LINES[cfa]}\n" if cfa else ""))
 
@@ -84,7 +86,8 @@ def modify_roi_out(graph, module):
     cfa = reads(module)
     inp = module.connector("input").roi
     m = multiple(scales)
-    what = "an RGGB mosaic (cfa 1)" if cfa == RGGB else "a network on cells (cells 1)"
+    what = {RGGB: "an RGGB mosaic (cfa 1)", MOSAIC: "a mosaic (cfa 2)"}.get(
+        cfa, "a network on cells (cells 1)")
     if cfa and (inp.wd % 2 or inp.ht % 2):
         raise GraphError(f"{module}: the input is {inp.wd}x{inp.ht}; {what} needs an even "
                          "width and height (whole cells of 2 x 2 pixels)")

@@ -12,9 +12,13 @@ KSIZE = {"conv3": 3, "down": 2, "up": 2, "conv1": 1}
 # forward.py and reference.py): RGB pixels; an RGGB mosaic on cells of 2 x 2 photosites
 # (README.md, "Bayer mosaics"); or RGB on cells of 2 x 2 pixels (README.md, "Cells": a
 # quarter of the multiply-adds). Either cell network is a truthy `cfa`: it runs at half
-# resolution.
-RGB, RGGB, CELLS = 0, 1, 2
-CIN = {RGB: 4, RGGB: 5, CELLS: 13}  # the planes of F (the values a pixel or cell, and sigma)
+# resolution. MOSAIC reads a mosaic of any colour filter array (X-Trans's 6 x 6, a Bayer one
+# in any phase) on cells of 2 x 2 photosites, each photosite's colour told by its alpha
+# (README.md, "Mosaics of any pattern").
+RGB, RGGB, CELLS, MOSAIC = 0, 1, 2, 3
+# the planes of F: the values of a pixel or cell (MOSAIC: each photosite's value in its colour's
+# plane, then its colour as 0/1 planes), and sigma
+CIN = {RGB: 4, RGGB: 5, CELLS: 13, MOSAIC: 25}
 
 
 class Layer(NamedTuple):
@@ -49,12 +53,14 @@ class Layer(NamedTuple):
 
 def layers(width: int, scales: int, cfa: int = RGB) -> list[Layer]:
     """The layers of a U-Net of `scales` scales and `width` channels at the finest (width << k
-    at scale k), contiguous from offset 0. `cfa` RGB, RGGB or CELLS: the network of RGGB
-    mosaics (README.md, "Bayer mosaics") reads 5 planes per cell of 2 x 2 photosites (R, G1,
-    G2, B, sigma) and that of RGB cells 13 (the 4 pixels' r, g, b, and sigma) instead of 4;
-    both write 12 (each pixel's r, g, b) instead of 3."""
+    at scale k), contiguous from offset 0. `cfa` RGB, RGGB, CELLS or MOSAIC: the network of
+    RGGB mosaics (README.md, "Bayer mosaics") reads 5 planes per cell of 2 x 2 photosites (R,
+    G1, G2, B, sigma), that of RGB cells 13 (the 4 pixels' r, g, b, and sigma) and that of
+    mosaics of any pattern 25 (the 4 photosites' values in their colours' planes, their
+    colours as 12 planes of 0 and 1, and sigma) instead of 4; each writes 12 (each pixel's r,
+    g, b) instead of 3."""
     if cfa not in CIN:
-        raise ValueError(f"cfa {cfa!r}: RGB (0), RGGB (1) or CELLS (2)")
+        raise ValueError(f"cfa {cfa!r}: RGB (0), RGGB (1), CELLS (2) or MOSAIC (3)")
     if width < 1 or scales < 2:
         raise ValueError(f"width {width}, scales {scales}: a U-Net needs width >= 1 and "
                          "scales >= 2")

@@ -71,6 +71,17 @@ of 2 x 2 pixels as above; cell (x, y):
 with sigma from Y of the cell's mean colour, and
     O[2y+dy, 2x+dx, c] = X[2y+dy, 2x+dx, c] - s_t N[(2 dy + dx) 3 + c, y, x],
 the loss and dN as for mosaics.
+
+Mosaics of any pattern (cfa=MOSAIC; README.md, "Mosaics of any pattern"). X (H, W, 4): photosite
+(x, y) has the colour c = X[y, x, 3] (0 r, 1 g, 2 b) and the value v = X[y, x, c]. The network
+runs on the cells of 2 x 2 photosites; cell (x, y), d = 2 dy + dx its photosite (2x+dx, 2y+dy):
+    F = (v / s_t in plane 3 d + c, 0 in the other two of 3 d .. 3 d + 2;
+         1 in plane 12 + 3 d + c, 0 in the other two of 12 + 3 d ..;  sigma / s_t)  (25)
+with sigma from the mean of the cell's 4 values (Y of grey), and
+    O[p, c] = base_c(p) - s_t N[(2 dy + dx) 3 + c, y, x]
+with base_c(p) = v(p) for p's own colour, else the mean of the values of colour c in the 5 x 5
+window around p within p's tile, weighted by (3 - |dx|) (3 - |dy|), v(p) where there is none
+(mosaic_base); the loss and dN as for mosaics.
 """
 
 from typing import NamedTuple
@@ -81,6 +92,7 @@ from vkgraph.modules.cnngenin.reference import cfa as rggb_colours
 from vkgraph.modules.unet_t.net import (  # noqa: F401
     CELLS,
     KSIZE,
+    MOSAIC,
     RGB,
     RGGB,
     Layer,
@@ -243,10 +255,49 @@ def mosaic(img: np.ndarray) -> np.ndarray:
     return np.repeat(v, 3, -1)
 
 
-def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int) -> int:
+def colours_of(X: np.ndarray) -> np.ndarray:
+    """(H, W) int: each photosite's colour (0 r, 1 g, 2 b) of a mosaic of any pattern X
+    (H, W, 4): its alpha."""
+    return np.clip(np.rint(X[..., 3]), 0, 2).astype(int)
+
+
+def values_of(X: np.ndarray) -> np.ndarray:
+    """(H, W): each photosite's value of a mosaic of any pattern X (H, W, 4), from its own
+    colour's channel."""
+    return np.take_along_axis(X[..., :3], colours_of(X)[..., None], -1)[..., 0]
+
+
+def mosaic_base(X: np.ndarray, th: int) -> np.ndarray:
+    """(H, W, 3): base_c(p) of the mosaic of any pattern X (H, W, 4) of tiles of th rows
+    (module docstring): a photosite's own colour its value, each other colour the weighted
+    mean of that colour's photosites in the 5 x 5 window within the tile."""
+    X = np.asarray(X, dtype=np.float64)
+    T, n = _tiles(values_of(X)[None], th)
+    C, _ = _tiles(colours_of(X)[None], th)
+    v = np.pad(T[0], ((0, 0), (2, 2), (2, 2)))
+    c = np.pad(C[0], ((0, 0), (2, 2), (2, 2)), constant_values=-1)  # no colour outside
+    W = X.shape[1]
+    num = np.zeros((n, th, W, 3))
+    den = np.zeros((n, th, W, 3))
+    for dy in range(-2, 3):
+        for dx in range(-2, 3):
+            w = (3 - abs(dx)) * (3 - abs(dy))
+            vv = v[:, 2 + dy:2 + dy + th, 2 + dx:2 + dx + W]
+            cc = c[:, 2 + dy:2 + dy + th, 2 + dx:2 + dx + W]
+            for k in range(3):
+                num[..., k] += np.where(cc == k, w * vv, 0.0)
+                den[..., k] += np.where(cc == k, w, 0.0)
+    own = T[0][..., None]
+    base = np.where(den > 0, num / np.maximum(den, 1), own)
+    np.put_along_axis(base, C[0][..., None], own, -1)
+    return base.reshape(X.shape[0], W, 3)
+
+
+def _check_image(X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int, cfa: int = RGB) -> int:
     """n, the tiles of X; ValueError when the shapes disagree."""
-    if X.ndim != 3 or X.shape[2] != 3:
-        raise ValueError(f"unet-t: X must be (H, W, 3), got {X.shape}")
+    want = 4 if cfa == MOSAIC else 3
+    if X.ndim != 3 or X.shape[2] != want:
+        raise ValueError(f"unet-t: X must be (H, W, {want}), got {X.shape}")
     if a.ndim != 1 or a.shape != b.shape:
         raise ValueError(f"unet-t: a and b must be (n,) for n tiles, got {a.shape}, {b.shape}")
     n = a.shape[0]
@@ -261,11 +312,12 @@ def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
     """(F (4, H, W), s (n,)): the network's input and each tile's scale (module docstring),
     for X (H, W, 3) of n = len(a) tiles of th rows and the noise profiles a, b (n,).
     cfa RGGB: X is an RGGB mosaic and F (5, H/2, W/2) its cells' (R, G1, G2, B, sigma) / s;
-    CELLS: F (13, H/2, W/2) its cells' 12 values (pack) and sigma, over s."""
+    CELLS: F (13, H/2, W/2) its cells' 12 values (pack) and sigma, over s; MOSAIC: X (H, W,
+    4) a mosaic of any pattern and F (25, H/2, W/2) (module docstring)."""
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    _check_image(X, a, b, th)
+    _check_image(X, a, b, th, cfa)
     s = np.maximum(np.sqrt(np.maximum(a + RANGE * MID_GREY * b, 0.0)) / RANGE, S_FLOOR)
     if cfa:
         if th % 2 or X.shape[0] % 2 or X.shape[1] % 2:
@@ -278,12 +330,20 @@ def features(X: np.ndarray, a: np.ndarray, b: np.ndarray,
     elif cfa == CELLS:
         planes = pack(X)
         colour = planes.reshape(4, 3, *planes.shape[1:]).mean(0).transpose(1, 2, 0)
+    elif cfa == MOSAIC:
+        onehot = (colours_of(X)[..., None] == np.arange(3)).astype(np.float64)
+        planes = pack(onehot * values_of(X)[..., None])
+        mask = pack(onehot)
+        mean = planes.reshape(12, -1).sum(0).reshape(planes.shape[1:]) / 4
+        colour = np.repeat(mean[..., None], 3, -1)  # grey: Y is the mean
     else:
         planes, colour = X.transpose(2, 0, 1), X
     a_p, b_p, s_p = (np.repeat(v, th)[:, None] for v in (a, b, s))  # per row (H, 1)
     y = np.maximum(colour @ LUMA, 0.0)
     sigma = np.sqrt(np.maximum(a_p + RANGE * b_p * y, 0.0)) / RANGE
     F = np.concatenate([planes, sigma[None]]) / s_p[None]
+    if cfa == MOSAIC:  # the colours' planes, not over s
+        F = np.concatenate([F[:12], mask, F[12:]])
     return F, s
 
 
@@ -304,7 +364,7 @@ def _check_all(w, X, a, b, th, width, scales, cfa=RGB):
     X = np.asarray(X, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    _check_image(X, a, b, th)
+    _check_image(X, a, b, th, cfa)
     m = (2 if cfa else 1) << (scales - 1)
     if th % m or X.shape[1] % m:
         raise ValueError(f"unet-t: the width W = {X.shape[1]} and tile height th = {th} must be "
@@ -321,7 +381,8 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
             scales: int, cfa: int = RGB) -> tuple[np.ndarray, Cache]:
     """(O (H, W, 3), cache): the denoised tiles O = X - s_t N(F) and the activations.
     cfa RGGB: X an RGGB mosaic, th its tiles' rows (full resolution); O the full-resolution
-    RGB; CELLS: X RGB on cells (module docstring)."""
+    RGB; CELLS: X RGB on cells; MOSAIC: X (H, W, 4) a mosaic of any pattern (module
+    docstring)."""
     w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     F, s = features(X, a, b, th, cfa)
     full, th = th, (th // 2 if cfa else th)  # th: the network's rows a tile
@@ -351,6 +412,8 @@ def forward(w: np.ndarray, X: np.ndarray, a: np.ndarray, b: np.ndarray, th: int,
         O = base - s_rows * unpack_cells(N)
     elif cfa == CELLS:
         O = X - s_rows * unpack_cells(N)
+    elif cfa == MOSAIC:
+        O = mosaic_base(X, full) - s_rows * unpack_cells(N)
     else:
         O = X - s_rows * N.transpose(1, 2, 0)
     return O, Cache(F, s, N, inputs, zs)
@@ -378,8 +441,8 @@ def backward(w: np.ndarray, X: np.ndarray, R: np.ndarray, a: np.ndarray, b: np.n
     (module docstring); l2: loss's."""
     w, X, a, b = _check_all(w, X, a, b, th, width, scales, cfa)
     R = np.asarray(R, dtype=np.float64)
-    if R.shape != X.shape:
-        raise ValueError(f"unet-t: R {R.shape} must have X's shape {X.shape}")
+    if R.shape != X.shape[:2] + (3,):
+        raise ValueError(f"unet-t: R {R.shape} must be (H, W, 3) of X's {X.shape}")
     O, cache = forward(w, X, a, b, th, width, scales, cfa)
     E, dO = loss(O, R, l2)
     net = {layer.name: layer for layer in layers(width, scales, cfa)}

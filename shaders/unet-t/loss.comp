@@ -19,6 +19,12 @@
 // (s of the photosite (2x, 2y)'s tile), with the loss over X's pixels as above.
 // CELLS: X is RGB and N 12 planes of its cells (prep.comp): O(p, c) = X(p, c) - s
 // N[(2 dy + dx) 3 + c] at the pixel p = 2 cell + (dx, dy), alpha X's.
+// MOSAIC: X is a mosaic of any pattern (prep.comp: v(q) the value of photosite q, c(q) its
+// colour), N 12 planes of its cells as with CELLS, and O(p, c) = base_c(p) - s N[...] with
+//   base_c(p) = v(p) for c = c(p), else sum_q w(q) v(q) / sum_q w(q) over the photosites q
+//   of colour c in the 5 x 5 window around p inside p's tile (and the image), w(q) = (3 -
+//   |q.x - p.x|) (3 - |q.y - p.y|), v(p) where the window holds none;
+// alpha 1.
 // Each 8x8 workgroup writes its partial sum of E as a (hi, lo) float pair to Epart (summed by
 // lsum, no atomics: runs are bit-reproducible); PRECISE: in float64.
 SSBO_IN(0, real, N)
@@ -38,7 +44,7 @@ void main() {
   int n = push.wo * push.ho, nn = push.wi * push.hi;
   real e = real(0);
   if (p.x < push.wo && p.y < push.ho) {
-#if defined(CFA) || defined(CELLS)
+#if defined(CFA) || defined(CELLS) || defined(MOSAIC)
     ivec2 cell = p / 2, d = p - 2 * cell;  // the network's pixel, and p's place in it
     int i = p.x + p.y * push.wo, j = cell.x + cell.y * push.wi;
     int plane = 3 * (2 * d.y + d.x);  // the first of the pixel's 3 planes of N
@@ -56,6 +62,25 @@ void main() {
     base[0] = real(x[0]);
     base[1] = (real(x[1]) + real(x[2])) * real(0.5);
     base[2] = real(x[3]);
+    float alpha = 1.0;
+#elif defined(MOSAIC)
+    vec4 x = inp[i];
+    int own = colour_of(x);
+    real num[3] = real[3](real(0), real(0), real(0)), den[3] = num;
+    ivec2 lo, hi;
+    tile_box(p, ivec2(push.wo, push.ho), lo, hi);
+    for (int dy = -2; dy <= 2; dy++)
+      for (int dx = -2; dx <= 2; dx++) {
+        ivec2 q = p + ivec2(dx, dy);
+        if (any(lessThan(q, lo)) || any(greaterThanEqual(q, hi))) continue;
+        vec4 y = inp[q.x + q.y * push.wo];
+        int c = colour_of(y);
+        real w = real((3 - abs(dx)) * (3 - abs(dy)));
+        num[c] += w * real(y[c]);
+        den[c] += w;
+      }
+    for (int c = 0; c < 3; c++)
+      base[c] = c != own && den[c] > real(0) ? num[c] / den[c] : real(x[own]);
     float alpha = 1.0;
 #else
     vec4 x = inp[i];

@@ -28,6 +28,24 @@ real scale_of(real a, real b) {
   return max(sqrt(max(a + real(65535.0 * 0.18) * b, real(0))) / real(65535), real(1e-5));
 }
 
+// [lo, hi): the pixels of p's tile (as profile finds it) within the image of `size` pixels
+void tile_box(ivec2 p, ivec2 size, out ivec2 lo, out ivec2 hi) {
+#ifdef FROM_PARAMS
+  lo = ivec2(0);
+  hi = size;
+#else
+  int T = int(noiseab[2]);
+  lo = T > 0 ? p / T * T : ivec2(0);
+  hi = T > 0 ? min(lo + T, size) : size;
+#endif
+}
+
+#ifdef MOSAIC
+// A photosite's colour (0 r, 1 g, 2 b) in a mosaic of any pattern: its alpha (README.md,
+// "Mosaics of any pattern")
+int colour_of(vec4 x) { return clamp(int(x.a + 0.5), 0, 2); }
+#endif
+
 #ifdef CFA
 // The photosites (R, G1, G2, B) of the RGGB cell whose red photosite is inp[k], rows of w
 // pixels, each read from its own colour's channel (prep.comp, loss.comp; an RGB image reads

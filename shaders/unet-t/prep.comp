@@ -20,6 +20,12 @@
 //   F = (X(2x, 2y).rgb, X(2x+1, 2y).rgb, X(2x, 2y+1).rgb, X(2x+1, 2y+1).rgb, sigma) / s,
 // the pixel (2x + dx, 2y + dy) in planes 3 (2 dy + dx) + c, each pixel read mirrored as
 // above, sigma of the cell's mean luma, (a, b) at the pixel (2x, 2y).
+// MOSAIC: X is a mosaic of any pattern, photosite q's value v(q) = X(q)[c(q)] of its colour
+// c(q) = alpha (0 r, 1 g, 2 b), and F 25 planes of its cells of 2 x 2 photosites: the
+// photosite (2x + dx, 2y + dy) = q, d = 2 dy + dx, puts v(q) / s in plane 3 d + c(q) and 0 in
+// the other two of 3 d .. 3 d + 2, and 1 in plane 12 + 3 d + c(q), 0 in the other two (its
+// colour, not over s); plane 24 sigma / s of the mean of the 4 values; read mirrored as above
+// (alpha with the value: a mirrored photosite keeps its colour).
 IMG_IN(0, inp)
 SSBO_IN(1, float, noiseab)
 SSBO_OUT(2, real, F)
@@ -51,6 +57,21 @@ void main() {
   r *= real(0.25);
   g *= real(0.25);
   bl *= real(0.25);
+#elif defined(MOSAIC)
+  profile(2 * p, a, b);
+  real s = scale_of(a, b);
+  real mean = real(0);
+  for (int d = 0; d < 4; d++) {
+    vec4 x = inp[texel(0, 2 * p + ivec2(d & 1, d >> 1))];
+    int c = colour_of(x);
+    real v = real(x[c]);
+    for (int k = 0; k < 3; k++) {
+      F[(3 * d + k) * n + i] = k == c ? v / s : real(0);
+      F[(12 + 3 * d + k) * n + i] = real(k == c ? 1 : 0);
+    }
+    mean += v;
+  }
+  real r = mean * real(0.25), g = r, bl = r;  // the luma of grey: the mean itself
 #else
   profile(p, a, b);
   real s = scale_of(a, b);
@@ -67,6 +88,8 @@ void main() {
   F[4 * n + i] = sigma / s;
 #elif defined(CELLS)
   F[12 * n + i] = sigma / s;
+#elif defined(MOSAIC)
+  F[24 * n + i] = sigma / s;
 #else
   F[i] = r / s;
   F[n + i] = g / s;
