@@ -139,10 +139,7 @@ def commands(args) -> None:
     walls: dict[str, list[float]] = {name: [] for name, _ in trees}
     with tempfile.TemporaryDirectory() as tmp:
         src = args.input.resolve()
-        from vkgraph.cli.denoise import RAW_OUT
-        from vkgraph.pipeline.raw import is_raw
-
-        suffix = RAW_OUT if is_raw(src) else src.suffix  # a raw file: the command's default
+        suffix = out_suffix(src)
         for k in range(args.commands):
             for name, root in trees:
                 out = Path(tmp) / f"{name}{suffix}"
@@ -162,6 +159,15 @@ def commands(args) -> None:
               f"max {max(ts):.2f} ({len(ts)} runs)")
 
 
+def out_suffix(src: Path) -> str:
+    """The output's extension for the input src: its own, EXR for a camera raw file (the
+    command's default)."""
+    from vkgraph.cli.denoise import RAW_OUT
+    from vkgraph.pipeline.raw import is_raw
+
+    return RAW_OUT if is_raw(src) else src.suffix
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("input", type=Path, nargs="?")
@@ -172,9 +178,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", help="Vulkan device (as `vkgraph denoise --device`)")
     ap.add_argument("--out", type=Path, help="the output (default: a temp file of the "
-                    "input's extension)")
+                    "input's extension, EXR for a camera raw file)")
     ap.add_argument("more", nargs="*", help="more `vkgraph denoise` options (after --)")
-    args = ap.parse_args()
+    argv = sys.argv[1:]  # what follows `--` is the command's (argparse would not take it
+    cut = argv.index("--") if "--" in argv else len(argv)  # after IN and an option)
+    args = ap.parse_args(argv[:cut])
+    args.more += argv[cut + 1:]
     if args.make:
         make_photo(args.make)
         return
@@ -193,7 +202,7 @@ def main() -> None:
     stages.install()
     runs, walls = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        out = args.out or Path(tmp) / f"out{args.input.suffix}"
+        out = args.out or Path(tmp) / f"out{out_suffix(args.input)}"
         argv = ["denoise", str(args.input), "-o", str(out), *args.more]
         if args.device:
             argv += ["--device", args.device]

@@ -41,7 +41,8 @@ A second table gives each photograph's PSNR per row and level (`camera` is a gre
 its mosaic holds every colour at every photosite, which a demosaicer that learned so can use).
 
 --crop N takes a centred N x N crop of each photograph (quick runs; not comparable with
-full-size figures). BM3D runs on --jobs processes (default: the CPU count).
+full-size figures). BM3D runs on --jobs processes (default: the CPU count); --no-bm3d leaves
+its row out (quick runs).
 """
 
 from __future__ import annotations
@@ -112,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crop", type=int, default=None, metavar="N")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--pattern", choices=tuple(PATTERNS), default="RGGB")
+    p.add_argument("--no-bm3d", action="store_true", help="leave VST-BM3D's row out")
     args = p.parse_args(argv)
     cfa = PATTERNS[args.pattern]
 
     from vkgraph.apps.denoise import Denoiser
-    from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
+    from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw, mosaic_cells
     from vkgraph.cli.denoise import default_weights, on_gpu
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.testing import session_device
@@ -127,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     for w in weights:
         for n in (1, args.ensemble) if args.ensemble else (1,):
             den = Denoiser(device, w, ensemble=n)
-            # weights of RGGB mosaics (unet-t cfa 1) denoise and demosaic at once: no
+            # weights of mosaics (unet-t cfa 1 and 2) denoise and demosaic at once: no
             # demosaic first
-            title = (f"{den.module} on the mosaic ({w.name}" if den.cfa
+            title = (f"{den.module} on the mosaic ({w.name}"
+                     if den.cfa or den.cells == mosaic_cells()
                      else f"demosaic + {den.module} ({w.name}")
             dens[title + (f", ensemble {n})" if n > 1 else ")")] = den
-    rows = ["clean", "noisy", *dens, "bm3d"]
+    rows = ["clean", "noisy", *dens] + ([] if args.no_bm3d else ["bm3d"])
     dem = Demosaicer(device)
     scores: dict[tuple[str, int], list[float]] = {}
     seconds = dict.fromkeys(dens, 0.0)
@@ -150,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 scores.setdefault(("clean", li), []).append(noise_free)
                 noisy_dng = write_raw(folder, f"{path.stem}-{li}",
                                       heldout.add_noise(mosaic, a, b, heldout.seed_of(li)), cfa)
-                jobs.append((li, clean, pool.submit(bm3d_cfa, str(noisy_dng), a, b)))
+                if not args.no_bm3d:
+                    jobs.append((li, clean, pool.submit(bm3d_cfa, str(noisy_dng), a, b)))
                 noisy = read_raw(noisy_dng)
                 scores.setdefault(("noisy", li), []).append(
                     heldout.psnr(develop(noisy.mosaic, noisy), clean))
