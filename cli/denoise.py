@@ -58,10 +58,12 @@ WEIGHTS_JPEG = ROOT / "graphs" / "weights" / "unet-jpeg-cells.lut"
 # +0.9 to +1.3 dB over arch 1's JPEG weights on phone-like JPEGs and +0.2 to +2.0 dB on white
 # noise through JPEG (photo_jpeg.py). On a CPU they are many times slower (arch 2's block
 # matching; the pixel U-Net's 100k multiply-adds a pixel), so CPU devices keep the others.
-# The mosaic U-Net reads Bayer patterns only: raw files of other patterns (X-Trans) get arch 2
-# after the demosaic ("raw-other").
+# Raw files of other patterns ("raw-other": X-Trans) get the U-Net of mosaics of any pattern
+# (unet-t cfa 2, graphs/train-raw-xtrans.cfg, width 48), which denoises and demosaics the
+# X-Trans mosaic at once: 2.6 to 8.2 dB above demosaicing first and then arch 2
+# (raw_quality.py --pattern X-Trans).
 GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
-               "raw-other": ROOT / "graphs" / "weights" / "kpn-photo-nl.lut",
+               "raw-other": ROOT / "graphs" / "weights" / "unet-xtrans.lut",
                "linear": ROOT / "graphs" / "weights" / "unet-photo.lut",
                "jpeg": ROOT / "graphs" / "weights" / "unet-jpeg.lut"}
 # --ensemble's default where the file's weights are these, on a GPU: the photo U-Net averages
@@ -70,8 +72,11 @@ GPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw.lut",
 GPU_ENSEMBLE = {GPU_WEIGHTS["linear"]: 2}
 # on a CPU, the mosaic U-Net at width 24 (graphs/train-raw-w24.cfg: 0.57x the multiply-adds of
 # unet-raw.lut) for Bayer raw files: it denoises and demosaics at once, far above demosaicing
-# first (bench/README.md, raw_quality.py), and a 24 MP file fits two minutes on 2 cores
-CPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw-w24.lut"}
+# first (bench/README.md, raw_quality.py), and a 24 MP file fits two minutes on 2 cores; the
+# same for X-Trans files with the U-Net of mosaics of any pattern at width 24
+# (graphs/train-raw-xtrans-w24.cfg)
+CPU_WEIGHTS = {"raw": ROOT / "graphs" / "weights" / "unet-raw-w24.lut",
+               "raw-other": ROOT / "graphs" / "weights" / "unet-xtrans-w24.lut"}
 JPEG_FORMATS = (".jpg", ".jpeg")
 LINEAR_FORMATS = (".exr", ".pfm")
 WRITERS = IMAGE_WRITERS  # an output's extension -> its format
@@ -128,8 +133,9 @@ def add_parser(sub) -> None:
                      "input's file name (DIR is created)")
     p.add_argument("--weights", metavar="W.lut", help="kpn-t weights, or unet-t's (run by "
                    "unet; the .lut's text tells them apart) (default: the shipped "
-                   f"{shown(CPU_WEIGHTS['raw'])} for Bayer raw files, {shown(WEIGHTS_LINEAR)} "
-                   f"for other raw files, EXR and PFM, {shown(WEIGHTS_JPEG)} "
+                   f"{shown(CPU_WEIGHTS['raw'])} for Bayer raw files "
+                   f"({shown(CPU_WEIGHTS['raw-other'])} for X-Trans), {shown(WEIGHTS_LINEAR)} "
+                   f"for EXR and PFM, {shown(WEIGHTS_JPEG)} "
                    f"for JPEG, {shown(WEIGHTS)} for the rest; on a GPU "
                    f"{shown(GPU_WEIGHTS['raw'])} for Bayer raw files "
                    f"({shown(GPU_WEIGHTS['raw-other'])} for X-Trans), "
@@ -261,7 +267,7 @@ def _denoise(args, inputs: list[Path], outs: list[Path], start) -> int:
     weights = Path(args.weights) if args.weights else None
     shipped = {default_weights(p, gpu) for p in inputs for gpu in (False, True)}
     if any(is_raw(p) for p in inputs):  # and those of other patterns than Bayer
-        shipped |= {GPU_WEIGHTS["raw-other"], WEIGHTS_LINEAR}
+        shipped |= {GPU_WEIGHTS["raw-other"], CPU_WEIGHTS["raw-other"]}
     for w in {weights} if weights else shipped:
         check_up_front(args, w)
     if args.outdir is not None:

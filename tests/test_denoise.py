@@ -455,15 +455,15 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
 
     gpu = {s: cli_denoise.default_weights(Path(f"x{s}"), gpu=True).name
            for s in (".dng", ".exr", ".pfm", ".jpg", ".png")}
-    # the mosaic U-Net reads Bayer patterns: X-Trans raw files get arch 2 after the demosaic
+    # X-Trans raw files get the U-Net of mosaics of any pattern (width 48; on a CPU width 24)
     from vkgraph.apps import dng
 
     assert cli_denoise.default_weights(Path("x.raf"), True, dng.XTRANS).name == \
-        "kpn-photo-nl.lut"
+        "unet-xtrans.lut"
     assert cli_denoise.default_weights(Path("x.raf"), True, dng.BAYER["GBRG"]).name == \
         "unet-raw.lut"
     assert cli_denoise.default_weights(Path("x.raf"), False, dng.XTRANS).name == \
-        "kpn-photo-ctx.lut"
+        "unet-xtrans-w24.lut"
     assert gpu == {".dng": "unet-raw.lut", ".exr": "unet-photo.lut",
                    ".pfm": "unet-photo.lut", ".jpg": "unet-jpeg.lut",
                    ".png": "kpn-photo.lut"}
@@ -477,7 +477,8 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
     jpeg_weights = tmp_path / "jpeg.lut"
     jpeg_weights.write_bytes(ctx_weights.read_bytes())
     monkeypatch.setattr(cli_denoise, "WEIGHTS_JPEG", jpeg_weights)
-    assert cli_denoise.default_weights(Path("x.DNG"), False, dng.XTRANS) == ctx_weights
+    assert cli_denoise.default_weights(Path("x.DNG"), False, dng.BAYER["BGGR"]).name == \
+        "unet-raw-w24.lut"
     assert cli_denoise.default_weights(Path("x.exr")) == ctx_weights
     assert cli_denoise.default_weights(Path("x.jpeg")) == jpeg_weights
     assert cli_denoise.default_weights(Path("x.JPG")) == jpeg_weights
@@ -487,7 +488,8 @@ def test_default_weights_by_kind_of_file(tmp_path, capsys, monkeypatch, weights,
                                                   "kpn-jpeg-ctx.lut", "kpn-photo-nl.lut",
                                                   "kpn-jpeg-nl.lut", "unet-jpeg.lut",
                                                   "unet-photo.lut", "unet-raw.lut",
-                                                  "unet-jpeg-cells.lut", "unet-raw-w24.lut"))
+                                                  "unet-jpeg-cells.lut", "unet-raw-w24.lut",
+                                                  "unet-xtrans.lut", "unet-xtrans-w24.lut"))
 
     write_png(tmp_path / "a.png", picture())
     write_pfm(tmp_path / "b.pfm", picture())

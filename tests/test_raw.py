@@ -365,6 +365,37 @@ def test_denoise_a_dng(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "photo-denoised.exr").is_file()
 
 
+def test_denoise_an_xtrans_dng(tmp_path, capsys):
+    """`vkgraph denoise` on a noisy X-Trans DNG of a held-out photograph's 90x102 centre crop
+    (astronaut; sizes not a multiple of the pattern's 6) with the CPU's default, the U-Net of
+    mosaics of any pattern: over 1 dB above the chain it replaced (demosaic, then
+    kpn-photo-ctx.lut) and above the noisy mosaic demosaiced. (On smooth synthetic gradients
+    it is below that chain: bench/README.md, raw_quality.py, "X-Trans files".)"""
+    from vkgraph.apps import heldout
+
+    photo = next(p for p in heldout.photos() if p.stem == "astronaut")
+    clean = heldout.centre_crop(heldout.load_clean(photo), 102)[6:-6]
+    write(tmp_path / "x.dng", clean, dng.XTRANS, noise=(800.0, 15.0))
+    code = main(["denoise", str(tmp_path / "x.dng"), "-o", str(tmp_path / "a.exr"),
+                 "--noise", "800", "15"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "102x90 X-Trans" in out and "weights unet-xtrans-w24.lut" in out
+    from vkgraph.cli.denoise import WEIGHTS_LINEAR as ctx  # kpn-photo-ctx.lut
+
+    assert main(["denoise", str(tmp_path / "x.dng"), "-o", str(tmp_path / "b.exr"),
+                 "--noise", "800", "15", "--weights", str(ctx)]) == 0
+    raw = read_raw(tmp_path / "x.dng")
+    plain = ref.colour(ref.demosaic(raw.mosaic, dng.XTRANS, raw.meta.wb), raw.meta.rgb_cam)
+    inner = np.s_[4:-4, 4:-4]
+    got, old = (read_image(tmp_path / f"{n}.exr")[..., :3] for n in "ab")
+    scores = [psnr(x[inner], clean[inner]) for x in (plain, old, got)]
+    print("demosaic {:.2f} dB, demosaic + kpn-photo-ctx {:.2f}, unet-xtrans-w24 {:.2f}"
+          .format(*scores))
+    assert got.shape == (90, 102, 3) and np.all(np.isfinite(got))
+    assert scores[2] > scores[1] + 1.0 and scores[2] > scores[0] + 1.0
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_read_orientation_and_the_shot(tmp_path, orientation):
     """The EXIF Orientation a camera recorded (LibRaw's flip, mapped back) and what the
@@ -418,8 +449,8 @@ def test_denoise_turns_a_raw_upright_and_keeps_its_exif(tmp_path, capsys):
 
 def test_gpu_default_weights_follow_the_pattern(tmp_path, capsys, monkeypatch):
     """Without --weights on a GPU (here the CPU driver taken for one), a Bayer raw file gets
-    the mosaic U-Net and an X-Trans one arch 2 after the demosaic (the U-Net reads Bayer
-    mosaics only): both files denoised in one command, each line naming its weights."""
+    the U-Net of RGGB mosaics and an X-Trans one the U-Net of mosaics of any pattern: both
+    files denoised in one command, each line naming its weights."""
     from vkgraph.cli import denoise as cli_denoise
 
     monkeypatch.setattr(cli_denoise, "on_gpu", lambda device: True)
@@ -433,7 +464,7 @@ def test_gpu_default_weights_follow_the_pattern(tmp_path, capsys, monkeypatch):
     assert "Bayer" in lines[str(tmp_path / "b.dng")]
     assert "weights unet-raw.lut" in lines[str(tmp_path / "b.dng")]
     assert "X-Trans" in lines[str(tmp_path / "x.dng")]
-    assert "weights kpn-photo-nl.lut" in lines[str(tmp_path / "x.dng")]
+    assert "weights unet-xtrans.lut" in lines[str(tmp_path / "x.dng")]
 
 
 def test_raw_graph_matches_reference(tmp_path):
