@@ -359,22 +359,31 @@ def test_cells_frame_matches_reference(device, tmp_path, width, scales, size, ti
     """cells 1 on cnngenin's noisy RGB: the loss, the output and every layer's gradient
     against the reference's network of cells, with the tolerances of
     test_frame_matches_reference."""
+    check_cell_frame(device, tmp_path, CELLS, ref.CELLS, width, scales, size, tiles, precise)
+
+
+def check_cell_frame(device, tmp_path, extra, cfa, width, scales, size, tiles, precise):
+    """One frame of a network on cells (`extra` its params, `cfa` its net.py mode) against
+    the reference: the loss, the full-resolution output and every layer's gradient, with the
+    tolerances of test_frame_matches_reference. Returns the frame's input X (with alpha)."""
     g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
-                   f"{CELLS}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+                   f"{extra}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
     g.frames = 2
-    w = random_weights(width, scales, cfa=ref.CELLS)
-    E, dw, O, X, R, nab = one_frame(device, g, w)
+    w = random_weights(width, scales, cfa=cfa)
+    E, dw, O, X, R, nab = one_frame(device, g, w, alpha=cfa == ref.MOSAIC)
     Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
-                                           cfa=ref.CELLS)
+                                           cfa=cfa)
+    assert Oref.shape == view(R).shape  # full resolution
     tol = 1e-9 if precise else 1e-5
     assert abs(E - Eref) <= tol * Eref
     assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
     scale = np.abs(dwref).max()
     assert scale > 0
-    for L in layers(width, scales, ref.CELLS):
+    for L in layers(width, scales, cfa):
         d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
         assert np.abs(r).max() > 0, L.name
         assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+    return X
 
 
 def test_cells_pack_the_pixels(device, tmp_path):
@@ -411,26 +420,10 @@ MOSAIC = "param:cnngenin:01:generate:4\nparam:cnngenin:01:pattern:1\nparam:unet-
 ])
 def test_mosaic_frame_matches_reference(device, tmp_path, width, scales, size, tiles, precise):
     """cfa 2 on cnngenin's noisy X-Trans mosaics (generate 4, pattern 1: the colours in
-    alpha): the loss, the full-resolution output and every layer's gradient against the
-    reference's network, with the tolerances of test_frame_matches_reference."""
-    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
-                   f"{MOSAIC}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
-    g.frames = 2
-    w = random_weights(width, scales, cfa=ref.MOSAIC)
-    E, dw, O, X, R, nab = one_frame(device, g, w, alpha=True)
+    alpha): check_cell_frame against the reference's network of mosaics of any pattern."""
+    X = check_cell_frame(device, tmp_path, MOSAIC, ref.MOSAIC, width, scales, size, tiles,
+                         precise)
     assert set(np.unique(X[..., 3])) == {0.0, 1.0, 2.0}
-    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
-                                           cfa=ref.MOSAIC)
-    assert Oref.shape == view(R).shape  # full resolution
-    tol = 1e-9 if precise else 1e-5
-    assert abs(E - Eref) <= tol * Eref
-    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
-    scale = np.abs(dwref).max()
-    assert scale > 0
-    for L in layers(width, scales, ref.MOSAIC):
-        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
-        assert np.abs(r).max() > 0, L.name
-        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 
 
 def test_mosaic_lut_text_and_cells_together(device, tmp_path):

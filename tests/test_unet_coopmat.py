@@ -116,31 +116,21 @@ def test_cfa_on_the_device(device, coopmat, tmp_path):
 
 
 @pytest.mark.coopmat
-def test_cells_on_the_device(device, coopmat, tmp_path):
-    """RGB cells (13 channels in, 12 out) on the device's own cooperative matrices, as
-    test_cfa_on_the_device."""
+@pytest.mark.parametrize("cfa,all_on", [(ref.CELLS, 5e-3), (ref.MOSAIC, 2e-2)])
+def test_cells_on_the_device(device, coopmat, tmp_path, cfa, all_on):
+    """RGB cells (13 channels in, 12 out) and mosaics of any pattern (X-Trans at each tile's
+    phase: 25 in, 12 out) on the device's own cooperative matrices, as
+    test_cfa_on_the_device. With every ReLU on, the mosaic's layers up to scale 1 come within
+    2e-2 of their gradients (1.4e-2 on an H100) rather than 5e-3: 12 of its 25 input planes
+    are the photosites' colours, 0 or 1 over a whole phase of the pattern, so their weights'
+    gradients are sums of dE/dY (rounded to f16) whose terms cancel more than against
+    varying values."""
     if "VKGRAPH_COOPMAT_EMULATE" in os.environ:
         pytest.skip(f"{device.info.name} has no cooperative matrices")
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.CELLS)
+    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=cfa)
     assert e <= 1e-3 and o <= 2e-3 and max(dws.values()) <= 0.1
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.CELLS, bias=3.0)
-    assert e <= 1e-4 and o <= 1e-4 and max(dws.values()) <= 5e-3
-
-
-@pytest.mark.coopmat
-def test_mosaic_on_the_device(device, coopmat, tmp_path):
-    """Mosaics of any pattern (X-Trans at each tile's phase: 25 channels in, 12 out) on the
-    device's own cooperative matrices, as test_cfa_on_the_device. With every ReLU on, the
-    layers up to scale 1 come within 2e-2 of their gradients (1.4e-2 on an H100) rather than
-    5e-3: 12 of the 25 input planes are the photosites' colours, 0 or 1 over a whole phase of
-    the pattern, so their weights' gradients are sums of dE/dY (rounded to f16) whose terms
-    cancel more than against varying values."""
-    if "VKGRAPH_COOPMAT_EMULATE" in os.environ:
-        pytest.skip(f"{device.info.name} has no cooperative matrices")
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.MOSAIC)
-    assert e <= 1e-3 and o <= 2e-3 and max(dws.values()) <= 0.1
-    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=ref.MOSAIC, bias=3.0)
-    assert e <= 1e-4 and o <= 1e-4 and max(dws.values()) <= 2e-2
+    e, o, dws = errors(coopmat, tmp_path, *NET, (32, 32), (4, 16), cfa=cfa, bias=3.0)
+    assert e <= 1e-4 and o <= 1e-4 and max(dws.values()) <= all_on
 
 
 def test_portable_where_asked_or_precise(coopmat, monkeypatch):

@@ -589,27 +589,29 @@ def test_cells_features_and_output_by_hand():
 
 
 @pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
-def test_cells_backward_against_finite_differences(width, scales, n, th, Wd, seed):
-    """test_backward_against_finite_differences for the network of RGB cells."""
+@pytest.mark.parametrize("cfa", ["CELLS", "MOSAIC"])
+def test_cells_backward_against_finite_differences(width, scales, n, th, Wd, seed, cfa):
+    """test_backward_against_finite_differences for the networks of RGB cells and of mosaics
+    of any pattern (X-Trans at a phase off the origin)."""
     rng = np.random.default_rng(seed)
     R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
     X = R + 0.04 * rng.standard_normal(R.shape)
+    mode = getattr(ref, cfa)
+    if mode == ref.MOSAIC:
+        X = _xtrans_mosaic(X, (3, 5))
     a, b = NOISE_A[:n], NOISE_B[:n]
-    _check_backward(rng, _cfa_weights(rng, width, scales, ref.CELLS), X, R, a, b, th, width,
-                    scales, cfa=ref.CELLS)
+    _check_backward(rng, _cfa_weights(rng, width, scales, mode), X, R, a, b, th, width,
+                    scales, cfa=mode)
 
 
 # ------------------------------------------------------ mosaics of any pattern (cfa MOSAIC)
 
-XTRANS = np.array([[1, 1, 0, 1, 1, 2], [1, 1, 2, 1, 1, 0], [2, 0, 1, 0, 2, 1],
-                   [1, 1, 2, 1, 1, 0], [1, 1, 0, 1, 1, 2], [0, 2, 1, 2, 0, 1]])
-
-
 def _xtrans_mosaic(R, phase=(0, 0)):
     """R (H, W, 3) as an X-Trans mosaic of any pattern: the value in r, g and b, the colour
     in alpha (cnngenin's pattern 1)."""
-    H, W = R.shape[:2]
-    c = XTRANS[(np.arange(H)[:, None] + phase[1]) % 6, (np.arange(W)[None] + phase[0]) % 6]
+    from vkgraph.modules.cnngenin.reference import xtrans
+
+    c = xtrans(R.shape[1], R.shape[0], phase)
     v = np.take_along_axis(R, c[..., None], -1)
     return np.concatenate([np.repeat(v, 3, -1), c[..., None].astype(np.float64)], -1)
 
@@ -666,14 +668,3 @@ def test_mosaic_base_keeps_a_flat_colour():
     """A flat colour's mosaic (any phase): every pixel's base is that colour."""
     X = _xtrans_mosaic(np.broadcast_to([0.2, 0.5, 0.7], (12, 12, 3)).copy(), (4, 1))
     assert np.allclose(ref.mosaic_base(X, 6), [0.2, 0.5, 0.7], rtol=1e-15)
-
-
-@pytest.mark.parametrize("width,scales,n,th,Wd,seed", [(2, 2, 2, 8, 8, 4), (3, 3, 1, 16, 16, 5)])
-def test_mosaic_backward_against_finite_differences(width, scales, n, th, Wd, seed):
-    """test_backward_against_finite_differences for the network of mosaics of any pattern."""
-    rng = np.random.default_rng(seed)
-    R = rng.uniform(0.05, 0.95, (n * th, Wd, 3))
-    X = _xtrans_mosaic(R + 0.04 * rng.standard_normal(R.shape), (3, 5))
-    a, b = NOISE_A[:n], NOISE_B[:n]
-    _check_backward(rng, _cfa_weights(rng, width, scales, ref.MOSAIC), X, R, a, b, th, width,
-                    scales, cfa=ref.MOSAIC)

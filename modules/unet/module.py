@@ -9,7 +9,9 @@ reading the input mirrored beyond its edges, and the output keeps the input's pi
 Weights of RGGB mosaics (the .lut's line `cfa rggb`, unet-t's cfa 1) read a mosaic of even
 size and write its full-resolution RGB: the network runs on the 2 x 2 cells, padded to a
 multiple of 2^(scales - 1) cells with the cells mirrored (the colour phase kept). Weights of
-RGB cells (the line `cells rgb`, unet-t's cells 1) read any RGB image, padded to whole cells.
+RGB cells (the line `cells rgb`, unet-t's cells 1) read any RGB image, padded to whole cells;
+weights of mosaics of any pattern (`cfa any`, cfa 2) any mosaic with its colours in alpha, the
+same way.
 """
 
 from __future__ import annotations
