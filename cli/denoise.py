@@ -37,7 +37,8 @@ log = logging.getLogger("vkgraph")
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "graphs" / "weights" / "kpn-photo.lut"
-# the default for raw files and linear float images (EXR, PFM): the arch 1 weights (luma and
+# the default for linear float images (EXR, PFM) on a CPU, and the base of raw files (both
+# devices give them mosaic U-Nets: GPU_WEIGHTS, CPU_WEIGHTS): the arch 1 weights (luma and
 # chroma filtered apart), measured better there (bench/README.md: +0.8 dB on raw files,
 # raw_quality.py; +1.2 to +1.5 dB on linear photographs, quality.py).
 WEIGHTS_LINEAR = ROOT / "graphs" / "weights" / "kpn-photo-ctx.lut"
@@ -331,10 +332,10 @@ def shown(path: Path) -> Path:
 
 def default_weights(src: Path, gpu: bool = False, pattern=None) -> Path:
     """The shipped weights for an input without --weights: WEIGHTS_LINEAR for raw files and
-    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest; on a GPU (`gpu`) the
-    better ones of GPU_WEIGHTS for the first three kinds, on a CPU those of CPU_WEIGHTS.
-    pattern: a raw file's colour pattern where it is known (RawMeta.cfa): one that is not
-    Bayer gets "raw-other" (a file whose pattern is not known is taken for Bayer)."""
+    linear float images, WEIGHTS_JPEG for JPEGs, WEIGHTS for the rest, where GPU_WEIGHTS (on
+    a GPU, `gpu`) or CPU_WEIGHTS have none for the kind (raw files get the mosaic U-Nets of
+    both). pattern: a raw file's colour pattern where it is known (RawMeta.cfa): one that is
+    not Bayer gets "raw-other" (a file whose pattern is not known is taken for Bayer)."""
     from vkgraph.pipeline.constants import is_raw
 
     suffix = src.suffix.lower()
