@@ -139,7 +139,8 @@ def bayer_of(raw: RawImage) -> tuple[int, int]:
     if red is None:
         kind = "X-Trans" if raw.meta.period == 6 else "not a Bayer one"
         raise GraphError(f"these weights denoise RGGB (Bayer) mosaics; this file's colour "
-                         f"pattern is {kind}")
+                         f"pattern is {kind}", hint="weights of mosaics of any pattern read "
+                         "it: unet-t's cfa 2, such as graphs/weights/unet-xtrans.lut")
     ht, wd = raw.shape
     if min(ht, wd) < 2:
         raise GraphError(f"a {wd}x{ht} mosaic holds no whole 2 x 2 Bayer cell")
