@@ -10,7 +10,10 @@ texture of std 0.005, written as a Bayer (RGGB) and an X-Trans DNG with noise (a
 of its pattern and with demosaic + kpn-photo-ctx.lut. PSNR in dB (linear Rec.709) against the
 clean picture, 12 pixels from the borders left out.
 
-    python bench/raw_smooth.py [--size 204x180] [--device NAME]
+    python bench/raw_smooth.py [--size 204x180] [--device NAME] [--ensemble N]
+
+--ensemble N adds a column per pattern: its GPU default's mean over N flips and rotations
+(`vkgraph denoise --ensemble N`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="204x180", help="WxH of the pictures")
     p.add_argument("--device", help="Vulkan device (substring of its name)")
+    p.add_argument("--ensemble", type=int, choices=(2, 4, 8), default=None, metavar="N")
     args = p.parse_args(argv)
     wd, ht = (int(v) for v in args.size.split("x"))
 
@@ -67,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     inner = np.s_[12:-12, 12:-12]
     print(f"smooth gradients, {wd}x{ht}, noise a {NOISE[0]:g} b {NOISE[1]:g}; PSNR in dB; "
           f"device {device.info.name}")
+    ens = f" | the GPU default, ensemble {args.ensemble}" if args.ensemble else ""
     print("| picture | pattern | demosaic, noisy | mosaic U-Net, GPU default (unet-raw / "
-          "unet-xtrans) | mosaic U-Net, CPU default (-w24) | demosaic + kpn-photo-ctx |")
-    print("|---" * 6 + "|")
+          f"unet-xtrans) | mosaic U-Net, CPU default (-w24) | demosaic + kpn-photo-ctx{ens} |")
+    print("|---" * (7 if args.ensemble else 6) + "|")
     with tempfile.TemporaryDirectory() as tmp:
         for texture in (False, True):
             clean = gradients(wd, ht, texture)
@@ -82,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                 plain = ref.colour(ref.demosaic(raw.mosaic, cfa, raw.meta.wb),
                                    raw.meta.rgb_cam)
                 row = [psnr(plain[inner], clean[inner])]
-                for w in WEIGHTS[name]:
-                    den = Denoiser(device, ROOT / "graphs" / "weights" / w)
+                runs = [(w, 1) for w in WEIGHTS[name]]
+                if args.ensemble:
+                    runs.append((WEIGHTS[name][0], args.ensemble))
+                for w, n in runs:
+                    den = Denoiser(device, ROOT / "graphs" / "weights" / w, ensemble=n)
                     out, _, _ = denoise_raw(den, dem, raw, NOISE)
                     row.append(psnr(out[inner], clean[inner]))
                     den.close()
