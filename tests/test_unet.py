@@ -250,6 +250,31 @@ def test_bad_sizes_are_errors(device, tmp_path, size, tiles, extra, match):
 CFA = "param:cnngenin:01:generate:4\nparam:unet-t:01:cfa:1"  # noise, then the mosaic
 
 
+def check_cell_frame(device, tmp_path, extra, cfa, width, scales, size, tiles, precise):
+    """One frame of a network on cells (`extra` its params, `cfa` its net.py mode) against
+    the reference: the loss, the full-resolution output and every layer's gradient, with the
+    tolerances of test_frame_matches_reference. Returns the frame's input X (with its alpha,
+    the colours, for a mosaic of any pattern)."""
+    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
+                   f"{extra}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
+    g.frames = 2
+    w = random_weights(width, scales, cfa=cfa)
+    E, dw, O, X, R, nab = one_frame(device, g, w, alpha=cfa == ref.MOSAIC)
+    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
+                                           cfa=cfa)
+    assert Oref.shape == view(R).shape  # full resolution
+    tol = 1e-9 if precise else 1e-5
+    assert abs(E - Eref) <= tol * Eref
+    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
+    scale = np.abs(dwref).max()
+    assert scale > 0
+    for L in layers(width, scales, cfa):
+        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
+        assert np.abs(r).max() > 0, L.name
+        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
+    return X
+
+
 @pytest.mark.parametrize("width,scales,size,tiles,precise", [
     (2, 2, (32, 32), (4, 16), 0),   # a 2x2 grid of 16-pixel tiles (8 cells a side)
     (3, 3, (24, 16), None, 0),      # the whole image, 12 x 8 cells
@@ -259,24 +284,8 @@ def test_cfa_frame_matches_reference(device, tmp_path, width, scales, size, tile
     """cfa 1 on cnngenin's noisy RGGB mosaics (generate 4): the loss, the full-resolution
     output and every layer's gradient against the reference's cfa network, with the
     tolerances of test_frame_matches_reference."""
-    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
-                   f"{CFA}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
-    g.frames = 2
-    w = random_weights(width, scales, cfa=True)
-    E, dw, O, X, R, nab = one_frame(device, g, w)
+    X = check_cell_frame(device, tmp_path, CFA, ref.RGGB, width, scales, size, tiles, precise)
     assert np.array_equal(X, ref.mosaic(X))  # the input is a mosaic
-    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
-                                           cfa=True)
-    assert Oref.shape == view(X).shape  # full resolution
-    tol = 1e-9 if precise else 1e-5
-    assert abs(E - Eref) <= tol * Eref
-    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
-    scale = np.abs(dwref).max()
-    assert scale > 0
-    for L in layers(width, scales, True):
-        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
-        assert np.abs(r).max() > 0, L.name
-        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
 
 
 def hand_made_features(device, tmp_path, extra: str, planes: int):
@@ -360,30 +369,6 @@ def test_cells_frame_matches_reference(device, tmp_path, width, scales, size, ti
     against the reference's network of cells, with the tolerances of
     test_frame_matches_reference."""
     check_cell_frame(device, tmp_path, CELLS, ref.CELLS, width, scales, size, tiles, precise)
-
-
-def check_cell_frame(device, tmp_path, extra, cfa, width, scales, size, tiles, precise):
-    """One frame of a network on cells (`extra` its params, `cfa` its net.py mode) against
-    the reference: the loss, the full-resolution output and every layer's gradient, with the
-    tolerances of test_frame_matches_reference. Returns the frame's input X (with alpha)."""
-    g = unet_graph(tmp_path, clean(*size), width, scales, tiles,
-                   f"{extra}\nparam:unet-t:01:alpha:0\nparam:unet-t:01:precise:{precise}")
-    g.frames = 2
-    w = random_weights(width, scales, cfa=cfa)
-    E, dw, O, X, R, nab = one_frame(device, g, w, alpha=cfa == ref.MOSAIC)
-    Eref, dwref, Oref, view = reference_of(X, R, nab, w.astype(np.float64), width, scales,
-                                           cfa=cfa)
-    assert Oref.shape == view(R).shape  # full resolution
-    tol = 1e-9 if precise else 1e-5
-    assert abs(E - Eref) <= tol * Eref
-    assert np.abs(view(O) - Oref).max() <= (1e-6 if precise else 1e-5)
-    scale = np.abs(dwref).max()
-    assert scale > 0
-    for L in layers(width, scales, cfa):
-        d, r = dw[L.offset:L.end], dwref[L.offset:L.end]
-        assert np.abs(r).max() > 0, L.name
-        assert np.abs(d - r).max() <= (1e-6 if precise else 2e-4) * scale, L.name
-    return X
 
 
 def test_cells_pack_the_pixels(device, tmp_path):
