@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     cfa = PATTERNS[args.pattern]
 
     from vkgraph.apps.denoise import Denoiser
-    from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw, mosaic_cells
+    from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
     from vkgraph.cli.denoise import default_weights, on_gpu
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.testing import session_device
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             # weights of mosaics (unet-t cfa 1 and 2) denoise and demosaic at once: no
             # demosaic first
             title = (f"{den.module} on the mosaic ({w.name}"
-                     if den.cfa or den.cells == mosaic_cells()
+                     if den.cfa or den.any_pattern
                      else f"demosaic + {den.module} ({w.name}")
             dens[title + (f", ensemble {n})" if n > 1 else ")")] = den
     rows = ["clean", "noisy", *dens] + ([] if args.no_bm3d else ["bm3d"])

@@ -126,12 +126,13 @@ class Denoiser:
         self.device = device
         self.weights = Path(weights)
         self.registry = Registry([DEFAULT_DIR, HOST_MODULES])
-        from vkgraph.modules.unet_t.net import RGB, RGGB
+        from vkgraph.modules.unet_t.net import MOSAIC, RGB, RGGB
 
         info = unet_info(self.weights, levels)  # (width, scales, cfa) of unet-t's, else None
         self.net = info[:2] if info else None  # (width, scales)
         self.cells = info[2] if info else RGB  # what the network reads (unet-t's net.py)
         self.cfa = self.cells == RGGB  # weights of RGGB mosaics
+        self.any_pattern = self.cells == MOSAIC  # of mosaics of any pattern, colours in alpha
         self.explicit_levels = levels is not None
         self.ensemble = ensemble
         if self.net is not None:
@@ -576,7 +577,8 @@ def rggb_padding(h: int, w: int, red: tuple[int, int]) -> tuple[tuple[int, int],
 
 def unet_info(weights: Path, levels: int | None = None) -> tuple[int, int, int] | None:
     """(width, scales, cfa) of unet-t's weights (their .lut's text says "unet denoiser"; cfa:
-    unet-t's net.RGB, RGGB (of mosaics, the line `cfa rggb`) or CELLS (`cells rgb`)), checked
+    unet-t's net.RGB, RGGB (of mosaics, the line `cfa rggb`), MOSAIC (of mosaics of any
+    pattern, `cfa any`) or CELLS (`cells rgb`)), checked
     as unet would at the first image: the text's shape, the weights' count, finite values;
     None for other weights (kpn's). A given
     `levels` is an error: a U-Net has no pyramid. GraphError, once, before any image is

@@ -23,7 +23,7 @@ error with those weights. Where the raw keeps its photosites as stored (read_raw
 the same way, and the levels, white balance and camera matrix are applied there
 (Denoiser.raw16: an eighth of the upload, no host pass over the values).
 
-Weights of mosaics of any pattern (unet-t's `cfa 2`, the Denoiser's `cells` MOSAIC) take the
+Weights of mosaics of any pattern (unet-t's `cfa 2`, the Denoiser's `any_pattern`) take the
 mosaic of any pattern, X-Trans included, as it is: each photosite white-balanced, its value in
 r, g and b and its colour in alpha (any_mosaic); they demosaic as they denoise, any size and
 phase (the colours travel with the values through padding, flips and tiles).
@@ -147,49 +147,36 @@ def bayer_of(raw: RawImage) -> tuple[int, int]:
     return red
 
 
+def balanced(raw: RawImage) -> np.ndarray:
+    """(h, w) float32: the mosaic white-balanced, each photosite times its colour's
+    multiplier (as demosaic's `wb` does), place by place of the pattern's period."""
+    p = raw.meta.period
+    cfa = np.asarray(raw.meta.cfa)
+    gains = np.asarray(raw.meta.wb, np.float32)
+    mosaic = np.asarray(raw.mosaic, np.float32)
+    out = np.empty_like(mosaic)
+    for dy in range(p):
+        for dx in range(p):
+            np.multiply(mosaic[dy::p, dx::p], gains[cfa[dy, dx]], out=out[dy::p, dx::p])
+    return out
+
+
 def rggb_mosaic(raw: RawImage) -> tuple[np.ndarray, tuple[int, int]]:
     """(the white-balanced mosaic in RGGB phase and of even size, (top, left): where the
     raw's own mosaic starts in it). GraphError for a pattern that is not Bayer."""
     red = bayer_of(raw)
-    cfa = np.asarray(raw.meta.cfa)
-    gains = np.asarray(raw.meta.wb, np.float32)
-    mosaic = np.asarray(raw.mosaic, np.float32)
-    balanced = np.empty_like(mosaic)
-    for dy in range(2):  # each photosite of the 2 x 2 pattern times its colour's gain
-        for dx in range(2):
-            np.multiply(mosaic[dy::2, dx::2], gains[cfa[dy, dx]], out=balanced[dy::2, dx::2])
-    return rggb_phase(balanced, red), red
-
-
-def mosaic_cells() -> int:
-    """The Denoiser's `cells` of weights of mosaics of any pattern (unet-t's net.MOSAIC)."""
-    from vkgraph.modules.unet_t.net import MOSAIC
-
-    return MOSAIC
+    return rggb_phase(balanced(raw), red), red
 
 
 def any_mosaic(raw: RawImage) -> np.ndarray:
     """(h, w, 4) float32: the white-balanced mosaic as weights of mosaics of any pattern read
-    it, each photosite's value in r, g and b and its colour (0 r, 1 g, 2 b) in alpha; in bands
-    of rows on the host's threads."""
+    it, each photosite's value in r, g and b and its colour (0 r, 1 g, 2 b) in alpha."""
     ht, wd = raw.shape
     p = raw.meta.period
-    cfa = np.asarray(raw.meta.cfa)
-    gains = np.asarray(raw.meta.wb, np.float32)
-    reps = (-(-ht // p) + 1, -(-wd // p))
-    colours = np.tile(cfa, reps).astype(np.float32)  # a pattern more: bands start anywhere
-    factor = np.tile(gains[cfa], reps)
-    mosaic = np.asarray(raw.mosaic, np.float32)
     out = np.empty((ht, wd, 4), np.float32)
-
-    def rows(r0: int, r1: int) -> None:
-        k = r0 % p  # the pattern's row of r0
-        v = mosaic[r0:r1] * factor[k:k + r1 - r0, :wd]
-        for c in range(3):
-            out[r0:r1, :, c] = v
-        out[r0:r1, :, 3] = colours[k:k + r1 - r0, :wd]
-
-    in_parts(rows, ht, max(1, PART // max(1, wd)))
+    out[..., :3] = balanced(raw)[..., None]
+    out[..., 3] = np.tile(np.asarray(raw.meta.cfa, np.float32),
+                          (-(-ht // p), -(-wd // p)))[:ht, :wd]
     return out
 
 
@@ -244,7 +231,7 @@ def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float
     """(linear Rec.709 (h, w, 3), the raw's noise profile, the (a, b) the denoiser got:
     the white-balanced profile times `strength`). The profile: `profile` where the caller
     has it, else profile_for(raw, noise). With weights of RGGB mosaics (`den.cfa`) or of
-    mosaics of any pattern (MOSAIC) the denoiser demosaics too (module docstring); else
+    mosaics of any pattern (`den.any_pattern`) the denoiser demosaics too (module docstring); else
     demosaic, then the denoiser. rows(out,
     stop): told as rows of the result become final, where the device's path (on_device)
     makes it in bands (a writer may begin with them); planar: there, a result laid out as
@@ -257,7 +244,7 @@ def denoise_raw(den, dem: Demosaicer, raw: RawImage, noise=None, strength: float
         mosaic, (top, left) = rggb_mosaic(raw)
         ht, wd = raw.shape
         rgb = den(mosaic, a, b)[top:top + ht, left:left + wd]
-    elif den.cells == mosaic_cells():
+    elif den.any_pattern:
         rgb = den(any_mosaic(raw), a, b)
     else:
         rgb = den(dem(raw, wb=True, colour=False), a, b)
