@@ -27,14 +27,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/raw_quality.py
+
+from raw_quality import PATTERNS, develop, write_raw  # noqa: E402
 
 from vkgraph.apps import dng  # noqa: E402
 
 NOISE = (1000.0, 10.0)
-BLACK, WHITE = 512, 16383
 WEIGHTS = {"RGGB": ("unet-raw.lut", "unet-raw-w24.lut", "kpn-photo-ctx.lut"),
            "X-Trans": ("unet-xtrans.lut", "unet-xtrans-w24.lut", "kpn-photo-ctx.lut")}
-PATTERNS = {"RGGB": dng.BAYER["RGGB"], "X-Trans": dng.XTRANS}
 
 
 def gradients(wd: int, ht: int, texture: bool) -> np.ndarray:
@@ -61,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     from vkgraph.apps.denoise import Denoiser
     from vkgraph.apps.heldout import add_noise, psnr
     from vkgraph.apps.rawdenoise import Demosaicer, denoise_raw
-    from vkgraph.modules.demosaic import reference as ref
     from vkgraph.pipeline.raw import read_raw
     from vkgraph.pipeline.testing import session_device
     from vkgraph.pipeline.vk import Device
@@ -80,13 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             clean = gradients(wd, ht, texture)
             for name, cfa in PATTERNS.items():
                 mosaic = add_noise(dng.camera_mosaic(clean, cfa), *NOISE, seed=3)
-                path = Path(tmp) / f"{name}.dng"
-                dng.write_dng(path, dng.mosaic_counts(mosaic, BLACK, WHITE), cfa, BLACK, WHITE,
-                              dng.CAMERA_MATRIX, dng.CAMERA_NEUTRAL, iso=3200)
-                raw = read_raw(path)
-                plain = ref.colour(ref.demosaic(raw.mosaic, cfa, raw.meta.wb),
-                                   raw.meta.rgb_cam)
-                row = [psnr(plain[inner], clean[inner])]
+                raw = read_raw(write_raw(Path(tmp), name, mosaic, cfa))
+                row = [psnr(develop(raw.mosaic, raw)[inner], clean[inner])]
                 runs = [(w, 1) for w in WEIGHTS[name]]
                 if args.ensemble:
                     runs.append((WEIGHTS[name][0], args.ensemble))
