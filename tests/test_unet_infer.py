@@ -43,10 +43,10 @@ def noisy(w: int, h: int, seed: int = 3) -> np.ndarray:
 
 def write_weights(path: Path, width: int, scales: int, text: str | None = None,
                   count: int | None = None, seed: int = 5,
-                  cfa: bool = False) -> tuple[Path, np.ndarray]:
+                  cfa: int = ref.RGB) -> tuple[Path, np.ndarray]:
     """A .lut as o-lut writes unet-t's weights (f32 ssbo, n x 1, the text after them) of
-    random weights (random_weights: every ReLU sees both signs); cfa: the network of RGGB
-    mosaics."""
+    random weights (random_weights: every ReLU sees both signs); cfa: what the network reads
+    (net.py's RGB, RGGB, CELLS or MOSAIC)."""
     w = random_weights(width, scales, seed, cfa)
     if count is not None:
         w = np.resize(w, count)
@@ -479,4 +479,29 @@ def test_denoiser_runs_cells_weights_whole_and_tiled(device, tmp_path):
     assert tiled.margin == -(-reach(3, ref.CELLS) // step) * step == 48
     cx, cy, _ = tiled.tiling(250, 180)
     assert cx % step == 0 and cy % step == 0 and cx < 250 and cy < 180
+    assert np.array_equal(tiled(X, A, B), out)
+
+
+# ------------------------------------------------------ mosaics of any pattern (cfa 2)
+
+
+def test_denoiser_runs_mosaic_weights_whole_and_tiled(device, tmp_path):
+    """The Denoiser on weights of mosaics of any pattern (the .lut says 'cfa any') and an
+    X-Trans mosaic of odd size with its colours in alpha: the full-resolution rgb, finite, and
+    the same numbers in tiles on the grid of whole cells with reach's margin (each photosite's
+    base reads 2 photosites around it, well inside the margin)."""
+    from vkgraph.modules.cnngenin.reference import xtrans
+
+    lut, _ = write_weights(tmp_path / "w.lut", 2, 3, cfa=ref.MOSAIC)
+    rgb = noisy(251, 181)
+    c = xtrans(251, 181, (2, 5))
+    X = np.concatenate([np.repeat(np.take_along_axis(rgb, c[..., None], -1), 3, -1),
+                        c[..., None].astype(np.float32)], -1)
+    whole = Denoiser(device, lut)
+    assert (whole.cells, whole.any_pattern, whole.cfa) == (ref.MOSAIC, True, False)
+    out = whole(X, A, B)
+    assert out.shape == (181, 251, 3) and np.isfinite(out).all()
+    tiled = Denoiser(device, lut, max_pixels=15000)
+    cx, cy, _ = tiled.tiling(251, 181)
+    assert cx < 251 and cy < 181
     assert np.array_equal(tiled(X, A, B), out)
